@@ -1,0 +1,139 @@
+//! The agent's trusted local configuration (`/etc/capstan/agent.toml`), read once at
+//! start. Unknown keys are errors that name the key.
+
+use crate::driver::sim::SimConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The default config file, read when it exists and `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/capstan/agent.toml";
+/// The default data dir.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/capstan";
+
+/// What a graceful stop does to workloads whose lifecycle the agent manages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShutdownMode {
+    /// Stop every running-intent workload (intent is unchanged).
+    #[default]
+    Stop,
+    /// Exit without stopping anything; adopt the workloads on return (upgrades).
+    LeaveRunning,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverChoice {
+    #[default]
+    Sim,
+}
+
+/// `agent.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// This host's name (a DNS label); defaults to the machine's hostname.
+    pub host: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub driver: DriverChoice,
+    #[serde(default)]
+    pub shutdown: ShutdownMode,
+    /// How many workloads the shutdown sweep stops at once.
+    pub shutdown_concurrency: Option<usize>,
+    #[serde(default)]
+    pub sim: SimConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid config: `host` {0:?} must be a DNS label (1-63 of [a-z0-9-])")]
+    Host(String),
+}
+
+impl AgentConfig {
+    /// Reads `path`; with no path, reads [`DEFAULT_PATH`] if it exists.
+    pub fn load(path: Option<&Path>) -> Result<AgentConfig, ConfigError> {
+        let (path, required) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_PATH), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(AgentConfig::default())
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let config: AgentConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path, source })?;
+        if let Some(h) = &config.host {
+            if !capstan_common::validate::is_dns_label(h) {
+                return Err(ConfigError::Host(h.clone()));
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The machine's hostname, lower-cased, if it is a usable host name.
+pub fn system_hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()?;
+    let name = name.trim().split('.').next()?.to_ascii_lowercase();
+    capstan_common::validate::is_dns_label(&name).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "host = \"h1\"\nshutdwon = \"stop\"\n").unwrap();
+        let err = AgentConfig::load(Some(&path)).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("shutdwon"), "{text}");
+    }
+
+    #[test]
+    fn reads_shutdown_mode_and_sim_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "host = \"h1\"\nshutdown = \"leave-running\"\n[sim]\nmanages_lifecycle = false\n[[sim.failures]]\nop = \"activate\"\ntimes = 1\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.shutdown, ShutdownMode::LeaveRunning);
+        assert!(!c.sim.manages_lifecycle);
+        assert_eq!(c.sim.failures[0].times, Some(1));
+    }
+
+    #[test]
+    fn a_bad_host_name_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "host = \"Bad_Host\"\n").unwrap();
+        assert!(matches!(
+            AgentConfig::load(Some(&path)),
+            Err(ConfigError::Host(_))
+        ));
+    }
+}

@@ -1,0 +1,146 @@
+//! Drivers carry decisions out on the host. One narrow trait; each driver is one file
+//! or one small folder behind it, and the [`sim`] driver sits beside the real ones as
+//! their equal. Every operation is idempotent: the executor may repeat any of them
+//! after a crash, and a repeat must converge, never duplicate.
+
+pub mod sim;
+
+use capstan_common::{ErrorCode, Spec};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The launch environment accepted from the `before_workload_start` hooks: a detached,
+/// validated copy of opaque placeholders, projected into the workload's environment.
+pub type LaunchEnv = BTreeMap<String, String>;
+
+/// The address of one revision on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RevisionRef<'a> {
+    pub namespace: &'a str,
+    pub workload: &'a str,
+    pub revision: &'a str,
+}
+
+impl std::fmt::Display for RevisionRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}@{}", self.namespace, self.workload, self.revision)
+    }
+}
+
+/// What a driver declares about itself. Behaviour follows these flags, never the
+/// driver's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// The agent owns its workloads' lifecycle: it stops them on a graceful shutdown
+    /// and starts them again on startup. False when something else (systemd, the
+    /// cluster) keeps them running without the agent.
+    pub manages_lifecycle: bool,
+}
+
+/// The runtime state of one revision as the backend reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendState {
+    /// Exists but is not running (created, stopped or exited).
+    Stopped,
+    Running,
+}
+
+/// What the driver sees on the host: only what it labelled as capstan's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub namespaces: BTreeSet<String>,
+    /// `namespace/workload` → revision → state.
+    pub workloads: BTreeMap<String, BTreeMap<String, BackendState>>,
+}
+
+impl Observed {
+    pub fn revision(
+        &self,
+        namespace: &str,
+        workload: &str,
+        revision: &str,
+    ) -> Option<BackendState> {
+        self.workloads
+            .get(&crate::intent::key(namespace, workload))?
+            .get(revision)
+            .copied()
+    }
+}
+
+/// A driver operation that did not happen. The message names the operation and the
+/// object; the cause, if any, is the `source`.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The revision's runtime (container, unit, pod) does not exist.
+    #[error("{op} {target}: the backend is missing")]
+    Missing { op: &'static str, target: String },
+    /// A failure scripted into the sim driver.
+    #[error("{op} {target}: scripted failure")]
+    Scripted { op: &'static str, target: String },
+    /// The backend refused or failed.
+    #[error("{op} {target} failed")]
+    Backend {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl DriverError {
+    /// The stable code reported for this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            DriverError::Missing { .. } => ErrorCode::BackendMissing,
+            DriverError::Scripted { .. } | DriverError::Backend { .. } => ErrorCode::DriverFailed,
+        }
+    }
+
+    /// The message with its causes, for reports.
+    pub fn report(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            out.push_str(": ");
+            out.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        out
+    }
+}
+
+/// One way of running workloads on a host.
+#[async_trait::async_trait]
+pub trait Driver: Send + Sync {
+    /// `sim`, `docker`, `systemd` or `kube`.
+    fn name(&self) -> &'static str;
+    fn capabilities(&self) -> Capabilities;
+
+    /// Prepares tenant infrastructure (network, slice, Namespace object).
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError>;
+    /// Removes tenant infrastructure; the executor has checked it is empty.
+    async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError>;
+    /// Stages a revision without starting it.
+    async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError>;
+    /// Starts `rev` with `launch_env` projected in, then stops `previous` if given.
+    async fn activate(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+        previous: Option<&str>,
+    ) -> Result<(), DriverError>;
+    /// Starts an existing revision (explicit start, startup reconciliation).
+    async fn start(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<(), DriverError>;
+    /// Stops a revision, keeping its runtime.
+    async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
+    /// Stops and removes exactly this revision's runtime; never touches another.
+    async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
+    /// Everything on the host that carries capstan's labels.
+    async fn observe(&self) -> Result<Observed, DriverError>;
+}

@@ -1,0 +1,226 @@
+//! Events: what the log records, in the past tense. The log is the fold's only input
+//! and the host's audit record, so an event says what was decided or what happened,
+//! never what to do. Events never carry hook values or secrets.
+
+use capstan_common::{ErrorCode, Outcome, Spec};
+use serde::{Deserialize, Serialize};
+
+/// Why a workload started or stopped. Only [`Cause::Command`] changes running intent:
+/// an agent shutdown or a supervisor restart is infrastructure, not a user's wish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A controller command, by id.
+    Command(String),
+    /// The agent's graceful-shutdown sweep.
+    AgentShutdown,
+    /// The agent's startup reconciliation.
+    AgentStartup,
+    /// The supervisor noticed an exit and acted.
+    Supervisor,
+}
+
+impl Cause {
+    pub fn command_id(&self) -> Option<&str> {
+        match self {
+            Cause::Command(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// One thing that happened on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// A valid command arrived and was written down before anything was done about it.
+    /// `command` is its canonical JSON: the exact thing that was asked.
+    CommandReceived {
+        command_id: String,
+        op: String,
+        namespace: String,
+        workload: Option<String>,
+        revision: Option<String>,
+        command: String,
+    },
+    /// Input that was not accepted: malformed, invalid or unauthorised.
+    CommandRejected {
+        command_id: Option<String>,
+        code: ErrorCode,
+        message: String,
+    },
+    /// The command is finished; nothing more will be done for it.
+    CommandCompleted {
+        command_id: String,
+        outcome: Outcome,
+        code: Option<ErrorCode>,
+        message: Option<String>,
+    },
+    NamespaceReady {
+        command_id: String,
+        namespace: String,
+    },
+    NamespaceDeleted {
+        command_id: String,
+        namespace: String,
+    },
+    RevisionPrepared {
+        command_id: String,
+        namespace: String,
+        workload: String,
+        revision: String,
+        spec: Spec,
+    },
+    /// `revision` runs; `previous`, if any, was stopped in favour of it.
+    WorkloadStarted {
+        cause: Cause,
+        namespace: String,
+        workload: String,
+        revision: String,
+        previous: Option<String>,
+    },
+    /// The workload's `revision` (if it had one running) was stopped.
+    WorkloadStopped {
+        cause: Cause,
+        namespace: String,
+        workload: String,
+        revision: Option<String>,
+    },
+    /// The revision's runtime was removed; it can never run again.
+    RevisionRetired {
+        command_id: String,
+        namespace: String,
+        workload: String,
+        revision: String,
+    },
+    /// The workload could not be brought to its intent (its backend is gone, a start
+    /// failed). Intent is unchanged; the failure is visible until the next start.
+    WorkloadFailed {
+        cause: Cause,
+        namespace: String,
+        workload: String,
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+impl Event {
+    /// The short name shown in logs and `--json` output (`command_received`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::CommandReceived { .. } => "command_received",
+            Event::CommandRejected { .. } => "command_rejected",
+            Event::CommandCompleted { .. } => "command_completed",
+            Event::NamespaceReady { .. } => "namespace_ready",
+            Event::NamespaceDeleted { .. } => "namespace_deleted",
+            Event::RevisionPrepared { .. } => "revision_prepared",
+            Event::WorkloadStarted { .. } => "workload_started",
+            Event::WorkloadStopped { .. } => "workload_stopped",
+            Event::RevisionRetired { .. } => "revision_retired",
+            Event::WorkloadFailed { .. } => "workload_failed",
+        }
+    }
+
+    /// The command this event belongs to, if any.
+    pub fn command_id(&self) -> Option<&str> {
+        match self {
+            Event::CommandReceived { command_id, .. }
+            | Event::CommandCompleted { command_id, .. }
+            | Event::NamespaceReady { command_id, .. }
+            | Event::NamespaceDeleted { command_id, .. }
+            | Event::RevisionPrepared { command_id, .. }
+            | Event::RevisionRetired { command_id, .. } => Some(command_id),
+            Event::CommandRejected { command_id, .. } => command_id.as_deref(),
+            Event::WorkloadStarted { cause, .. }
+            | Event::WorkloadStopped { cause, .. }
+            | Event::WorkloadFailed { cause, .. } => cause.command_id(),
+        }
+    }
+
+    /// The namespace this event concerns, if any.
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Event::CommandReceived { namespace, .. }
+            | Event::NamespaceReady { namespace, .. }
+            | Event::NamespaceDeleted { namespace, .. }
+            | Event::RevisionPrepared { namespace, .. }
+            | Event::WorkloadStarted { namespace, .. }
+            | Event::WorkloadStopped { namespace, .. }
+            | Event::RevisionRetired { namespace, .. }
+            | Event::WorkloadFailed { namespace, .. } => Some(namespace),
+            Event::CommandRejected { .. } | Event::CommandCompleted { .. } => None,
+        }
+    }
+
+    /// The workload this event concerns, if any.
+    pub fn workload(&self) -> Option<&str> {
+        match self {
+            Event::CommandReceived { workload, .. } => workload.as_deref(),
+            Event::RevisionPrepared { workload, .. }
+            | Event::WorkloadStarted { workload, .. }
+            | Event::WorkloadStopped { workload, .. }
+            | Event::RevisionRetired { workload, .. }
+            | Event::WorkloadFailed { workload, .. } => Some(workload),
+            _ => None,
+        }
+    }
+
+    /// The revision this event concerns, if any.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Event::CommandReceived { revision, .. } | Event::WorkloadStopped { revision, .. } => {
+                revision.as_deref()
+            }
+            Event::RevisionPrepared { revision, .. }
+            | Event::WorkloadStarted { revision, .. }
+            | Event::RevisionRetired { revision, .. } => Some(revision),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of the log: an event with its place in the hash chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub seq: u64,
+    /// Unix time in milliseconds when it was appended.
+    pub at_ms: i64,
+    /// The hash of the previous record (all zeroes for seq 1).
+    pub prev_hash: [u8; 32],
+    pub event: Event,
+}
+
+impl Record {
+    /// The JSON form used by `capstan-agent log --json` and the event stream:
+    /// `seq`, `at`, `kind`, the ids it concerns, and the event's own fields.
+    pub fn to_json(&self) -> serde_json::Value {
+        let at = chrono::DateTime::from_timestamp_millis(self.at_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_default();
+        let mut out = serde_json::json!({
+            "seq": self.seq,
+            "at": at,
+            "kind": self.event.kind(),
+            "prev_hash": hex(&self.prev_hash),
+        });
+        let fields = serde_json::to_value(&self.event).expect("events serialise");
+        if let Some(obj) = fields
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(|v| v.as_object())
+        {
+            for (k, v) in obj {
+                out[k] = v.clone();
+            }
+        }
+        if let Some(id) = self.event.command_id() {
+            out["command_id"] = id.into();
+        }
+        out
+    }
+}
+
+/// Lower-case hex of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,621 @@
+//! The executor carries commands out, with the log as its memory:
+//! `command_received` (durable) → decide → driver → effect + `command_completed`
+//! (durable) → report. A command id already completed in the log is answered from
+//! the log; one received but not completed (a crash, a redelivery) is resumed, and
+//! since every driver step is idempotent and its effect is logged once, it is carried
+//! out exactly once as far as the log and the host can tell.
+
+use crate::driver::{Driver, DriverError, LaunchEnv, RevisionRef};
+use crate::event::{Cause, Event, Record};
+use crate::log::{Log, LogError};
+use crate::plan::{self, Action, Step};
+use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Carries commands out against one driver, recording everything in one log.
+pub struct Executor {
+    host: String,
+    log: Arc<Log>,
+    driver: Arc<dyn Driver>,
+    /// Commands on one namespace run one at a time; namespaces run in parallel.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What startup reconciliation did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReconcileReport {
+    pub started: usize,
+    pub stopped: usize,
+    pub failed: usize,
+    pub drift: usize,
+}
+
+fn result(
+    id: Option<String>,
+    outcome: Outcome,
+    duplicate: bool,
+    error: Option<Rejection>,
+) -> CommandResult {
+    CommandResult {
+        id,
+        outcome,
+        duplicate,
+        error,
+    }
+}
+
+fn log_failure(id: Option<String>, e: &LogError) -> CommandResult {
+    let code = if matches!(e, LogError::Degraded(_)) {
+        ErrorCode::LogDegraded
+    } else {
+        ErrorCode::LogFailed
+    };
+    let mut message = e.to_string();
+    if let Some(source) = std::error::Error::source(e) {
+        message = format!("{message}: {source}");
+    }
+    let outcome = if code == ErrorCode::LogDegraded {
+        Outcome::Rejected
+    } else {
+        Outcome::Failed
+    };
+    result(id, outcome, false, Some(Rejection::new(code, message)))
+}
+
+/// The id of a line that failed to parse, if it has a usable one.
+fn salvage_id(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let id = value.get("id")?.as_str()?;
+    capstan_common::validate::command_id(id).ok()?;
+    Some(id.to_string())
+}
+
+impl Executor {
+    pub fn new(host: impl Into<String>, log: Arc<Log>, driver: Arc<dyn Driver>) -> Executor {
+        Executor {
+            host: host.into(),
+            log,
+            driver,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// Parses one line of input and carries it out, or rejects (and records) it.
+    pub async fn submit(&self, text: &str) -> CommandResult {
+        match Command::parse(text) {
+            Ok(command) => self.execute(command).await,
+            Err(rejection) => self.reject(salvage_id(text), rejection).await,
+        }
+    }
+
+    /// Records a rejection and reports it. Nothing else happens.
+    pub async fn reject(&self, id: Option<String>, rejection: Rejection) -> CommandResult {
+        tracing::warn!(command_id = id.as_deref().unwrap_or("-"), code = %rejection.code, "command rejected: {}", rejection.message);
+        let event = Event::CommandRejected {
+            command_id: id.clone(),
+            code: rejection.code,
+            message: rejection.message.clone(),
+        };
+        if let Err(e) = self.log.append_durable(&[event]).await {
+            return log_failure(id, &e);
+        }
+        result(id, Outcome::Rejected, false, Some(rejection))
+    }
+
+    /// Carries out one valid command exactly once.
+    pub async fn execute(&self, command: Command) -> CommandResult {
+        let id = command.id.clone();
+        if let Some(corruption) = self.log.degraded() {
+            let message = format!(
+                "the log is degraded ({corruption}); refusing to act until an operator repairs it"
+            );
+            return result(
+                Some(id),
+                Outcome::Rejected,
+                false,
+                Some(Rejection::new(ErrorCode::LogDegraded, message)),
+            );
+        }
+        if command.host != self.host {
+            let message = format!(
+                "command is for host {}, this is {}",
+                command.host, self.host
+            );
+            return self
+                .reject(Some(id), Rejection::new(ErrorCode::WrongHost, message))
+                .await;
+        }
+        let lock = self.lock_for(command.op.namespace());
+        let _serial = lock.lock().await;
+        match self.carry_out(&command).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(command_id = %id, error = %e, "log write failed");
+                log_failure(Some(id), &e)
+            }
+        }
+    }
+
+    fn lock_for(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().expect("executor locks");
+        Arc::clone(locks.entry(namespace.to_string()).or_default())
+    }
+
+    async fn carry_out(&self, command: &Command) -> Result<CommandResult, LogError> {
+        let id = &command.id;
+        let history: Vec<Record> = self
+            .log
+            .for_command(id)?
+            .into_iter()
+            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
+            .collect();
+        if let Some(answer) = history.iter().find_map(|r| completed(r, id)) {
+            tracing::info!(command_id = %id, "duplicate command answered from the log");
+            return Ok(answer);
+        }
+        if history.is_empty() {
+            let op = &command.op;
+            self.log
+                .append_durable(&[Event::CommandReceived {
+                    command_id: id.clone(),
+                    op: op.name().into(),
+                    namespace: op.namespace().into(),
+                    workload: op.workload().map(|w| w.workload),
+                    revision: op.revision().map(Into::into),
+                    command: command.to_json(),
+                }])
+                .await?;
+        } else {
+            tracing::info!(command_id = %id, "resuming a command the log shows as begun");
+        }
+        // A crash after the effect was logged but before completion: only complete.
+        if history.iter().any(|r| is_effect(&r.event)) {
+            return self
+                .complete(id, Vec::new(), Outcome::Succeeded, None)
+                .await;
+        }
+        let step = match plan::decide(&self.log.intent(), &command.op) {
+            Ok(step) => step,
+            Err(refusal) => {
+                return self
+                    .complete(
+                        id,
+                        Vec::new(),
+                        Outcome::Failed,
+                        Some(Rejection::new(refusal.code, refusal.message)),
+                    )
+                    .await
+            }
+        };
+        match self.perform(id, step).await {
+            Ok(effect) => {
+                self.complete(id, effect.into_iter().collect(), Outcome::Succeeded, None)
+                    .await
+            }
+            Err(e) => {
+                tracing::warn!(command_id = %id, error = %e.report(), "driver step failed");
+                self.complete(
+                    id,
+                    Vec::new(),
+                    Outcome::Failed,
+                    Some(Rejection::new(e.code(), e.report())),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn complete(
+        &self,
+        id: &str,
+        mut events: Vec<Event>,
+        outcome: Outcome,
+        error: Option<Rejection>,
+    ) -> Result<CommandResult, LogError> {
+        events.push(Event::CommandCompleted {
+            command_id: id.to_string(),
+            outcome,
+            code: error.as_ref().map(|e| e.code),
+            message: error.as_ref().map(|e| e.message.clone()),
+        });
+        self.log.append_durable(&events).await?;
+        tracing::info!(command_id = %id, outcome = ?outcome, "command completed");
+        Ok(result(Some(id.to_string()), outcome, false, error))
+    }
+
+    /// Performs one step through the driver and returns the event that records it.
+    async fn perform(&self, id: &str, step: Step) -> Result<Option<Event>, DriverError> {
+        let by = || Cause::Command(id.to_string());
+        let no_env = LaunchEnv::new();
+        Ok(Some(match step {
+            Step::EnsureNamespace { namespace } => {
+                self.driver.ensure_namespace(&namespace).await?;
+                Event::NamespaceReady {
+                    command_id: id.into(),
+                    namespace,
+                }
+            }
+            Step::DeleteNamespace { namespace } => {
+                self.driver.delete_namespace(&namespace).await?;
+                Event::NamespaceDeleted {
+                    command_id: id.into(),
+                    namespace,
+                }
+            }
+            Step::Prepare {
+                namespace,
+                workload,
+                revision,
+                spec,
+            } => {
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                self.driver.prepare(rev, &spec).await?;
+                Event::RevisionPrepared {
+                    command_id: id.into(),
+                    namespace,
+                    workload,
+                    revision,
+                    spec,
+                }
+            }
+            Step::Activate {
+                namespace,
+                workload,
+                revision,
+                spec,
+                previous,
+            } => {
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                self.driver
+                    .activate(rev, &spec, &no_env, previous.as_deref())
+                    .await?;
+                Event::WorkloadStarted {
+                    cause: by(),
+                    namespace,
+                    workload,
+                    revision,
+                    previous,
+                }
+            }
+            Step::Start {
+                namespace,
+                workload,
+                revision,
+                spec,
+            } => {
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                self.driver.start(rev, &spec, &no_env).await?;
+                Event::WorkloadStarted {
+                    cause: by(),
+                    namespace,
+                    workload,
+                    revision,
+                    previous: None,
+                }
+            }
+            Step::Stop {
+                namespace,
+                workload,
+                revision,
+            } => {
+                if let Some(r) = &revision {
+                    self.driver
+                        .stop(RevisionRef {
+                            namespace: &namespace,
+                            workload: &workload,
+                            revision: r,
+                        })
+                        .await?;
+                }
+                Event::WorkloadStopped {
+                    cause: by(),
+                    namespace,
+                    workload,
+                    revision,
+                }
+            }
+            Step::Retire {
+                namespace,
+                workload,
+                revision,
+            } => {
+                self.driver
+                    .retire(RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    })
+                    .await?;
+                Event::RevisionRetired {
+                    command_id: id.into(),
+                    namespace,
+                    workload,
+                    revision,
+                }
+            }
+        }))
+    }
+
+    /// Finishes every command the log shows as received but not completed, oldest
+    /// first. Run at startup, before new commands are taken.
+    pub async fn recover(&self) -> Result<usize, LogError> {
+        let in_flight: Vec<(u64, String)> = {
+            let intent = self.log.intent();
+            let mut v: Vec<_> = intent
+                .in_flight
+                .iter()
+                .map(|(id, seq)| (*seq, id.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        for (seq, id) in &in_flight {
+            let command = match self.log.get(*seq)? {
+                Some(Record {
+                    event: Event::CommandReceived { command, .. },
+                    ..
+                }) => Command::parse(&command),
+                _ => Err(Rejection::new(
+                    ErrorCode::InvalidCommand,
+                    format!("record {seq} is not a received command"),
+                )),
+            };
+            match command {
+                Ok(c) => {
+                    let r = self.execute(c).await;
+                    tracing::info!(command_id = %id, outcome = ?r.outcome, "recovered an unfinished command");
+                }
+                Err(rejection) => {
+                    self.complete(id, Vec::new(), Outcome::Failed, Some(rejection))
+                        .await?;
+                }
+            }
+        }
+        Ok(in_flight.len())
+    }
+
+    /// Startup reconciliation for drivers that manage lifecycle: starts every
+    /// running-intent workload that is not running, leaves explicitly stopped ones
+    /// stopped, and marks the ones whose backend is missing or fails to start as
+    /// failed, carrying on past each failure. Intent never changes here.
+    pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
+        let mut report = ReconcileReport::default();
+        if !self.driver.capabilities().manages_lifecycle {
+            return Ok(report);
+        }
+        let observed = match self.driver.observe().await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e.report(), "cannot observe the host; skipping reconciliation");
+                return Ok(report);
+            }
+        };
+        let intent = self.log.intent();
+        for action in plan::plan(&intent, &observed) {
+            match action {
+                Action::Start {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    let Some((_, spec)) = intent
+                        .workload(&namespace, &workload)
+                        .and_then(|w| w.active_spec())
+                    else {
+                        continue;
+                    };
+                    let rev = RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    };
+                    let event = match self.driver.start(rev, spec, &LaunchEnv::new()).await {
+                        Ok(()) => {
+                            report.started += 1;
+                            Event::WorkloadStarted {
+                                cause: Cause::AgentStartup,
+                                namespace,
+                                workload,
+                                revision,
+                                previous: None,
+                            }
+                        }
+                        Err(e) => {
+                            report.failed += 1;
+                            Event::WorkloadFailed {
+                                cause: Cause::AgentStartup,
+                                namespace,
+                                workload,
+                                code: e.code(),
+                                message: e.report(),
+                            }
+                        }
+                    };
+                    self.log.append(&[event])?;
+                }
+                Action::Stop {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    let rev = RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    };
+                    if let Err(e) = self.driver.stop(rev).await {
+                        report.failed += 1;
+                        tracing::warn!(error = %e.report(), "could not stop a revision that should not run");
+                        continue;
+                    }
+                    report.stopped += 1;
+                    self.log.append(&[Event::WorkloadStopped {
+                        cause: Cause::AgentStartup,
+                        namespace,
+                        workload,
+                        revision: Some(revision),
+                    }])?;
+                }
+                Action::Missing {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    report.failed += 1;
+                    let message = format!("revision {revision} has no backend on this host");
+                    self.log.append(&[Event::WorkloadFailed {
+                        cause: Cause::AgentStartup,
+                        namespace,
+                        workload,
+                        code: ErrorCode::BackendMissing,
+                        message,
+                    }])?;
+                }
+                Action::Drift {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    report.drift += 1;
+                    tracing::warn!(%namespace, %workload, %revision, "found a backend labelled ours that intent does not know");
+                }
+            }
+        }
+        self.log.durable(self.log.last_seq()).await?;
+        Ok(report)
+    }
+}
+
+/// Events that record a command's effect on the host.
+fn is_effect(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::NamespaceReady { .. }
+            | Event::NamespaceDeleted { .. }
+            | Event::RevisionPrepared { .. }
+            | Event::WorkloadStarted { .. }
+            | Event::WorkloadStopped { .. }
+            | Event::RevisionRetired { .. }
+    )
+}
+
+/// The answer recorded for `id`, if it completed.
+fn completed(record: &Record, id: &str) -> Option<CommandResult> {
+    match &record.event {
+        Event::CommandCompleted {
+            outcome,
+            code,
+            message,
+            ..
+        } => Some(result(
+            Some(id.to_string()),
+            *outcome,
+            true,
+            code.map(|c| Rejection::new(c, message.clone().unwrap_or_default())),
+        )),
+        _ => None,
+    }
+}
+
+/// What the graceful-shutdown sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SweepReport {
+    pub stopped: usize,
+    pub failed: usize,
+}
+
+impl Executor {
+    /// The graceful-stop sweep for drivers that manage lifecycle: stops the running
+    /// revision of every running-intent workload, `concurrency` at a time, carrying on
+    /// past failures. Intent does not change: each stop is logged as caused by the
+    /// agent's shutdown, which the fold ignores.
+    pub async fn shutdown_sweep(&self, concurrency: usize) -> Result<SweepReport, LogError> {
+        use futures::stream::StreamExt;
+        let mut report = SweepReport::default();
+        if !self.driver.capabilities().manages_lifecycle {
+            return Ok(report);
+        }
+        let observed = match self.driver.observe().await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e.report(), "cannot observe the host; nothing stopped");
+                report.failed = 1;
+                return Ok(report);
+            }
+        };
+        let actions = plan::shutdown_sweep(&self.log.intent(), &observed);
+        let total = actions.len();
+        tracing::info!(
+            total,
+            concurrency,
+            "stopping running workloads for agent shutdown"
+        );
+        let results: Vec<_> = futures::stream::iter(actions)
+            .map(|action| async move {
+                let Action::Stop {
+                    namespace,
+                    workload,
+                    revision,
+                } = action
+                else {
+                    return Ok(None);
+                };
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                match self.driver.stop(rev).await {
+                    Ok(()) => Ok(Some(Event::WorkloadStopped {
+                        cause: Cause::AgentShutdown,
+                        namespace,
+                        workload,
+                        revision: Some(revision),
+                    })),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        for r in results {
+            match r {
+                Ok(Some(event)) => {
+                    report.stopped += 1;
+                    self.log.append(&[event])?;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(error = %e.report(), "could not stop a workload during shutdown");
+                }
+            }
+        }
+        if total > 0 {
+            self.log.durable(self.log.last_seq()).await?;
+        }
+        tracing::info!(
+            stopped = report.stopped,
+            failed = report.failed,
+            "shutdown sweep finished"
+        );
+        Ok(report)
+    }
+}

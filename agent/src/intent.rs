@@ -1,0 +1,398 @@
+//! Running intent: the fold of the log. [`Intent::apply`] only folds — every decision
+//! was made before the event was written — so replaying the same records always
+//! rebuilds the same intent, from scratch or from a snapshot.
+
+use crate::event::{Cause, Event};
+use capstan_common::{ErrorCode, Spec};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the controller wants of one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunIntent {
+    /// Should run its active revision.
+    Running,
+    /// Explicitly stopped by `stop_workload`, or never activated.
+    Stopped,
+}
+
+/// Where a revision is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RevisionState {
+    /// Staged by `prepare_revision`; never the active one, or replaced since.
+    Prepared,
+    /// The workload's active revision.
+    Active,
+    /// Removed by `retire_revision`; kept as a tombstone so a late command for it is
+    /// answered, not re-created.
+    Retired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revision {
+    pub state: RevisionState,
+    pub spec: Spec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadIntent {
+    pub namespace: String,
+    pub workload: String,
+    pub intent: RunIntent,
+    pub active_revision: Option<String>,
+    pub revisions: BTreeMap<String, Revision>,
+    /// The last failure to reach intent, cleared by the next successful start.
+    pub failed: Option<ErrorCode>,
+}
+
+impl WorkloadIntent {
+    /// True while any revision still has a runtime on the host.
+    pub fn has_live_revisions(&self) -> bool {
+        self.revisions
+            .values()
+            .any(|r| r.state != RevisionState::Retired)
+    }
+
+    /// The active revision's spec.
+    pub fn active_spec(&self) -> Option<(&str, &Spec)> {
+        let rev = self.active_revision.as_deref()?;
+        self.revisions.get(rev).map(|r| (rev, &r.spec))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceIntent {
+    /// The seq of the `namespace_ready` that made it.
+    pub ready_seq: u64,
+}
+
+/// The folded state of the host, as the log says it should be.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// The seq of the last record folded in.
+    pub applied_seq: u64,
+    pub namespaces: BTreeMap<String, NamespaceIntent>,
+    /// Keyed `namespace/workload`.
+    pub workloads: BTreeMap<String, WorkloadIntent>,
+    /// Commands received but not completed, by id, with the seq that received them.
+    /// Startup finishes or compensates every one of them.
+    pub in_flight: BTreeMap<String, u64>,
+}
+
+/// The key of a workload in [`Intent::workloads`].
+pub fn key(namespace: &str, workload: &str) -> String {
+    format!("{namespace}/{workload}")
+}
+
+impl Intent {
+    pub fn workload(&self, namespace: &str, workload: &str) -> Option<&WorkloadIntent> {
+        self.workloads.get(&key(namespace, workload))
+    }
+
+    /// Folds one record's event in. No decisions here: the event already says what
+    /// was decided.
+    pub fn apply(&mut self, seq: u64, event: &Event) {
+        self.applied_seq = seq;
+        match event {
+            Event::CommandReceived { command_id, .. } => {
+                self.in_flight.insert(command_id.clone(), seq);
+            }
+            Event::CommandCompleted { command_id, .. } => {
+                self.in_flight.remove(command_id);
+            }
+            Event::CommandRejected { .. } => {}
+            Event::NamespaceReady { namespace, .. } => {
+                self.namespaces
+                    .entry(namespace.clone())
+                    .or_insert(NamespaceIntent { ready_seq: seq });
+            }
+            Event::NamespaceDeleted { namespace, .. } => {
+                self.namespaces.remove(namespace);
+                self.workloads.retain(|_, w| &w.namespace != namespace);
+            }
+            Event::RevisionPrepared {
+                namespace,
+                workload,
+                revision,
+                spec,
+                ..
+            } => {
+                let w = self.workload_entry(namespace, workload);
+                w.revisions
+                    .entry(revision.clone())
+                    .or_insert_with(|| Revision {
+                        state: RevisionState::Prepared,
+                        spec: spec.clone(),
+                    });
+            }
+            Event::WorkloadStarted {
+                cause,
+                namespace,
+                workload,
+                revision,
+                previous,
+            } => {
+                let w = self.workload_entry(namespace, workload);
+                w.failed = None;
+                if let Cause::Command(_) = cause {
+                    w.intent = RunIntent::Running;
+                    if let Some(prev) = previous.as_ref().and_then(|p| w.revisions.get_mut(p)) {
+                        if prev.state == RevisionState::Active {
+                            prev.state = RevisionState::Prepared;
+                        }
+                    }
+                    if let Some(r) = w.revisions.get_mut(revision) {
+                        r.state = RevisionState::Active;
+                    }
+                    w.active_revision = Some(revision.clone());
+                }
+            }
+            Event::WorkloadStopped {
+                cause: Cause::Command(_),
+                namespace,
+                workload,
+                ..
+            } => {
+                self.workload_entry(namespace, workload).intent = RunIntent::Stopped;
+            }
+            Event::WorkloadStopped { .. } => {}
+            Event::RevisionRetired {
+                namespace,
+                workload,
+                revision,
+                ..
+            } => {
+                let w = self.workload_entry(namespace, workload);
+                if let Some(r) = w.revisions.get_mut(revision) {
+                    r.state = RevisionState::Retired;
+                }
+                if w.active_revision.as_deref() == Some(revision) {
+                    w.active_revision = None;
+                    w.intent = RunIntent::Stopped;
+                }
+            }
+            Event::WorkloadFailed {
+                namespace,
+                workload,
+                code,
+                ..
+            } => {
+                self.workload_entry(namespace, workload).failed = Some(*code);
+            }
+        }
+    }
+
+    fn workload_entry(&mut self, namespace: &str, workload: &str) -> &mut WorkloadIntent {
+        self.workloads
+            .entry(key(namespace, workload))
+            .or_insert_with(|| WorkloadIntent {
+                namespace: namespace.to_string(),
+                workload: workload.to_string(),
+                intent: RunIntent::Stopped,
+                active_revision: None,
+                revisions: BTreeMap::new(),
+                failed: None,
+            })
+    }
+
+    /// The JSON shape of `capstan-agent intent --json` and the `intent` RPC.
+    pub fn to_json(&self) -> serde_json::Value {
+        let workloads: serde_json::Map<String, serde_json::Value> = self
+            .workloads
+            .iter()
+            .map(|(k, w)| {
+                let revisions: serde_json::Map<String, serde_json::Value> = w
+                    .revisions
+                    .iter()
+                    .map(|(name, r)| (name.clone(), serde_json::to_value(r.state).expect("state")))
+                    .collect();
+                (
+                    k.clone(),
+                    serde_json::json!({
+                        "intent": w.intent,
+                        "active_revision": w.active_revision,
+                        "revisions": revisions,
+                        "failed": w.failed,
+                    }),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "applied_seq": self.applied_seq,
+            "namespaces": self.namespaces,
+            "workloads": workloads,
+            "in_flight": self.in_flight,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Given events, when folded, then intent.
+    use super::*;
+    use capstan_common::DriverKind;
+
+    fn spec() -> Spec {
+        Spec {
+            driver: DriverKind::Sim,
+            image: None,
+            command: vec![],
+            env: BTreeMap::new(),
+        }
+    }
+    fn cmd(id: &str) -> Cause {
+        Cause::Command(id.into())
+    }
+    fn given(events: &[Event]) -> Intent {
+        let mut intent = Intent::default();
+        for (i, e) in events.iter().enumerate() {
+            intent.apply(i as u64 + 1, e);
+        }
+        intent
+    }
+    fn ns_ready() -> Event {
+        Event::NamespaceReady {
+            command_id: "c0".into(),
+            namespace: "ns".into(),
+        }
+    }
+    fn prepared(rev: &str) -> Event {
+        Event::RevisionPrepared {
+            command_id: format!("p-{rev}"),
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: rev.into(),
+            spec: spec(),
+        }
+    }
+    fn started(cause: Cause, rev: &str, previous: Option<&str>) -> Event {
+        Event::WorkloadStarted {
+            cause,
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: rev.into(),
+            previous: previous.map(Into::into),
+        }
+    }
+    fn stopped(cause: Cause) -> Event {
+        Event::WorkloadStopped {
+            cause,
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: Some("r1".into()),
+        }
+    }
+
+    #[test]
+    fn activation_makes_the_revision_active_and_running() {
+        let intent = given(&[ns_ready(), prepared("r1"), started(cmd("a1"), "r1", None)]);
+        let w = intent.workload("ns", "web").unwrap();
+        assert_eq!(w.intent, RunIntent::Running);
+        assert_eq!(w.active_revision.as_deref(), Some("r1"));
+        assert_eq!(w.revisions["r1"].state, RevisionState::Active);
+        assert_eq!(intent.applied_seq, 3);
+    }
+
+    #[test]
+    fn activating_a_newer_revision_demotes_the_previous_one() {
+        let intent = given(&[
+            ns_ready(),
+            prepared("r1"),
+            started(cmd("a1"), "r1", None),
+            prepared("r2"),
+            started(cmd("a2"), "r2", Some("r1")),
+        ]);
+        let w = intent.workload("ns", "web").unwrap();
+        assert_eq!(w.active_revision.as_deref(), Some("r2"));
+        assert_eq!(w.revisions["r1"].state, RevisionState::Prepared);
+        assert_eq!(w.revisions["r2"].state, RevisionState::Active);
+    }
+
+    #[test]
+    fn an_agent_shutdown_never_changes_intent() {
+        let before = given(&[ns_ready(), prepared("r1"), started(cmd("a1"), "r1", None)]);
+        let mut after = before.clone();
+        after.apply(4, &stopped(Cause::AgentShutdown));
+        after.apply(5, &started(Cause::AgentStartup, "r1", None));
+        after.applied_seq = before.applied_seq;
+        assert_eq!(after, before);
+    }
+
+    #[test]
+    fn an_explicit_stop_is_remembered_and_a_start_reverses_it() {
+        let mut intent = given(&[
+            ns_ready(),
+            prepared("r1"),
+            started(cmd("a1"), "r1", None),
+            stopped(cmd("s1")),
+        ]);
+        assert_eq!(
+            intent.workload("ns", "web").unwrap().intent,
+            RunIntent::Stopped
+        );
+        intent.apply(5, &started(cmd("st1"), "r1", None));
+        assert_eq!(
+            intent.workload("ns", "web").unwrap().intent,
+            RunIntent::Running
+        );
+    }
+
+    #[test]
+    fn retiring_the_active_revision_leaves_nothing_to_run() {
+        let intent = given(&[
+            ns_ready(),
+            prepared("r1"),
+            started(cmd("a1"), "r1", None),
+            Event::RevisionRetired {
+                command_id: "x".into(),
+                namespace: "ns".into(),
+                workload: "web".into(),
+                revision: "r1".into(),
+            },
+        ]);
+        let w = intent.workload("ns", "web").unwrap();
+        assert_eq!(w.active_revision, None);
+        assert_eq!(w.intent, RunIntent::Stopped);
+        assert!(!w.has_live_revisions());
+    }
+
+    #[test]
+    fn commands_are_in_flight_until_completed() {
+        let received = Event::CommandReceived {
+            command_id: "c9".into(),
+            op: "ensure_namespace".into(),
+            namespace: "ns".into(),
+            workload: None,
+            revision: None,
+            command: "{}".into(),
+        };
+        let mut intent = given(&[received]);
+        assert_eq!(intent.in_flight.get("c9"), Some(&1));
+        intent.apply(
+            2,
+            &Event::CommandCompleted {
+                command_id: "c9".into(),
+                outcome: capstan_common::Outcome::Succeeded,
+                code: None,
+                message: None,
+            },
+        );
+        assert!(intent.in_flight.is_empty());
+    }
+
+    #[test]
+    fn deleting_a_namespace_forgets_its_workloads() {
+        let intent = given(&[
+            ns_ready(),
+            prepared("r1"),
+            Event::NamespaceDeleted {
+                command_id: "d".into(),
+                namespace: "ns".into(),
+            },
+        ]);
+        assert!(intent.namespaces.is_empty());
+        assert!(intent.workloads.is_empty());
+    }
+}

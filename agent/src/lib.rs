@@ -1,0 +1,13 @@
+//! capstan-agent: the node agent.
+//!
+//! Commands arrive (`apply` today; the NATS transport next), are written down
+//! ([`log`]), decided ([`intent`]: the fold, [`plan`]: the decisions), carried out
+//! ([`executor`] through a [`driver`]), and reported (the log is the outbox).
+
+pub mod config;
+pub mod driver;
+pub mod event;
+pub mod executor;
+pub mod intent;
+pub mod log;
+pub mod plan;

@@ -1,0 +1,498 @@
+//! The durable, hash-chained event log: the agent's memory and the host's audit
+//! record. This module is the only one that names sled or bincode.
+//!
+//! Layout (one sled database under `<data-dir>/log`):
+//! - `records`: big-endian seq → sealed [`Record`] (see [`codec`]);
+//! - `by_command`: `id \0 seq` → ∅, every record that carries a command id;
+//! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
+//! - `snapshots`: seq → sealed [`Snapshot`] of the folded intent, every
+//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
+//!
+//! A record and its index entries (and a snapshot when one is due) are written in one
+//! sled transaction. [`Log::durable`] waits for the group-commit flusher.
+
+mod codec;
+mod flusher;
+
+use crate::event::{Event, Record};
+use crate::intent::Intent;
+use codec::Hash;
+use serde::{Deserialize, Serialize};
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// How the log behaves; the defaults suit production.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOptions {
+    /// Write a snapshot of the intent after this many records.
+    pub snapshot_every: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            snapshot_every: 1024,
+        }
+    }
+}
+
+/// What is wrong with a stored record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    Truncated,
+    HashMismatch,
+    UnknownFormat(u8),
+    Undecodable,
+    /// Its key and its own seq disagree, or a seq is missing.
+    OutOfSequence,
+    /// Its `prev_hash` is not the previous record's hash.
+    ChainBroken,
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Defect::Truncated => f.write_str("stored record is truncated"),
+            Defect::HashMismatch => {
+                f.write_str("content does not match its hash (modified on disk)")
+            }
+            Defect::UnknownFormat(v) => write!(f, "unknown format version {v}"),
+            Defect::Undecodable => f.write_str("record cannot be decoded"),
+            Defect::OutOfSequence => f.write_str("record is out of sequence"),
+            Defect::ChainBroken => {
+                f.write_str("prev_hash does not match the previous record: the chain is broken")
+            }
+        }
+    }
+}
+
+/// The first bad record found. While a log has one, it is read-only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("record {seq}: {defect}")]
+pub struct Corruption {
+    pub seq: u64,
+    pub defect: Defect,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot open the log at {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sled::Error,
+    },
+    /// The log failed verification on open; it refuses writes.
+    #[error("the log is degraded and read-only")]
+    Degraded(#[source] Corruption),
+    /// Verification found a bad record.
+    #[error("the log failed verification")]
+    Corrupt(#[source] Corruption),
+    #[error("log storage failed")]
+    Storage(#[source] sled::Error),
+    #[error("cannot encode a log record")]
+    Encode(#[source] bincode::error::EncodeError),
+    #[error("the log could not be made durable: {0}")]
+    Flush(String),
+}
+
+impl From<TransactionError<()>> for LogError {
+    fn from(e: TransactionError<()>) -> Self {
+        match e {
+            TransactionError::Storage(s) => LogError::Storage(s),
+            TransactionError::Abort(()) => unreachable!("log transactions never abort"),
+        }
+    }
+}
+
+/// The folded intent at a seq, with the hash of the record at that seq as its anchor.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    seq: u64,
+    anchor: Hash,
+    intent: Intent,
+}
+
+struct Tail {
+    next_seq: u64,
+    last_hash: Hash,
+    intent: Intent,
+    since_snapshot: u64,
+}
+
+/// An open log.
+pub struct Log {
+    db: sled::Db,
+    records: sled::Tree,
+    by_command: sled::Tree,
+    by_workload: sled::Tree,
+    snapshots: sled::Tree,
+    options: LogOptions,
+    tail: Mutex<Tail>,
+    flusher: flusher::Flusher,
+    degraded: Option<Corruption>,
+}
+
+fn seq_key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+fn index_key(prefix: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 9);
+    k.extend_from_slice(prefix.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq_key(seq));
+    k
+}
+
+fn seq_of_index(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[key.len() - 8..]);
+    u64::from_be_bytes(b)
+}
+
+fn key_seq(key: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, rebuilds the intent from the newest
+    /// snapshot plus the records after it, and verifies that tail. A bad record
+    /// leaves the log open but degraded: readable, and refusing appends.
+    pub fn open(dir: &Path, options: LogOptions) -> Result<Log, LogError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|source| LogError::Open {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        let tree = |name: &str| db.open_tree(name).map_err(LogError::Storage);
+        let (records, by_command, by_workload, snapshots) = (
+            tree("records")?,
+            tree("by_command")?,
+            tree("by_workload")?,
+            tree("snapshots")?,
+        );
+
+        let mut tail = Tail {
+            next_seq: 1,
+            last_hash: [0; 32],
+            intent: Intent::default(),
+            since_snapshot: 0,
+        };
+        let mut degraded = None;
+        // The newest snapshot whose anchor matches the record it names.
+        let mut start_after = 0;
+        for entry in snapshots.iter().rev() {
+            let (key, value) = entry.map_err(LogError::Storage)?;
+            let seq = key_seq(&key).unwrap_or(0);
+            let Ok((snap, _)) = codec::open::<Snapshot>(seq, &value) else {
+                continue;
+            };
+            let anchored = records
+                .get(seq_key(snap.seq))
+                .map_err(LogError::Storage)?
+                .and_then(|stored| codec::open::<Record>(snap.seq, &stored).ok())
+                .is_some_and(|(_, hash)| hash == snap.anchor);
+            if anchored {
+                start_after = snap.seq;
+                tail.next_seq = snap.seq + 1;
+                tail.last_hash = snap.anchor;
+                tail.intent = snap.intent;
+                break;
+            }
+        }
+        for item in Self::scan(&records, start_after, tail.next_seq, tail.last_hash) {
+            match item {
+                Ok((record, hash)) => {
+                    tail.intent.apply(record.seq, &record.event);
+                    tail.next_seq = record.seq + 1;
+                    tail.last_hash = hash;
+                    tail.since_snapshot += 1;
+                }
+                Err(ScanError::Corrupt(c)) => {
+                    tracing::error!(seq = c.seq, defect = %c.defect, "log verification failed; the agent is degraded and read-only");
+                    degraded = Some(c);
+                    break;
+                }
+                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
+            }
+        }
+        let flush_db = db.clone();
+        let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
+            flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
+        });
+        Ok(Log {
+            db,
+            records,
+            by_command,
+            by_workload,
+            snapshots,
+            options,
+            tail: Mutex::new(tail),
+            flusher,
+            degraded,
+        })
+    }
+
+    /// Walks records after `after`, checking each one's hash, seq and link.
+    fn scan(
+        records: &sled::Tree,
+        after: u64,
+        mut expect_seq: u64,
+        mut prev: Hash,
+    ) -> impl Iterator<Item = Result<(Record, Hash), ScanError>> + '_ {
+        let mut failed = false;
+        records.range(seq_key(after + 1)..).map_while(move |entry| {
+            if failed {
+                return None;
+            }
+            let result = (|| {
+                let (key, value) = entry.map_err(ScanError::Storage)?;
+                let seq = key_seq(&key).unwrap_or(0);
+                let corrupt = |defect| ScanError::Corrupt(Corruption { seq, defect });
+                if seq != expect_seq {
+                    return Err(ScanError::Corrupt(Corruption {
+                        seq: expect_seq,
+                        defect: Defect::OutOfSequence,
+                    }));
+                }
+                let (record, hash) =
+                    codec::open::<Record>(seq, &value).map_err(ScanError::Corrupt)?;
+                if record.seq != seq {
+                    return Err(corrupt(Defect::OutOfSequence));
+                }
+                if record.prev_hash != prev {
+                    return Err(corrupt(Defect::ChainBroken));
+                }
+                expect_seq += 1;
+                prev = hash;
+                Ok((record, hash))
+            })();
+            failed = result.is_err();
+            Some(result)
+        })
+    }
+
+    /// Why the log is read-only, if it is.
+    pub fn degraded(&self) -> Option<&Corruption> {
+        self.degraded.as_ref()
+    }
+
+    /// The current folded intent.
+    pub fn intent(&self) -> Intent {
+        self.tail.lock().expect("log lock").intent.clone()
+    }
+
+    /// The seq of the last record.
+    pub fn last_seq(&self) -> u64 {
+        self.tail.lock().expect("log lock").next_seq - 1
+    }
+
+    /// Appends events in order, in one atomic write, folding them into the intent.
+    /// Not yet durable: await [`Log::durable`] with the returned seq (or use
+    /// [`Log::append_durable`]) before telling anyone.
+    pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
+        if let Some(c) = &self.degraded {
+            return Err(LogError::Degraded(c.clone()));
+        }
+        let mut tail = self.tail.lock().expect("log lock");
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let mut writes = Vec::with_capacity(events.len());
+        let mut intent = tail.intent.clone();
+        let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
+        let mut snapshot = None;
+        let mut since_snapshot = tail.since_snapshot;
+        for event in events {
+            let record = Record {
+                seq,
+                at_ms,
+                prev_hash: prev,
+                event: event.clone(),
+            };
+            let (bytes, hash) = codec::seal(&record).map_err(LogError::Encode)?;
+            intent.apply(seq, event);
+            let mut index = Vec::new();
+            if let Some(id) = event.command_id() {
+                index.push((true, index_key(id, seq)));
+            }
+            if let (Some(ns), Some(wl)) = (event.namespace(), event.workload()) {
+                index.push((false, index_key(&crate::intent::key(ns, wl), seq)));
+            }
+            writes.push((seq, bytes, index));
+            since_snapshot += 1;
+            if since_snapshot >= self.options.snapshot_every {
+                let (snap, _) = codec::seal(&Snapshot {
+                    seq,
+                    anchor: hash,
+                    intent: intent.clone(),
+                })
+                .map_err(LogError::Encode)?;
+                snapshot = Some((seq, snap));
+                since_snapshot = 0;
+            }
+            prev = hash;
+            seq += 1;
+        }
+        let old_snapshots: Vec<sled::IVec> = if snapshot.is_some() {
+            // Keep the newest existing snapshot as a fallback; drop the rest.
+            let keys: Vec<_> = self
+                .snapshots
+                .iter()
+                .keys()
+                .collect::<Result<_, _>>()
+                .map_err(LogError::Storage)?;
+            keys.iter().rev().skip(1).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        (
+            &self.records,
+            &self.by_command,
+            &self.by_workload,
+            &self.snapshots,
+        )
+            .transaction(|(records, by_command, by_workload, snapshots)| {
+                for (seq, bytes, index) in &writes {
+                    records.insert(&seq_key(*seq), bytes.as_slice())?;
+                    for (is_command, key) in index {
+                        let tree = if *is_command { by_command } else { by_workload };
+                        tree.insert(key.as_slice(), &[] as &[u8])?;
+                    }
+                }
+                if let Some((seq, snap)) = &snapshot {
+                    snapshots.insert(&seq_key(*seq), snap.as_slice())?;
+                    for old in &old_snapshots {
+                        snapshots.remove(old)?;
+                    }
+                }
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })?;
+        let last = seq - 1;
+        *tail = Tail {
+            next_seq: seq,
+            last_hash: prev,
+            intent,
+            since_snapshot,
+        };
+        self.flusher.written(last);
+        Ok(last)
+    }
+
+    /// Waits until every record up to `seq` is on disk. Concurrent callers share one
+    /// flush (group commit).
+    pub async fn durable(&self, seq: u64) -> Result<(), LogError> {
+        self.flusher.durable(seq).await.map_err(LogError::Flush)
+    }
+
+    /// [`Log::append`], then [`Log::durable`].
+    pub async fn append_durable(&self, events: &[Event]) -> Result<u64, LogError> {
+        let seq = self.append(events)?;
+        self.durable(seq).await?;
+        Ok(seq)
+    }
+
+    /// One record by seq.
+    pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
+        match self.records.get(seq_key(seq)).map_err(LogError::Storage)? {
+            Some(stored) => codec::open::<Record>(seq, &stored)
+                .map(|(r, _)| Some(r))
+                .map_err(LogError::Corrupt),
+            None => Ok(None),
+        }
+    }
+
+    /// Records with seq greater than `since`, in order. Each is checked against its
+    /// own hash; use [`Log::verify`] for the chain.
+    pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
+        self.records
+            .range(seq_key(since.saturating_add(1))..)
+            .map(|entry| {
+                let (key, value) = entry.map_err(LogError::Storage)?;
+                let seq = key_seq(&key).unwrap_or(0);
+                codec::open::<Record>(seq, &value)
+                    .map(|(r, _)| r)
+                    .map_err(LogError::Corrupt)
+            })
+    }
+
+    /// Every record that carries command id `id`, in order.
+    pub fn for_command(&self, id: &str) -> Result<Vec<Record>, LogError> {
+        self.indexed(&self.by_command, id)
+    }
+
+    /// Every record about `namespace/workload`, in order.
+    pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
+        self.indexed(&self.by_workload, &crate::intent::key(namespace, workload))
+    }
+
+    fn indexed(&self, tree: &sled::Tree, prefix: &str) -> Result<Vec<Record>, LogError> {
+        let mut p = prefix.as_bytes().to_vec();
+        p.push(0);
+        let mut out = Vec::new();
+        for key in tree.scan_prefix(&p).keys() {
+            let key = key.map_err(LogError::Storage)?;
+            if key.len() != p.len() + 8 {
+                continue;
+            }
+            if let Some(r) = self.get(seq_of_index(&key))? {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks the whole chain from seq 1: every hash, every seq, every link. Returns
+    /// the number of records, or the first bad one.
+    pub fn verify(&self) -> Result<u64, LogError> {
+        let mut count = 0;
+        for item in Self::scan(&self.records, 0, 1, [0; 32]) {
+            match item {
+                Ok(_) => count += 1,
+                Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c)),
+                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
+            }
+        }
+        Ok(count)
+    }
+
+    /// Flushes everything written so far (used on orderly shutdown).
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.db.flush().map(|_| ()).map_err(LogError::Storage)
+    }
+}
+
+enum ScanError {
+    Corrupt(Corruption),
+    Storage(sled::Error),
+}
+
+/// Test support: flips one byte of a stored record in the log at `dir`, bypassing the
+/// chain, the way an attacker editing the database would. The log must not be open.
+#[doc(hidden)]
+pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogError> {
+    let db = sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|source| LogError::Open {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    let records = db.open_tree("records").map_err(LogError::Storage)?;
+    let mut value = records
+        .get(seq_key(seq))
+        .map_err(LogError::Storage)?
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    if let Some(byte) = value.get_mut(offset) {
+        *byte ^= 0x01;
+    }
+    records
+        .insert(seq_key(seq), value)
+        .map_err(LogError::Storage)?;
+    db.flush().map_err(LogError::Storage)?;
+    Ok(())
+}

@@ -1,0 +1,396 @@
+//! `capstan-agent`: the node agent's command line.
+
+use anyhow::{bail, Context as _};
+use capstan_agent::config::{self, AgentConfig, ShutdownMode};
+use capstan_agent::driver::{sim::SimDriver, Driver};
+use capstan_agent::event::Record;
+use capstan_agent::executor::Executor;
+use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_common::{ErrorCode, Outcome, Rejection};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan-agent",
+    version,
+    about = "capstan node agent: an event-sourced lifecycle agent for one host"
+)]
+struct Cli {
+    /// Agent config (TOML). Default: /etc/capstan/agent.toml when it exists.
+    #[arg(long, global = true, env = "CAPSTAN_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where the log and driver state live (overrides the config).
+    #[arg(long, global = true, env = "CAPSTAN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// This host's name (overrides the config; default: the machine's hostname).
+    #[arg(long, global = true, env = "CAPSTAN_HOST")]
+    host: Option<String>,
+    /// Diagnostic log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Carry out commands from FILE (JSON lines; `-` = stdin), one result line each.
+    /// Exit 0 when every command succeeded, 1 when any failed or was rejected,
+    /// 3 when the log is degraded and nothing was done.
+    Apply {
+        #[arg(long, value_enum)]
+        driver: Option<config::DriverChoice>,
+        file: PathBuf,
+    },
+    /// Run the agent: finish unfinished commands, reconcile the host to intent, and
+    /// serve until SIGTERM.
+    Run {
+        /// On stop, leave workloads running (for an agent upgrade).
+        #[arg(long)]
+        leave_running: bool,
+    },
+    /// Show the audit log.
+    Log(LogArgs),
+    /// Show the running intent rebuilt from the log.
+    Intent {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct LogArgs {
+    #[command(subcommand)]
+    action: Option<LogAction>,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Only records after this seq.
+    #[arg(long, default_value_t = 0)]
+    since: u64,
+    #[arg(long)]
+    namespace: Option<String>,
+    #[arg(long)]
+    workload: Option<String>,
+    /// Only records of this command id.
+    #[arg(long)]
+    command: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum LogAction {
+    /// Check the whole hash chain: `ok <N> records`, or the first bad seq.
+    Verify,
+}
+
+struct Context {
+    config: AgentConfig,
+    data_dir: PathBuf,
+    host: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match real_main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("capstan-agent: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = AgentConfig::load(cli.config.as_deref())?;
+    let data_dir = cli
+        .data_dir
+        .or_else(|| config.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
+    let host = match cli
+        .host
+        .or_else(|| config.host.clone())
+        .or_else(config::system_hostname)
+    {
+        Some(h) if capstan_common::validate::is_dns_label(&h) => h,
+        Some(h) => bail!("host name {h:?} must be a DNS label (1-63 of [a-z0-9-])"),
+        None => bail!("cannot tell this host's name: pass --host or set `host` in the config"),
+    };
+    let ctx = Context {
+        config,
+        data_dir,
+        host,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Cmd::Apply { driver: _, file } => runtime.block_on(apply(&ctx, &file)),
+        Cmd::Run { leave_running } => runtime.block_on(run(&ctx, leave_running)),
+        Cmd::Log(args) => show_log(&ctx, &args),
+        Cmd::Intent { json } => show_intent(&ctx, json),
+    }
+}
+
+fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
+    let dir = ctx.data_dir.join("log");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let log = Log::open(&dir, LogOptions::default()).map_err(|e| match e {
+        LogError::Open { .. } => anyhow::Error::new(e).context(
+            "is another capstan-agent using this data dir? (the log is exclusive to one process)",
+        ),
+        other => other.into(),
+    })?;
+    Ok(Arc::new(log))
+}
+
+fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
+    match ctx.config.driver {
+        config::DriverChoice::Sim => Ok(Arc::new(
+            SimDriver::open(&ctx.data_dir, ctx.config.sim.clone())
+                .context("cannot open the sim host")?,
+        )),
+    }
+}
+
+/// Startup: open the log, finish what it shows as begun, reconcile the host.
+async fn start(ctx: &Context) -> anyhow::Result<Executor> {
+    let log = open_log(ctx)?;
+    let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?);
+    if let Some(c) = executor.log().degraded() {
+        tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
+        return Ok(executor);
+    }
+    let recovered = executor.recover().await?;
+    if recovered > 0 {
+        tracing::info!(
+            recovered,
+            "finished commands left unfinished by the last run"
+        );
+    }
+    let report = executor.reconcile().await?;
+    tracing::info!(
+        started = report.started,
+        stopped = report.stopped,
+        failed = report.failed,
+        drift = report.drift,
+        "startup reconciliation done"
+    );
+    Ok(executor)
+}
+
+async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
+    let executor = start(ctx).await?;
+    let input: Box<dyn BufRead> = if file == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?,
+        ))
+    };
+    let degraded = executor.log().degraded().cloned();
+    let mut out = std::io::stdout().lock();
+    let mut all_ok = true;
+    for line in input.split(b'\n') {
+        let line = line.context("cannot read input")?;
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let result = match &degraded {
+            Some(c) => capstan_common::CommandResult {
+                id: None,
+                outcome: Outcome::Rejected,
+                duplicate: false,
+                error: Some(Rejection::new(
+                    ErrorCode::LogDegraded,
+                    format!("the log is degraded ({c}); refusing to act"),
+                )),
+            },
+            None => executor.submit(&text).await,
+        };
+        all_ok &= result.outcome == Outcome::Succeeded;
+        serde_json::to_writer(&mut out, &result)?;
+        out.write_all(b"\n")?;
+        out.flush()?;
+    }
+    executor.log().flush()?;
+    Ok(if degraded.is_some() {
+        ExitCode::from(3)
+    } else if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
+    let executor = start(ctx).await?;
+    let mode = if leave_running {
+        ShutdownMode::LeaveRunning
+    } else {
+        ctx.config.shutdown
+    };
+    tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
+    wait_for_stop_signal().await?;
+    let mut code = ExitCode::SUCCESS;
+    match mode {
+        ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),
+        ShutdownMode::Stop => {
+            let report = executor
+                .shutdown_sweep(ctx.config.shutdown_concurrency.unwrap_or(16))
+                .await?;
+            if report.failed > 0 {
+                tracing::error!(
+                    failed = report.failed,
+                    "some workloads could not be stopped"
+                );
+                code = ExitCode::from(u8::try_from(report.failed.min(100)).unwrap_or(100));
+            }
+        }
+    }
+    executor.log().flush()?;
+    tracing::info!("capstan-agent stopped");
+    Ok(code)
+}
+
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    Ok(())
+}
+
+fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
+    let log = open_log(ctx)?;
+    if let Some(LogAction::Verify) = args.action {
+        return Ok(match log.verify() {
+            Ok(n) => {
+                println!("ok {n} records");
+                ExitCode::SUCCESS
+            }
+            Err(LogError::Corrupt(c)) => {
+                println!("bad record {}: {}", c.seq, c.defect);
+                ExitCode::from(1)
+            }
+            Err(e) => return Err(e.into()),
+        });
+    }
+    let records: Vec<Record> = match (&args.command, &args.namespace, &args.workload) {
+        (Some(id), _, _) => log.for_command(id)?,
+        (None, Some(ns), Some(wl)) => log.for_workload(ns, wl)?,
+        _ => log.read_since(args.since).collect::<Result<_, _>>()?,
+    };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  DETAIL",
+            "SEQ", "AT", "KIND", "COMMAND", "TARGET"
+        )?;
+    }
+    for r in records.iter().filter(|r| {
+        r.seq > args.since
+            && args
+                .namespace
+                .as_ref()
+                .is_none_or(|n| r.event.namespace() == Some(n))
+            && args
+                .workload
+                .as_ref()
+                .is_none_or(|w| r.event.workload() == Some(w))
+    }) {
+        let json = r.to_json();
+        if args.json {
+            serde_json::to_writer(&mut out, &json)?;
+            writeln!(out)?;
+        } else {
+            let target = match (r.event.namespace(), r.event.workload(), r.event.revision()) {
+                (Some(n), Some(w), Some(v)) => format!("{n}/{w}@{v}"),
+                (Some(n), Some(w), None) => format!("{n}/{w}"),
+                (Some(n), None, _) => n.to_string(),
+                _ => String::new(),
+            };
+            let detail = ["outcome", "code", "cause", "op"]
+                .iter()
+                .filter_map(|k| {
+                    json.get(*k)
+                        .filter(|v| !v.is_null())
+                        .map(|v| format!("{k}={}", v.to_string().trim_matches('"')))
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            writeln!(
+                out,
+                "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",
+                r.seq,
+                json["at"].as_str().unwrap_or(""),
+                r.event.kind(),
+                r.event.command_id().unwrap_or("-"),
+                target,
+                detail
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
+    let log = open_log(ctx)?;
+    let intent = log.intent();
+    if json {
+        println!("{}", intent.to_json());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("applied_seq {}", intent.applied_seq);
+    for ns in intent.namespaces.keys() {
+        println!("namespace {ns}");
+    }
+    for (key, w) in &intent.workloads {
+        println!(
+            "workload {key:<32} intent={:<8} active={}{}",
+            serde_json::to_value(w.intent)?.as_str().unwrap_or(""),
+            w.active_revision.as_deref().unwrap_or("-"),
+            w.failed.map(|c| format!(" failed={c}")).unwrap_or_default()
+        );
+    }
+    if !intent.in_flight.is_empty() {
+        println!(
+            "in flight: {}",
+            intent
+                .in_flight
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,409 @@
+//! Commands: the unit of work the coordinator sends and an agent carries out.
+
+use crate::validate;
+use crate::{ErrorCode, Rejection};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The protocol version this build speaks (`"v"` in every command).
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The largest command accepted, in bytes of JSON.
+pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
+
+/// One lifecycle command: `{"v":1,"id":…,"host":…,"issued_at":…,"op":…, …op fields}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub v: u32,
+    /// The idempotency key: a command with an id already in the log is answered from
+    /// the log and never carried out twice.
+    pub id: String,
+    pub host: String,
+    pub issued_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+/// The operation and its fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    EnsureNamespace {
+        namespace: String,
+    },
+    DeleteNamespace {
+        namespace: String,
+    },
+    PrepareRevision {
+        namespace: String,
+        workload: String,
+        revision: String,
+        spec: Spec,
+    },
+    ActivateRevision {
+        namespace: String,
+        workload: String,
+        revision: String,
+    },
+    StopWorkload {
+        namespace: String,
+        workload: String,
+    },
+    StartWorkload {
+        namespace: String,
+        workload: String,
+    },
+    RetireRevision {
+        namespace: String,
+        workload: String,
+        revision: String,
+    },
+}
+
+/// The ops this version knows, in their wire spelling.
+const KNOWN_OPS: &[&str] = &[
+    "ensure_namespace",
+    "delete_namespace",
+    "prepare_revision",
+    "activate_revision",
+    "stop_workload",
+    "start_workload",
+    "retire_revision",
+];
+
+/// Which driver a revision is meant for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverKind {
+    Sim,
+    Docker,
+    Systemd,
+    Kube,
+}
+
+impl DriverKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sim => "sim",
+            Self::Docker => "docker",
+            Self::Systemd => "systemd",
+            Self::Kube => "kube",
+        }
+    }
+}
+
+/// What a revision runs. Drivers add their own optional fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    pub driver: DriverKind,
+    // No `skip_serializing_if` here: specs are also stored in the agent's binary log,
+    // whose format needs every field present.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// argv; empty means the image's default.
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// A workload's address on a host: `namespace/workload`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    pub namespace: String,
+    pub workload: String,
+}
+
+impl std::fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.workload)
+    }
+}
+
+impl Op {
+    /// The wire spelling of this op.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::EnsureNamespace { .. } => "ensure_namespace",
+            Op::DeleteNamespace { .. } => "delete_namespace",
+            Op::PrepareRevision { .. } => "prepare_revision",
+            Op::ActivateRevision { .. } => "activate_revision",
+            Op::StopWorkload { .. } => "stop_workload",
+            Op::StartWorkload { .. } => "start_workload",
+            Op::RetireRevision { .. } => "retire_revision",
+        }
+    }
+
+    /// The namespace every op addresses.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Op::EnsureNamespace { namespace }
+            | Op::DeleteNamespace { namespace }
+            | Op::PrepareRevision { namespace, .. }
+            | Op::ActivateRevision { namespace, .. }
+            | Op::StopWorkload { namespace, .. }
+            | Op::StartWorkload { namespace, .. }
+            | Op::RetireRevision { namespace, .. } => namespace,
+        }
+    }
+
+    /// The workload, for ops that address one.
+    pub fn workload(&self) -> Option<WorkloadRef> {
+        match self {
+            Op::EnsureNamespace { .. } | Op::DeleteNamespace { .. } => None,
+            Op::PrepareRevision {
+                namespace,
+                workload,
+                ..
+            }
+            | Op::ActivateRevision {
+                namespace,
+                workload,
+                ..
+            }
+            | Op::StopWorkload {
+                namespace,
+                workload,
+            }
+            | Op::StartWorkload {
+                namespace,
+                workload,
+            }
+            | Op::RetireRevision {
+                namespace,
+                workload,
+                ..
+            } => Some(WorkloadRef {
+                namespace: namespace.clone(),
+                workload: workload.clone(),
+            }),
+        }
+    }
+
+    /// The revision, for ops that address one.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Op::PrepareRevision { revision, .. }
+            | Op::ActivateRevision { revision, .. }
+            | Op::RetireRevision { revision, .. } => Some(revision),
+            _ => None,
+        }
+    }
+}
+
+impl Command {
+    /// Parses and validates one command from its JSON text.
+    ///
+    /// Checks run from the outside in, so that the code names the first thing wrong:
+    /// size, JSON, version, op, field shapes, then every value's grammar.
+    pub fn parse(text: &str) -> Result<Command, Rejection> {
+        if text.len() > MAX_COMMAND_BYTES {
+            return Err(Rejection::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "command is {} bytes; the limit is {MAX_COMMAND_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| Rejection::new(ErrorCode::InvalidJson, "a command is a JSON object"))?;
+        match object.get("v").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            Some(v) => return Err(Rejection::new(
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "protocol version {v} is not supported; this agent speaks {PROTOCOL_VERSION}"
+                ),
+            )),
+            None => {
+                return Err(Rejection::new(
+                    ErrorCode::UnsupportedVersion,
+                    "missing numeric field `v`",
+                ))
+            }
+        }
+        match object.get("op").and_then(serde_json::Value::as_str) {
+            Some(op) if KNOWN_OPS.contains(&op) => {}
+            Some(op) => {
+                let shown: String = op.chars().take(64).collect();
+                return Err(Rejection::new(
+                    ErrorCode::UnknownOp,
+                    format!("unknown op {shown:?}"),
+                ));
+            }
+            None => {
+                return Err(Rejection::new(
+                    ErrorCode::UnknownOp,
+                    "missing string field `op`",
+                ))
+            }
+        }
+        if let Some(stamp) = object.get("issued_at").and_then(serde_json::Value::as_str) {
+            if DateTime::parse_from_rfc3339(stamp).is_err() {
+                return Err(Rejection::new(
+                    ErrorCode::InvalidTimestamp,
+                    "`issued_at` is not an RFC 3339 timestamp",
+                ));
+            }
+        }
+        let command: Command = serde_json::from_value(value)
+            .map_err(|e| Rejection::new(ErrorCode::InvalidCommand, e.to_string()))?;
+        command.validate()?;
+        Ok(command)
+    }
+
+    /// Checks every value's grammar. [`Command::parse`] calls this; call it again on
+    /// commands built in code before sending them.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        if self.v != PROTOCOL_VERSION {
+            return Err(Rejection::new(
+                ErrorCode::UnsupportedVersion,
+                format!("protocol version {}", self.v),
+            ));
+        }
+        validate::command_id(&self.id)?;
+        validate::name("host", &self.host)?;
+        validate::name("namespace", self.op.namespace())?;
+        if let Some(w) = self.op.workload() {
+            validate::name("workload", &w.workload)?;
+        }
+        if let Some(r) = self.op.revision() {
+            validate::name("revision", r)?;
+        }
+        if let Op::PrepareRevision { spec, .. } = &self.op {
+            validate::spec(spec)?;
+        }
+        Ok(())
+    }
+
+    /// The canonical JSON text of this command (field order fixed by the types).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a Command always serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(op_fields: &str) -> String {
+        format!(
+            r#"{{"v":1,"id":"c-1","host":"h1","issued_at":"2026-11-29T10:00:00Z",{op_fields}}}"#
+        )
+    }
+
+    fn code(text: &str) -> ErrorCode {
+        Command::parse(text).expect_err("should be rejected").code
+    }
+
+    #[test]
+    fn parses_every_op() {
+        let spec = r#""spec":{"driver":"sim","image":"busybox:1","command":["sleep","1"],"env":{"A":"b"}}"#;
+        for fields in [
+            r#""op":"ensure_namespace","namespace":"ns""#.to_string(),
+            r#""op":"delete_namespace","namespace":"ns""#.to_string(),
+            format!(
+                r#""op":"prepare_revision","namespace":"ns","workload":"w","revision":"r1",{spec}"#
+            ),
+            r#""op":"activate_revision","namespace":"ns","workload":"w","revision":"r1""#
+                .to_string(),
+            r#""op":"stop_workload","namespace":"ns","workload":"w""#.to_string(),
+            r#""op":"start_workload","namespace":"ns","workload":"w""#.to_string(),
+            r#""op":"retire_revision","namespace":"ns","workload":"w","revision":"r1""#.to_string(),
+        ] {
+            let c = Command::parse(&line(&fields)).unwrap_or_else(|e| panic!("{fields}: {e}"));
+            // Round trip through the canonical form.
+            assert_eq!(Command::parse(&c.to_json()).unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn rejects_with_stable_codes() {
+        assert_eq!(code("{not json"), ErrorCode::InvalidJson);
+        assert_eq!(code("[1,2]"), ErrorCode::InvalidJson);
+        assert_eq!(
+            code(r#"{"v":2,"op":"ensure_namespace"}"#),
+            ErrorCode::UnsupportedVersion
+        );
+        assert_eq!(code(&line(r#""op":"reboot_host""#)), ErrorCode::UnknownOp);
+        assert_eq!(
+            code(&line(r#""op":"ensure_namespace""#)),
+            ErrorCode::InvalidCommand
+        );
+        assert_eq!(
+            code(&line(r#""op":"ensure_namespace","namespace":"Bad_NS""#)),
+            ErrorCode::InvalidName
+        );
+        assert_eq!(
+            code(&line(r#""op":"ensure_namespace","namespace":"-x""#)),
+            ErrorCode::InvalidName
+        );
+        let long = "a".repeat(64);
+        assert_eq!(
+            code(&line(&format!(
+                r#""op":"ensure_namespace","namespace":"{long}""#
+            ))),
+            ErrorCode::InvalidName
+        );
+        assert_eq!(
+            code(
+                r#"{"v":1,"id":"bad id","host":"h1","issued_at":"2026-11-29T10:00:00Z","op":"ensure_namespace","namespace":"n"}"#
+            ),
+            ErrorCode::InvalidId
+        );
+        assert_eq!(
+            code(
+                r#"{"v":1,"id":"a","host":"h1","issued_at":"yesterday","op":"ensure_namespace","namespace":"n"}"#
+            ),
+            ErrorCode::InvalidTimestamp
+        );
+        let big = format!(
+            r#""op":"ensure_namespace","namespace":"n","pad":"{}""#,
+            "x".repeat(MAX_COMMAND_BYTES)
+        );
+        assert_eq!(code(&line(&big)), ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn rejects_bad_env_and_spec() {
+        let prep = |spec: &str| {
+            line(&format!(
+                r#""op":"prepare_revision","namespace":"n","workload":"w","revision":"r",{spec}"#
+            ))
+        };
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"sim","env":{"A=B":"x"}}"#)),
+            ErrorCode::InvalidEnv
+        );
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"sim","env":{"1A":"x"}}"#)),
+            ErrorCode::InvalidEnv
+        );
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"sim","env":{"A":"x\u0000y"}}"#)),
+            ErrorCode::InvalidEnv
+        );
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"sim","command":["a\u0000"]}"#)),
+            ErrorCode::InvalidSpec
+        );
+        assert_eq!(
+            code(&prep(
+                r#""spec":{"driver":"docker","image":"Not An Image"}"#
+            )),
+            ErrorCode::InvalidSpec
+        );
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"docker"}"#)),
+            ErrorCode::InvalidSpec
+        );
+        assert_eq!(
+            code(&prep(r#""spec":{"driver":"warp"}"#)),
+            ErrorCode::InvalidCommand
+        );
+    }
+}

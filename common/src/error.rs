@@ -1,0 +1,112 @@
+//! Stable error codes: the part of an error that programs match on.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A stable, machine-readable reason. The `snake_case` spelling is the wire form and
+/// never changes meaning once released; new codes may be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    // -- input: the command itself is unacceptable (outcome `rejected`) --
+    /// The command is larger than [`crate::MAX_COMMAND_BYTES`].
+    TooLarge,
+    /// The line is not a JSON object.
+    InvalidJson,
+    /// `v` is missing or not a version this build speaks.
+    UnsupportedVersion,
+    /// `op` is missing or unknown.
+    UnknownOp,
+    /// A field is missing or has the wrong type.
+    InvalidCommand,
+    /// `id` is not 1–128 characters of `[A-Za-z0-9._:-]`.
+    InvalidId,
+    /// A host, namespace, workload or revision name breaks the DNS-label grammar.
+    InvalidName,
+    /// `issued_at` is not an RFC 3339 timestamp.
+    InvalidTimestamp,
+    /// An env name breaks `^[A-Za-z_][A-Za-z0-9_]*$` or a value holds NUL.
+    InvalidEnv,
+    /// The spec is unusable (bad image reference, NUL in argv, wrong driver, …).
+    InvalidSpec,
+    /// The command is for another host.
+    WrongHost,
+    // -- execution: the command was accepted but could not be carried out (`failed`) --
+    /// The namespace has not been prepared on this host.
+    NamespaceNotFound,
+    /// `delete_namespace` on a namespace that still holds workloads.
+    NamespaceNotEmpty,
+    /// The workload is unknown on this host.
+    WorkloadNotFound,
+    /// The revision is unknown for this workload.
+    RevisionNotFound,
+    /// `prepare_revision` reused a revision name with a different spec.
+    RevisionConflict,
+    /// The revision was already retired.
+    RevisionRetired,
+    /// `start_workload` on a workload with no active revision.
+    NoActiveRevision,
+    /// The driver failed; the message says which operation.
+    DriverFailed,
+    /// The workload's backend (container, unit, pod) is gone.
+    BackendMissing,
+    /// The local log cannot be trusted (decode failure or broken hash chain); the agent
+    /// is read-only until an operator intervenes.
+    LogDegraded,
+    /// The local log could not be written.
+    LogFailed,
+}
+
+impl ErrorCode {
+    /// The wire spelling, e.g. `invalid_name`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TooLarge => "too_large",
+            Self::InvalidJson => "invalid_json",
+            Self::UnsupportedVersion => "unsupported_version",
+            Self::UnknownOp => "unknown_op",
+            Self::InvalidCommand => "invalid_command",
+            Self::InvalidId => "invalid_id",
+            Self::InvalidName => "invalid_name",
+            Self::InvalidTimestamp => "invalid_timestamp",
+            Self::InvalidEnv => "invalid_env",
+            Self::InvalidSpec => "invalid_spec",
+            Self::WrongHost => "wrong_host",
+            Self::NamespaceNotFound => "namespace_not_found",
+            Self::NamespaceNotEmpty => "namespace_not_empty",
+            Self::WorkloadNotFound => "workload_not_found",
+            Self::RevisionNotFound => "revision_not_found",
+            Self::RevisionConflict => "revision_conflict",
+            Self::RevisionRetired => "revision_retired",
+            Self::NoActiveRevision => "no_active_revision",
+            Self::DriverFailed => "driver_failed",
+            Self::BackendMissing => "backend_missing",
+            Self::LogDegraded => "log_degraded",
+            Self::LogFailed => "log_failed",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A command that cannot be accepted, with a stable code and a human message.
+/// The message names the offending field, never a secret value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Rejection {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Rejection {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}

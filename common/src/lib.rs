@@ -1,0 +1,18 @@
+//! capstan wire protocol, version 1.
+//!
+//! Everything that crosses a process boundary between the coordinator, the agents and
+//! the operator's tools is defined here: [`Command`]s (what to do), [`CommandResult`]s
+//! (what happened), and the stable [`ErrorCode`]s both sides match on. Parsing and
+//! validation live together so that every consumer rejects bad input the same way.
+//! The format is documented, with examples, in `docs/protocol.md`.
+
+mod command;
+mod error;
+mod outcome;
+pub mod validate;
+
+pub use command::{
+    Command, DriverKind, Op, Spec, WorkloadRef, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+};
+pub use error::{ErrorCode, Rejection};
+pub use outcome::{CommandResult, Outcome};

@@ -1,0 +1,222 @@
+//! Grammar checks for every value that ends up in a name, a label, a unit file, a
+//! container or a manifest. Hand-written (no regex engine): each is a few lines and
+//! the grammar is in its doc comment.
+
+use crate::{DriverKind, ErrorCode, Rejection, Spec};
+
+/// `id`: 1–128 characters of `[A-Za-z0-9._:-]`.
+pub fn command_id(id: &str) -> Result<(), Rejection> {
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Rejection::new(
+            ErrorCode::InvalidId,
+            "`id` must be 1-128 characters of [A-Za-z0-9._:-]",
+        ))
+    }
+}
+
+/// Host, namespace, workload and revision names: a DNS label,
+/// `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && inner(&b[0])
+        && inner(&b[b.len() - 1])
+        && b.iter().all(|c| inner(c) || *c == b'-')
+}
+
+/// [`is_dns_label`], as a rejection naming the field.
+pub fn name(field: &str, value: &str) -> Result<(), Rejection> {
+    if is_dns_label(value) {
+        Ok(())
+    } else {
+        Err(Rejection::new(
+            ErrorCode::InvalidName,
+            format!("`{field}` must be a DNS label: 1-63 of [a-z0-9-], starting and ending alphanumeric"),
+        ))
+    }
+}
+
+/// Spec env names: `^[A-Za-z_][A-Za-z0-9_]*$` (at most 256 bytes).
+pub fn is_env_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 256
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// A container image reference: `[host[:port]/]path[:tag][@sha256:<64 hex>]`, where
+/// path components are `[a-z0-9]+([._-][a-z0-9]+)*`.
+pub fn is_image_ref(s: &str) -> bool {
+    if s.is_empty() || s.len() > 512 {
+        return false;
+    }
+    let (rest, digest) = match s.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (s, None),
+    };
+    if let Some(d) = digest {
+        let hex = d.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        {
+            return false;
+        }
+    }
+    // A tag is after the last ':' that comes after the last '/'.
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (path, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(t) = tag {
+        let tb = t.as_bytes();
+        let ok = !tb.is_empty()
+            && tb.len() <= 128
+            && (tb[0].is_ascii_alphanumeric() || tb[0] == b'_')
+            && tb
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
+        if !ok {
+            return false;
+        }
+    }
+    let mut parts: Vec<&str> = path.split('/').collect();
+    if parts.len() > 1
+        && (parts[0].contains('.') || parts[0].contains(':') || parts[0] == "localhost")
+    {
+        let host = parts.remove(0);
+        let ok = host
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b':'));
+        if !ok {
+            return false;
+        }
+    }
+    parts.iter().all(|p| is_path_component(p))
+}
+
+fn is_path_component(p: &str) -> bool {
+    let b = p.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+        })
+}
+
+/// Checks a revision spec: env grammar, argv without NUL, the image reference where the
+/// driver needs one.
+pub fn spec(spec: &Spec) -> Result<(), Rejection> {
+    for (name, value) in &spec.env {
+        if !is_env_name(name) {
+            return Err(Rejection::new(
+                ErrorCode::InvalidEnv,
+                format!(
+                    "env name {:?} must match ^[A-Za-z_][A-Za-z0-9_]*$",
+                    truncate(name)
+                ),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(Rejection::new(
+                ErrorCode::InvalidEnv,
+                format!("env value of {name} contains NUL"),
+            ));
+        }
+    }
+    if spec.command.iter().any(|a| a.contains('\0')) {
+        return Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            "`command` argument contains NUL",
+        ));
+    }
+    match (&spec.image, spec.driver) {
+        (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!(
+                "`image` {:?} is not a valid image reference",
+                truncate(image)
+            ),
+        )),
+        (None, DriverKind::Docker | DriverKind::Kube) => Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!("driver {} needs `image`", spec.driver.as_str()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "a1", "web-1", "0", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "é"] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn image_refs() {
+        for ok in [
+            "busybox",
+            "busybox:1.36",
+            "library/busybox:latest",
+            "registry.local:5000/team/app:v1.2_3",
+            "localhost/app",
+            "capstan-test/busybox:1",
+            "app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(is_image_ref(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "Busybox",
+            "a b",
+            "app:",
+            "app:-x",
+            "-app",
+            "app@sha256:zz",
+            "a//b",
+            "ho_st.x/app",
+        ] {
+            assert!(!is_image_ref(bad), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn dns_label_grammar_matches_definition(s in "[a-z0-9-]{0,70}") {
+            let expect = !s.is_empty() && s.len() <= 63 && !s.starts_with('-') && !s.ends_with('-');
+            prop_assert_eq!(is_dns_label(&s), expect);
+        }
+
+        #[test]
+        fn env_names_never_contain_equals_or_nul(s in "\\PC{0,20}") {
+            if is_env_name(&s) {
+                prop_assert!(!s.contains('=') && !s.contains('\0'));
+            }
+        }
+    }
+}

@@ -11,3 +11,6 @@ pub mod executor;
 pub mod intent;
 pub mod log;
 pub mod plan;
+
+#[cfg(test)]
+mod executor_tests;

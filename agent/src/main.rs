@@ -303,10 +303,28 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Err(e.into()),
         });
     }
+    // A record that fails its own hash is reported and skipped *visibly*: reading a
+    // damaged log must still show everything that can be trusted.
+    let mut bad = 0;
     let records: Vec<Record> = match (&args.command, &args.namespace, &args.workload) {
         (Some(id), _, _) => log.for_command(id)?,
         (None, Some(ns), Some(wl)) => log.for_workload(ns, wl)?,
-        _ => log.read_since(args.since).collect::<Result<_, _>>()?,
+        _ => log
+            .read_since(args.since)
+            .filter_map(|r| match r {
+                Ok(r) => Some(r),
+                Err(LogError::Corrupt(c)) => {
+                    eprintln!("capstan-agent: bad record {}: {}", c.seq, c.defect);
+                    bad += 1;
+                    None
+                }
+                Err(e) => {
+                    eprintln!("capstan-agent: {e}");
+                    bad += 1;
+                    None
+                }
+            })
+            .collect(),
     };
     let mut out = std::io::stdout().lock();
     if !args.json {
@@ -343,7 +361,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 .filter_map(|k| {
                     json.get(*k)
                         .filter(|v| !v.is_null())
-                        .map(|v| format!("{k}={}", v.to_string().trim_matches('"')))
+                        .map(|v| format!("{k}={}", short(v)))
                 })
                 .collect::<Vec<_>>()
                 .join(" ");
@@ -359,7 +377,20 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if bad > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A JSON value in a table cell: strings bare, `{"command": id}` as `command`.
+fn short(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
+        other => other.to_string(),
+    }
 }
 
 fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {

@@ -496,3 +496,6 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
     db.flush().map_err(LogError::Storage)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,141 @@
+use super::*;
+use crate::event::Cause;
+
+fn ready(ns: &str) -> Event {
+    Event::NamespaceReady {
+        command_id: format!("c-{ns}"),
+        namespace: ns.into(),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn appends_are_chained_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        rt().block_on(async {
+            assert_eq!(
+                log.append_durable(&[ready("a"), ready("b")]).await.unwrap(),
+                2
+            );
+            assert_eq!(log.append_durable(&[ready("c")]).await.unwrap(), 3);
+        });
+    }
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert!(log.degraded().is_none());
+    assert_eq!(log.verify().unwrap(), 3);
+    assert_eq!(log.last_seq(), 3);
+    assert_eq!(log.intent().namespaces.len(), 3);
+    let records: Vec<Record> = log.read_since(0).collect::<Result<_, _>>().unwrap();
+    assert_eq!(records[0].prev_hash, [0; 32]);
+    assert_ne!(records[1].prev_hash, [0; 32]);
+    assert_eq!(log.read_since(2).count(), 1);
+}
+
+#[test]
+fn indexes_find_records_by_command_and_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let started = Event::WorkloadStarted {
+        cause: Cause::Command("c-9".into()),
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: "r1".into(),
+        previous: None,
+    };
+    log.append(&[ready("ns"), started.clone(), ready("other")])
+        .unwrap();
+    let by_cmd = log.for_command("c-9").unwrap();
+    assert_eq!(by_cmd.len(), 1);
+    assert_eq!(by_cmd[0].event, started);
+    assert_eq!(log.for_workload("ns", "web").unwrap().len(), 1);
+    // A prefix of another id must not match.
+    assert!(log.for_command("c-").unwrap().is_empty());
+}
+
+#[test]
+fn a_flipped_byte_names_its_seq_and_degrades_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        log.append(&(0..10).map(|i| ready(&format!("n{i}"))).collect::<Vec<_>>())
+            .unwrap();
+        log.flush().unwrap();
+    }
+    tamper_flip_byte(dir.path(), 6, 5).unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(
+        log.degraded(),
+        Some(&Corruption {
+            seq: 6,
+            defect: Defect::HashMismatch
+        })
+    );
+    assert!(matches!(
+        log.verify(),
+        Err(LogError::Corrupt(Corruption { seq: 6, .. }))
+    ));
+    assert!(matches!(
+        log.append(&[ready("x")]),
+        Err(LogError::Degraded(_))
+    ));
+    // What came before the bad record is still readable.
+    assert_eq!(log.intent().namespaces.len(), 5);
+}
+
+#[test]
+fn snapshots_bound_replay_and_agree_with_a_full_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LogOptions { snapshot_every: 4 };
+    {
+        let log = Log::open(dir.path(), opts).unwrap();
+        for i in 0..11 {
+            log.append(&[ready(&format!("n{i}"))]).unwrap();
+        }
+        log.flush().unwrap();
+    }
+    let log = Log::open(dir.path(), opts).unwrap();
+    assert_eq!(log.snapshots.len(), 2, "old snapshots are pruned to two");
+    let mut scratch = Intent::default();
+    for r in log.read_since(0) {
+        let r = r.unwrap();
+        scratch.apply(r.seq, &r.event);
+    }
+    assert_eq!(log.intent(), scratch);
+    // The tail after the newest snapshot (seq 8) is what open replayed.
+    assert_eq!(log.tail.lock().unwrap().since_snapshot, 3);
+}
+
+#[test]
+fn concurrent_writers_share_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::sync::Arc::new(Log::open(dir.path(), LogOptions::default()).unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let log = std::sync::Arc::clone(&log);
+                tokio::spawn(async move {
+                    log.append_durable(&[ready(&format!("n{i}"))])
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(log.verify().unwrap(), 64);
+}

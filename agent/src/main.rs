@@ -2,10 +2,11 @@
 
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
-use capstan_agent::driver::{sim::SimDriver, Driver};
+use capstan_agent::driver::{docker::DockerDriver, sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_agent::supervise::{Backoff, Supervisor};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -125,7 +126,13 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = AgentConfig::load(cli.config.as_deref())?;
+    let mut config = AgentConfig::load(cli.config.as_deref())?;
+    if let Cmd::Apply {
+        driver: Some(d), ..
+    } = &cli.command
+    {
+        config.driver = *d;
+    }
     let data_dir = cli
         .data_dir
         .or_else(|| config.data_dir.clone())
@@ -167,11 +174,17 @@ fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
     Ok(Arc::new(log))
 }
 
-fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
+async fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
     match ctx.config.driver {
         config::DriverChoice::Sim => Ok(Arc::new(
             SimDriver::open(&ctx.data_dir, ctx.config.sim.clone())
                 .context("cannot open the sim host")?,
+        )),
+        config::DriverChoice::Docker => Ok(Arc::new(
+            DockerDriver::connect(&ctx.host, ctx.config.docker.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!(e.report()))
+                .context("cannot reach the docker engine")?,
         )),
     }
 }
@@ -179,7 +192,8 @@ fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
 /// Startup: open the log, finish what it shows as begun, reconcile the host.
 async fn start(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
-    let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?);
+    let reap = ctx.config.driver == config::DriverChoice::Docker && ctx.config.docker.reap_orphans;
+    let executor = Executor::new(ctx.host.clone(), log, driver(ctx).await?).reap_orphans(reap);
     if let Some(c) = executor.log().degraded() {
         tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
         return Ok(executor);
@@ -248,7 +262,8 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
-    let executor = start(ctx).await?;
+    let executor = Arc::new(start(ctx).await?);
+    let supervisor = tokio::spawn(Supervisor::new(Arc::clone(&executor), Backoff::default()).run());
     let mode = if leave_running {
         ShutdownMode::LeaveRunning
     } else {
@@ -256,6 +271,8 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     wait_for_stop_signal().await?;
+    // No restarts from here on: the sweep's own stops must not be undone.
+    supervisor.abort();
     let mut code = ExitCode::SUCCESS;
     match mode {
         ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),
@@ -356,7 +373,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 (Some(n), None, _) => n.to_string(),
                 _ => String::new(),
             };
-            let detail = ["outcome", "code", "cause", "op"]
+            let detail = ["outcome", "code", "cause", "op", "exit_code", "reaped"]
                 .iter()
                 .filter_map(|k| {
                     json.get(*k)

@@ -55,6 +55,10 @@ pub enum ErrorCode {
     LogDegraded,
     /// The local log could not be written.
     LogFailed,
+    // Appended, not grouped: the binary log stores codes by position.
+    /// The revision's image is not on the host and the pull policy forbids (or the
+    /// registry refused) pulling it.
+    ImageNotFound,
 }
 
 impl ErrorCode {
@@ -81,6 +85,7 @@ impl ErrorCode {
             Self::NoActiveRevision => "no_active_revision",
             Self::DriverFailed => "driver_failed",
             Self::BackendMissing => "backend_missing",
+            Self::ImageNotFound => "image_not_found",
             Self::LogDegraded => "log_degraded",
             Self::LogFailed => "log_failed",
         }

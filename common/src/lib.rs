@@ -12,7 +12,8 @@ mod outcome;
 pub mod validate;
 
 pub use command::{
-    Command, DriverKind, Op, Spec, WorkloadRef, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+    Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec, WorkloadRef, MAX_COMMAND_BYTES,
+    PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};

@@ -262,6 +262,8 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
+    // First, so that a SIGTERM during startup is handled after it, not fatal.
+    let stopped = stop_signal()?;
     let executor = Arc::new(start(ctx).await?);
     let supervisor = tokio::spawn(Supervisor::new(Arc::clone(&executor), Backoff::default()).run());
     let mode = if leave_running {
@@ -270,7 +272,7 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
         ctx.config.shutdown
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
-    wait_for_stop_signal().await?;
+    stopped.await;
     // No restarts from here on: the sweep's own stops must not be undone.
     supervisor.abort();
     let mut code = ExitCode::SUCCESS;
@@ -294,15 +296,18 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-async fn wait_for_stop_signal() -> anyhow::Result<()> {
+/// Installs the SIGTERM/SIGINT handlers now (so a signal sent as soon as the agent
+/// says it is ready is never lost to the default action) and returns the wait.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    })
 }
 
 fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {

@@ -1,7 +1,7 @@
 //! Supervision and drift with the docker driver: an exit is recorded with its code
 //! and a running-intent workload is started again (an explicitly stopped one is
-//! not); a container labelled as ours that intent does not know is reported, and
-//! removed only with `reap_orphans = true`.
+//! not); a container labelled as ours that intent does not know is reported, keeps
+//! its namespace from being deleted, and is removed only with `reap_orphans = true`.
 
 use capstan_tests::docker::{docker, wait_until, DockerAgent, IMAGE};
 
@@ -95,11 +95,28 @@ fn drift_is_reported_and_reaped_only_when_configured() {
     assert_eq!(drift[0]["workload"], "ghost");
     assert_eq!(drift[0]["reaped"], false);
     assert_eq!(a.containers().len(), 1, "reported, not removed");
+    // Intent holds no workload there, but a container of ours is left: the driver
+    // itself refuses to delete the namespace.
+    let delete = |id: &str| {
+        a.line(
+            id,
+            &format!(r#""op":"delete_namespace","namespace":"{}""#, a.ns),
+        )
+    };
+    let (status, results) = a.apply("delete.jsonl", &[delete("d1")]);
+    assert!(!status.success());
+    assert_eq!(
+        results[0]["error"]["code"], "namespace_not_empty",
+        "{results:?}"
+    );
 
     a.configure(true);
     a.run(&[]).terminate();
+    // Every startup (the daemon's and `apply`'s) reports it; the last one reaped it.
     let drift = a.events("drift_detected");
-    assert_eq!(drift.len(), 2, "{drift:#?}");
-    assert_eq!(drift[1]["reaped"], true);
+    let (last, earlier) = drift.split_last().expect("drift events");
+    assert_eq!(last["reaped"], true, "{drift:#?}");
+    assert!(earlier.iter().all(|d| d["reaped"] == false), "{drift:#?}");
     assert!(a.containers().is_empty(), "reaped");
+    a.apply_ok("delete2.jsonl", &[delete("d2")]);
 }

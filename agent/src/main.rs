@@ -189,14 +189,18 @@ async fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
     }
 }
 
-/// Startup: open the log, finish what it shows as begun, reconcile the host.
-async fn start(ctx: &Context) -> anyhow::Result<Executor> {
+/// Opens the log and the driver.
+async fn open(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
     let reap = ctx.config.driver == config::DriverChoice::Docker && ctx.config.docker.reap_orphans;
-    let executor = Executor::new(ctx.host.clone(), log, driver(ctx).await?).reap_orphans(reap);
+    Ok(Executor::new(ctx.host.clone(), log, driver(ctx).await?).reap_orphans(reap))
+}
+
+/// Startup: finish what the log shows as begun, reconcile the host.
+async fn startup(executor: &Executor) -> anyhow::Result<()> {
     if let Some(c) = executor.log().degraded() {
         tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
-        return Ok(executor);
+        return Ok(());
     }
     let recovered = executor.recover().await?;
     if recovered > 0 {
@@ -213,6 +217,13 @@ async fn start(ctx: &Context) -> anyhow::Result<Executor> {
         drift = report.drift,
         "startup reconciliation done"
     );
+    Ok(())
+}
+
+/// [`open`] then [`startup`].
+async fn start(ctx: &Context) -> anyhow::Result<Executor> {
+    let executor = open(ctx).await?;
+    startup(&executor).await?;
     Ok(executor)
 }
 
@@ -264,8 +275,16 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     // First, so that a SIGTERM during startup is handled after it, not fatal.
     let stopped = stop_signal()?;
-    let executor = Arc::new(start(ctx).await?);
-    let supervisor = tokio::spawn(Supervisor::new(Arc::clone(&executor), Backoff::default()).run());
+    let executor = Arc::new(open(ctx).await?);
+    // Supervise from before startup reconciliation: a container it starts may exit
+    // at once, and that exit must be seen.
+    let supervisor = if executor.log().degraded().is_none() {
+        let supervisor = Supervisor::new(Arc::clone(&executor), Backoff::default());
+        Some(tokio::spawn(supervisor.run()))
+    } else {
+        None
+    };
+    startup(&executor).await?;
     let mode = if leave_running {
         ShutdownMode::LeaveRunning
     } else {
@@ -274,7 +293,9 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     stopped.await;
     // No restarts from here on: the sweep's own stops must not be undone.
-    supervisor.abort();
+    if let Some(s) = &supervisor {
+        s.abort();
+    }
     let mut code = ExitCode::SUCCESS;
     match mode {
         ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The image every docker test runs (built by `.ci/services.sh`).
@@ -182,11 +182,12 @@ impl DockerAgent {
         assert!(status.success(), "apply exited {status}");
     }
 
-    /// Starts `capstan-agent run` (with `extra` args) and waits for its readiness line.
+    /// Starts `capstan-agent run` (with `extra` args, JSON diagnostics on stderr) and
+    /// waits for its readiness line.
     pub fn run(&self, extra: &[&str]) -> Daemon {
         let mut child = self
             .command()
-            .arg("run")
+            .args(["--log-format", "json", "run"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -194,25 +195,34 @@ impl DockerAgent {
             .spawn()
             .expect("spawn capstan-agent run");
         let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
         let reader = std::thread::spawn(move || {
-            let mut all = Vec::new();
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("capstan-agent ready") {
-                    let _ = tx.send(());
-                }
-                all.push(line);
+                let value = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().expect("daemon lines").push(value);
             }
-            all
         });
         let mut daemon = Daemon {
             child,
+            lines,
             reader: Some(reader),
         };
-        if rx.recv().is_err() {
-            let status = daemon.child.wait().expect("wait");
-            let lines = daemon.reader.take().map(|r| r.join().unwrap_or_default());
-            panic!("capstan-agent run exited ({status}) before it was ready: {lines:#?}");
+        let ready = |d: &mut Daemon| {
+            d.lines()
+                .iter()
+                .any(|l| message(l) == "capstan-agent ready")
+                || matches!(d.child.try_wait(), Ok(Some(_)))
+        };
+        wait_until("capstan-agent run to be ready", || ready(&mut daemon));
+        if let Ok(Some(status)) = daemon.child.try_wait() {
+            if let Some(r) = daemon.reader.take() {
+                let _ = r.join();
+            }
+            panic!(
+                "capstan-agent run exited ({status}) before it was ready: {:#?}",
+                daemon.lines()
+            );
         }
         daemon
     }
@@ -317,29 +327,49 @@ impl Drop for DockerAgent {
     }
 }
 
+/// The `message` of a JSON diagnostic line ("" for anything else).
+pub fn message(line: &Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or_default()
+}
+
 /// A running `capstan-agent run`; SIGKILLed on drop if still running.
 pub struct Daemon {
     child: Child,
-    reader: Option<std::thread::JoinHandle<Vec<String>>>,
+    /// Its stderr so far: JSON diagnostic lines (anything else as a string).
+    lines: Arc<Mutex<Vec<Value>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
+    /// Everything it wrote on stderr so far.
+    pub fn lines(&self) -> Vec<Value> {
+        self.lines.lock().expect("daemon lines").clone()
+    }
+
+    /// Waits until it has written a line matching `found`; returns that line.
+    pub fn wait_for(&self, what: &str, found: impl Fn(&Value) -> bool) -> Value {
+        let mut hit = None;
+        wait_until(what, || {
+            hit = self.lines().into_iter().find(|l| found(l));
+            hit.is_some()
+        });
+        hit.expect("found")
+    }
+
     /// Sends `signal` and waits for the exit; returns the status and everything the
     /// daemon wrote on stderr.
-    pub fn stop(mut self, signal: i32) -> (ExitStatus, Vec<String>) {
+    pub fn stop(mut self, signal: i32) -> (ExitStatus, Vec<Value>) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
         assert!(send_signal(pid, signal), "kill -{signal} {pid} failed");
         let status = self.child.wait().expect("wait for capstan-agent run");
-        let lines = self
-            .reader
-            .take()
-            .map(|r| r.join().unwrap_or_default())
-            .unwrap_or_default();
-        (status, lines)
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        (status, self.lines())
     }
 
     /// SIGTERM, then assert a clean exit.
-    pub fn terminate(self) -> Vec<String> {
+    pub fn terminate(self) -> Vec<Value> {
         let (status, lines) = self.stop(libc::SIGTERM);
         assert!(status.success(), "run exited {status}: {lines:#?}");
         lines

@@ -3,7 +3,7 @@
 //! not); a container labelled as ours that intent does not know is reported, keeps
 //! its namespace from being deleted, and is removed only with `reap_orphans = true`.
 
-use capstan_tests::docker::{docker, wait_until, DockerAgent, IMAGE};
+use capstan_tests::docker::{docker, message, wait_until, DockerAgent, IMAGE};
 
 #[test]
 fn a_killed_container_is_restarted_and_its_exit_recorded() {
@@ -119,4 +119,54 @@ fn drift_is_reported_and_reaped_only_when_configured() {
     assert!(earlier.iter().all(|d| d["reaped"] == false), "{drift:#?}");
     assert!(a.containers().is_empty(), "reaped");
     a.apply_ok("delete2.jsonl", &[delete("d2")]);
+}
+
+#[test]
+fn a_crash_looping_workload_is_retried_with_growing_logged_delays() {
+    let a = DockerAgent::new("loop");
+    a.apply_ok(
+        "setup.jsonl",
+        &[
+            a.ensure_ns("ns"),
+            a.op(
+                "p",
+                "prepare_revision",
+                "crashy",
+                &format!(
+                    r#""revision":"r1","spec":{{"driver":"docker","image":"{IMAGE}","command":["sh","-c","exit 3"]}}"#
+                ),
+            ),
+            a.op("a", "activate_revision", "crashy", r#""revision":"r1""#),
+        ],
+    );
+    let daemon = a.run(&[]);
+    let scheduled = |attempt: u64| {
+        daemon.wait_for(&format!("restart attempt {attempt}"), |l| {
+            message(l) == "restart scheduled" && l["fields"]["attempt"] == attempt
+        })
+    };
+    let delays: Vec<u64> = (1..=3)
+        .map(|n| {
+            scheduled(n)["fields"]["delay_ms"]
+                .as_u64()
+                .expect("delay_ms")
+        })
+        .collect();
+    assert_eq!(delays, [500, 1000, 2000], "capped exponential backoff");
+    daemon.terminate();
+
+    let exits = a.events("workload_exited");
+    assert!(exits.len() >= 3, "{exits:#?}");
+    assert!(exits.iter().all(|e| e["exit_code"] == 3), "{exits:#?}");
+    let restarts = a
+        .events("workload_started")
+        .into_iter()
+        .filter(|e| e["cause"] == "supervisor")
+        .count();
+    assert!(restarts >= 2, "each attempt recorded: {restarts}");
+    assert_eq!(
+        a.agent.intent()["workloads"][format!("{}/crashy", a.ns)]["intent"],
+        "running",
+        "restarts never change intent"
+    );
 }

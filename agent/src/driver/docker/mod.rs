@@ -80,6 +80,11 @@ pub struct DockerDriver {
     docker: Docker,
     host: String,
     config: DockerConfig,
+    /// Where the exit feed (re)starts, in unix nanoseconds: first the moment the
+    /// driver connected, then just after the last event seen. The engine replays
+    /// events since then, so an exit during startup reconciliation or between two
+    /// subscriptions is not lost (within the engine's event buffer).
+    exits_since: std::sync::Mutex<i64>,
 }
 
 /// The HTTP status of an engine answer, if it was one.
@@ -141,10 +146,14 @@ impl DockerDriver {
             .negotiate_version()
             .await
             .map_err(backend(op, &config.socket))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         Ok(DockerDriver {
             docker,
             host: host.to_string(),
             config,
+            exits_since: std::sync::Mutex::new(now),
         })
     }
 
@@ -588,10 +597,26 @@ impl Driver for DockerDriver {
         let mut filters = naming::label_filter(&self.host, &[]);
         filters.insert("type".into(), vec!["container".into()]);
         filters.insert("event".into(), vec!["die".into()]);
-        let options = EventsOptionsBuilder::new().filters(&filters).build();
+        let since = *self.exits_since.lock().expect("exits_since");
+        let since = format!(
+            "{}.{:09}",
+            since.div_euclid(1_000_000_000),
+            since.rem_euclid(1_000_000_000)
+        );
+        let options = EventsOptionsBuilder::new()
+            .since(&since)
+            .filters(&filters)
+            .build();
         let mut events = self.docker.events(Some(options));
         while let Some(event) = events.next().await {
             let event = event.map_err(backend("watch_exits", &self.host))?;
+            if let Some(t) = event.time_nano {
+                let mut since = self.exits_since.lock().expect("exits_since");
+                if t < *since {
+                    continue; // already reported before a resubscription
+                }
+                *since = t + 1;
+            }
             let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
             let (Some(ns), Some(wl), Some(r)) = (
                 attrs.get(NAMESPACE),

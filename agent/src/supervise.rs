@@ -167,21 +167,15 @@ impl Supervisor {
             return Ok(());
         };
         let driver = self.executor.driver();
-        let running = driver
-            .observe()
-            .await
-            .ok()
-            .and_then(|o| o.revision(&exit.namespace, &exit.workload, &exit.revision))
-            == Some(BackendState::Running);
-        if running {
-            tracing::info!(workload = %key, "restart not needed: it runs again");
-            return Ok(());
-        }
         let rev = RevisionRef {
             namespace: &exit.namespace,
             workload: &exit.workload,
             revision: &exit.revision,
         };
+        if let Ok(Some(BackendState::Running)) = driver.state(rev).await {
+            tracing::info!(workload = %key, "restart not needed: it runs again");
+            return Ok(());
+        }
         let event = match driver.start(rev, &spec, &LaunchEnv::new()).await {
             Ok(()) => {
                 tracing::info!(workload = %key, attempt = attempt + 1, "restarted");

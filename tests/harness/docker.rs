@@ -348,12 +348,18 @@ impl Daemon {
 
     /// Waits until it has written a line matching `found`; returns that line.
     pub fn wait_for(&self, what: &str, found: impl Fn(&Value) -> bool) -> Value {
-        let mut hit = None;
-        wait_until(what, || {
-            hit = self.lines().into_iter().find(|l| found(l));
-            hit.is_some()
-        });
-        hit.expect("found")
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let lines = self.lines();
+            if let Some(hit) = lines.iter().find(|l| found(l)) {
+                return hit.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gave up waiting for {what}; the daemon said: {lines:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Sends `signal` and waits for the exit; returns the status and everything the

@@ -173,6 +173,14 @@ pub trait Driver: Send + Sync {
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
     /// Everything on the host that carries capstan's labels.
     async fn observe(&self) -> Result<Observed, DriverError>;
+    /// The current state of one revision (`None`: no backend). Drivers whose bulk
+    /// view can lag behind override this with an authoritative read.
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        Ok(self
+            .observe()
+            .await?
+            .revision(rev.namespace, rev.workload, rev.revision))
+    }
     /// Sends every exit of this host's workloads to `exits` until the receiver is
     /// dropped (`Ok`) or the backend's feed breaks (`Err`; the caller reconnects).
     /// The supervisor's hook: a driver without an exit feed keeps this default,

@@ -11,7 +11,7 @@ use super::{
     RevisionRef,
 };
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerSummary, ContainerSummaryStateEnum, NetworkCreateRequest};
+use bollard::models::{ContainerSummary, NetworkCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -274,7 +274,7 @@ impl DockerDriver {
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
-    ) -> Result<(String, bool), DriverError> {
+    ) -> Result<String, DriverError> {
         let existing = self
             .find(op, rev)
             .await?
@@ -288,13 +288,12 @@ impl DockerDriver {
             .labels
             .as_ref()
             .and_then(|l| l.get(naming::ENV_HASH));
-        let running = existing.state == Some(ContainerSummaryStateEnum::RUNNING);
         if have == Some(&naming::env_hash(&env)) {
-            return Ok((id, running));
+            return Ok(id);
         }
         tracing::info!(revision = %rev, "environment changed: recreating the container");
         self.remove(op, rev, &id).await?;
-        Ok((self.create(op, rev, spec, &env).await?, false))
+        self.create(op, rev, spec, &env).await
     }
 
     async fn start_id(
@@ -341,7 +340,33 @@ impl DockerDriver {
         )
     }
 
-    /// Starts `rev` (recreating it if its env changed) unless it already runs.
+    /// A container's state as the engine holds it now (`None`: it is gone).
+    async fn inspect_state(
+        &self,
+        op: &'static str,
+        id: &str,
+    ) -> Result<Option<BackendState>, DriverError> {
+        match self
+            .docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+        {
+            Ok(i) => Ok(Some(if i.state.and_then(|s| s.running).unwrap_or(false) {
+                BackendState::Running
+            } else {
+                BackendState::Stopped
+            })),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(backend(op, id)(e)),
+        }
+    }
+
+    /// Starts `rev` (recreating it if its env changed). Starting a running container
+    /// is a no-op answer from the engine (304), so no state is read first: the list
+    /// view of container state can lag behind the engine by a moment.
     async fn start_rev(
         &self,
         op: &'static str,
@@ -349,12 +374,9 @@ impl DockerDriver {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        let (id, running) = self.ready_container(op, rev, spec, launch_env).await?;
-        if running {
-            return Ok(());
-        }
+        let id = self.ready_container(op, rev, spec, launch_env).await?;
         self.start_id(op, rev, &id).await?;
-        tracing::info!(revision = %rev, container = %id, "container started");
+        tracing::info!(revision = %rev, container = %id, "container started (or already running)");
         Ok(())
     }
 }
@@ -507,15 +529,15 @@ impl Driver for DockerDriver {
                 &[(NAMESPACE, rev.namespace), (WORKLOAD, rev.workload)],
             )
             .await?;
+        // Every one, whatever the list says its state is (that view can lag right
+        // after a start); stopping a stopped container is a no-op answer (304).
         for c in others {
-            if label(&c, REVISION) != Some(rev.revision)
-                && c.state == Some(ContainerSummaryStateEnum::RUNNING)
-            {
+            if label(&c, REVISION) != Some(rev.revision) {
                 let id = c.id.as_deref().unwrap_or_default();
                 self.stop_id(op, &rev.to_string(), id).await?;
                 tracing::info!(
                     revision = label(&c, REVISION).unwrap_or("?"),
-                    "previous revision stopped"
+                    "other revision stopped"
                 );
             }
         }
@@ -534,11 +556,21 @@ impl Driver for DockerDriver {
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let op = "stop";
         match self.find(op, rev).await? {
-            Some(c) if c.state == Some(ContainerSummaryStateEnum::RUNNING) => {
+            Some(c) => {
                 self.stop_id(op, &rev.to_string(), c.id.as_deref().unwrap_or_default())
                     .await
             }
-            _ => Ok(()),
+            None => Ok(()),
+        }
+    }
+
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        match self.find("state", rev).await? {
+            Some(c) => {
+                self.inspect_state("state", c.id.as_deref().unwrap_or_default())
+                    .await
+            }
+            None => Ok(None),
         }
     }
 
@@ -571,7 +603,18 @@ impl Driver for DockerDriver {
                 observed.namespaces.insert(ns.clone());
             }
         }
-        for c in self.containers(op, &self.host, &[]).await? {
+        // The list gives labels; each state is read with inspect, because the list's
+        // view of state can lag behind the engine (seen: "running" for several
+        // hundred ms after the `die` event under load).
+        let states: Vec<_> = futures::stream::iter(self.containers(op, &self.host, &[]).await?)
+            .map(|c| async move {
+                let id = c.id.clone().unwrap_or_default();
+                (c, self.inspect_state(op, &id).await)
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for (c, state) in states {
             let (Some(ns), Some(wl), Some(r)) = (
                 label(&c, NAMESPACE),
                 label(&c, WORKLOAD),
@@ -579,10 +622,8 @@ impl Driver for DockerDriver {
             ) else {
                 continue;
             };
-            let state = if c.state == Some(ContainerSummaryStateEnum::RUNNING) {
-                BackendState::Running
-            } else {
-                BackendState::Stopped
+            let Some(state) = state? else {
+                continue; // removed since the list
             };
             observed
                 .workloads

@@ -159,6 +159,9 @@ fn commands(n: usize, namespaces: usize) -> Vec<Command> {
                 image: Some("app:1".into()),
                 command: vec![],
                 env: Default::default(),
+                working_dir: None,
+                mounts: vec![],
+                ports: vec![],
             },
         });
         out.push(Op::ActivateRevision {

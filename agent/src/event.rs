@@ -2,6 +2,7 @@
 //! and the host's audit record, so an event says what was decided or what happened,
 //! never what to do. Events never carry hook values or secrets.
 
+use crate::hooks::Phase;
 use capstan_common::{ErrorCode, Outcome, Spec};
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,7 @@ impl Cause {
 }
 
 /// One thing that happened on this host.
+// New variants go at the end: the binary log stores the variant index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
@@ -102,6 +104,25 @@ pub enum Event {
         code: ErrorCode,
         message: String,
     },
+    /// A hook owner is about to be called for one of the command's phases (durable
+    /// before the call, so a crash leaves a trace of every call that may have begun).
+    HookStarted {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+    },
+    HookSucceeded {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+    },
+    /// The call failed, timed out or was cancelled (`code`); never the hook's message.
+    HookFailed {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+        code: ErrorCode,
+    },
 }
 
 impl Event {
@@ -118,6 +139,9 @@ impl Event {
             Event::WorkloadStopped { .. } => "workload_stopped",
             Event::RevisionRetired { .. } => "revision_retired",
             Event::WorkloadFailed { .. } => "workload_failed",
+            Event::HookStarted { .. } => "hook_started",
+            Event::HookSucceeded { .. } => "hook_succeeded",
+            Event::HookFailed { .. } => "hook_failed",
         }
     }
 
@@ -129,7 +153,10 @@ impl Event {
             | Event::NamespaceReady { command_id, .. }
             | Event::NamespaceDeleted { command_id, .. }
             | Event::RevisionPrepared { command_id, .. }
-            | Event::RevisionRetired { command_id, .. } => Some(command_id),
+            | Event::RevisionRetired { command_id, .. }
+            | Event::HookStarted { command_id, .. }
+            | Event::HookSucceeded { command_id, .. }
+            | Event::HookFailed { command_id, .. } => Some(command_id),
             Event::CommandRejected { command_id, .. } => command_id.as_deref(),
             Event::WorkloadStarted { cause, .. }
             | Event::WorkloadStopped { cause, .. }
@@ -148,7 +175,11 @@ impl Event {
             | Event::WorkloadStopped { namespace, .. }
             | Event::RevisionRetired { namespace, .. }
             | Event::WorkloadFailed { namespace, .. } => Some(namespace),
-            Event::CommandRejected { .. } | Event::CommandCompleted { .. } => None,
+            Event::CommandRejected { .. }
+            | Event::CommandCompleted { .. }
+            | Event::HookStarted { .. }
+            | Event::HookSucceeded { .. }
+            | Event::HookFailed { .. } => None,
         }
     }
 

@@ -5,6 +5,7 @@ use capstan_agent::config::{self, AgentConfig, ShutdownMode};
 use capstan_agent::driver::{sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
+use capstan_agent::hooks::{exec::ExecRunner, Hooks};
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -179,7 +180,10 @@ fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
 /// Startup: open the log, finish what it shows as begun, reconcile the host.
 async fn start(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
-    let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?);
+    // Hook owners are frozen here for the process's life; a change needs a restart.
+    let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(ExecRunner))
+        .with_cleanup_budget(ctx.config.cleanup_budget());
+    let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?).with_hooks(hooks);
     if let Some(c) = executor.log().degraded() {
         tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
         return Ok(executor);
@@ -225,6 +229,7 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
                 id: None,
                 outcome: Outcome::Rejected,
                 duplicate: false,
+                retryable: false,
                 error: Some(Rejection::new(
                     ErrorCode::LogDegraded,
                     format!("the log is degraded ({c}); refusing to act"),
@@ -256,6 +261,7 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     wait_for_stop_signal().await?;
+    executor.shutdown_token().cancel();
     let mut code = ExitCode::SUCCESS;
     match mode {
         ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),

@@ -213,12 +213,14 @@ impl Command {
             .ok_or_else(|| Rejection::new(ErrorCode::InvalidJson, "a command is a JSON object"))?;
         match object.get("v").and_then(serde_json::Value::as_u64) {
             Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
-            Some(v) => return Err(Rejection::new(
-                ErrorCode::UnsupportedVersion,
-                format!(
+            Some(v) => {
+                return Err(Rejection::new(
+                    ErrorCode::UnsupportedVersion,
+                    format!(
                     "protocol version {v} is not supported; this agent speaks {PROTOCOL_VERSION}"
                 ),
-            )),
+                ))
+            }
             None => {
                 return Err(Rejection::new(
                     ErrorCode::UnsupportedVersion,

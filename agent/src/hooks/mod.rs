@@ -1,0 +1,221 @@
+//! Lifecycle hooks: the other subsystems (IAM, networking, secrets) that must grant or
+//! revoke access around a namespace's and a workload's life.
+//!
+//! - [`config`]: the owners, from trusted local config, validated once and frozen.
+//! - [`exec`]: the real runner (a process per call, JSON in and out).
+//! - [`phase`]: running a phase across owners, with durable progress in the log,
+//!   reverse-order compensation and the fresh cleanup budget.
+//! - [`env`]: the launch environment rules, applied once to the merged result.
+//!
+//! Nothing here puts a hook's message or any value into an error or an event: errors
+//! name the phase and the owner only.
+
+pub mod config;
+#[cfg(test)]
+mod conformance;
+pub mod env;
+pub mod exec;
+pub mod phase;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use config::{HookConfig, HookConfigError};
+pub use phase::{HookContext, PhaseError, Prepared};
+
+/// The four points in a lifecycle where owners are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// After `ensure_namespace` prepared the tenant infrastructure, before ready.
+    AfterNamespacePrepared,
+    /// Before a workload (re)starts; owners may contribute launch env placeholders.
+    BeforeWorkloadStart,
+    /// Before a workload is stopped or a revision retired (reverse order).
+    BeforeWorkloadStop,
+    /// Before a namespace's infrastructure is deleted (reverse order).
+    BeforeNamespaceDelete,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [
+        Phase::AfterNamespacePrepared,
+        Phase::BeforeWorkloadStart,
+        Phase::BeforeWorkloadStop,
+        Phase::BeforeNamespaceDelete,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::AfterNamespacePrepared => "after_namespace_prepared",
+            Phase::BeforeWorkloadStart => "before_workload_start",
+            Phase::BeforeWorkloadStop => "before_workload_stop",
+            Phase::BeforeNamespaceDelete => "before_namespace_delete",
+        }
+    }
+
+    /// Preparing phases grant (config order); revoking phases revoke (reverse order).
+    pub fn is_preparing(self) -> bool {
+        matches!(
+            self,
+            Phase::AfterNamespacePrepared | Phase::BeforeWorkloadStart
+        )
+    }
+
+    /// The revoking phase that undoes this preparing phase.
+    pub fn compensation(self) -> Option<Phase> {
+        match self {
+            Phase::AfterNamespacePrepared => Some(Phase::BeforeNamespaceDelete),
+            Phase::BeforeWorkloadStart => Some(Phase::BeforeWorkloadStop),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an owner is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookKind {
+    /// A process per call: argv[0] is an existing executable.
+    Exec { argv: Vec<String> },
+}
+
+/// One configured hook owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookOwner {
+    pub name: String,
+    pub kind: HookKind,
+    pub timeout: Duration,
+    pub phases: Vec<Phase>,
+}
+
+impl HookOwner {
+    pub fn takes(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
+    }
+}
+
+/// The default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default budget for compensation after a failed or cancelled preparation.
+pub const DEFAULT_CLEANUP_BUDGET: Duration = Duration::from_secs(5);
+
+/// The frozen owner list. Built once at start from config; there is no way to change
+/// it afterwards (an `Arc` of an immutable slice): changing hooks needs a restart.
+#[derive(Clone)]
+pub struct Hooks {
+    owners: Arc<[HookOwner]>,
+    runner: Arc<dyn HookRunner>,
+    cleanup_budget: Duration,
+}
+
+impl Hooks {
+    pub fn new(owners: Vec<HookOwner>, runner: Arc<dyn HookRunner>) -> Hooks {
+        Hooks {
+            owners: owners.into(),
+            runner,
+            cleanup_budget: DEFAULT_CLEANUP_BUDGET,
+        }
+    }
+
+    /// No owners at all: every phase is a no-op.
+    pub fn none() -> Hooks {
+        Hooks::new(Vec::new(), Arc::new(exec::ExecRunner))
+    }
+
+    pub fn with_cleanup_budget(mut self, budget: Duration) -> Hooks {
+        self.cleanup_budget = budget;
+        self
+    }
+
+    pub fn owners(&self) -> &[HookOwner] {
+        &self.owners
+    }
+
+    pub fn cleanup_budget(&self) -> Duration {
+        self.cleanup_budget
+    }
+
+    /// The indexes of the owners taking part in `phase`, in calling order: config order
+    /// for preparing phases, reverse for revoking ones.
+    pub fn order(&self, phase: Phase) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.owners.len())
+            .filter(|&i| self.owners[i].takes(phase))
+            .collect();
+        if !phase.is_preparing() {
+            v.reverse();
+        }
+        v
+    }
+}
+
+/// What a hook is told (JSON on stdin for `exec`). Version 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookRequest {
+    pub v: u32,
+    pub phase: Phase,
+    pub owner: String,
+    pub host: String,
+    pub command_id: String,
+    pub namespace: String,
+    pub workload: Option<String>,
+    pub revision: Option<String>,
+    /// True when this call undoes this owner's earlier preparing call (after a later
+    /// owner failed, a rejected launch env, a cancellation or a crash).
+    pub compensating: bool,
+}
+
+/// What a hook answers (JSON on stdout for `exec`; empty output means `{}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookReply {
+    /// Launch environment placeholders (`before_workload_start` only; ignored
+    /// elsewhere).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Why one call failed. Carries no text from the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure {
+    /// Could not be started (e.g. the executable vanished).
+    Spawn,
+    /// Exited non-zero or was killed by a signal.
+    Exit,
+    /// The reply was not the expected JSON (or was too large).
+    Reply,
+    /// Ran past its timeout and was killed.
+    Timeout,
+    /// Cancelled and killed.
+    Cancelled,
+}
+
+impl CallFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallFailure::Spawn => "could not be started",
+            CallFailure::Exit => "failed",
+            CallFailure::Reply => "replied with an invalid reply",
+            CallFailure::Timeout => "timed out",
+            CallFailure::Cancelled => "was cancelled",
+        }
+    }
+}
+
+/// Calls one owner once. Implementations must be cancel-safe: the caller enforces the
+/// timeout and the cancellation token by dropping the future, and dropping it must
+/// stop the call (the exec runner kills the hook's process group).
+#[async_trait::async_trait]
+pub trait HookRunner: Send + Sync {
+    async fn call(
+        &self,
+        owner: &HookOwner,
+        request: &HookRequest,
+    ) -> Result<HookReply, CallFailure>;
+}

@@ -1,1 +1,3 @@
+//! Harness for capstan's end-to-end tests.
 
+pub mod hooks;

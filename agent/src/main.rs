@@ -5,7 +5,7 @@ use capstan_agent::config::{self, AgentConfig, ShutdownMode};
 use capstan_agent::driver::{sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
-use capstan_agent::hooks::{exec::ExecRunner, Hooks};
+use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -181,7 +181,7 @@ fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
 async fn start(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
     // Hook owners are frozen here for the process's life; a change needs a restart.
-    let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(ExecRunner))
+    let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(Runners::default()))
         .with_cleanup_budget(ctx.config.cleanup_budget());
     let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?).with_hooks(hooks);
     if let Some(c) = executor.log().degraded() {

@@ -17,14 +17,16 @@ const MAX_TIMEOUT_SECS: f64 = 3600.0;
 pub struct HookConfig {
     /// The owner's name: 1-63 of `[a-z0-9_-]`, unique.
     pub name: String,
-    /// `exec` (or `nats`, not yet supported by this build).
+    /// `exec` or `nats`.
     pub kind: String,
     /// `exec`: the program and its arguments; argv[0] must be an executable file (an
     /// absolute path, or a name found on `PATH`).
     #[serde(default)]
     pub argv: Vec<String>,
-    /// `nats`: the request/reply subject.
+    /// `nats`: the request/reply subject (no wildcards).
     pub subject: Option<String>,
+    /// `nats`: the server, e.g. `nats://127.0.0.1:4222`.
+    pub url: Option<String>,
     /// Seconds (fractions allowed) before a call is killed and counts as failed.
     pub timeout: Option<f64>,
     /// The phases this owner takes part in (at least one).
@@ -44,11 +46,11 @@ pub enum HookConfigError {
     UnknownPhase { hook: String, phase: String },
     #[error("hook {hook:?}: phase {phase} is listed twice")]
     RepeatedPhase { hook: String, phase: Phase },
-    #[error("hook {hook:?}: unknown kind {kind:?} (expected exec)")]
+    #[error("hook {hook:?}: unknown kind {kind:?} (expected exec or nats)")]
     UnknownKind { hook: String, kind: String },
-    #[error("hook {0:?}: kind nats is not supported by this build yet; use exec")]
-    NatsUnsupported(String),
-    #[error("hook {0:?}: exec hooks need a non-empty `argv` (and no `subject`)")]
+    #[error("hook {0:?}: nats hooks need `url` and a `subject` without wildcards or spaces (and no `argv`)")]
+    Nats(String),
+    #[error("hook {0:?}: exec hooks need a non-empty `argv` (and no `subject` or `url`)")]
     Argv(String),
     #[error("hook {hook:?}: executable {path:?} not found or not executable")]
     Executable { hook: String, path: PathBuf },
@@ -61,6 +63,14 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Dot-separated non-empty tokens of printable ASCII, no wildcards.
+fn valid_subject(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|t| {
+            !t.is_empty() && t != "*" && t != ">" && t.bytes().all(|b| b.is_ascii_graphic())
+        })
 }
 
 fn parse_phase(s: &str) -> Option<Phase> {
@@ -116,7 +126,7 @@ pub fn owners(configs: &[HookConfig]) -> Result<Vec<HookOwner>, HookConfigError>
         };
         let kind = match c.kind.as_str() {
             "exec" => {
-                if c.argv.is_empty() || c.subject.is_some() {
+                if c.argv.is_empty() || c.subject.is_some() || c.url.is_some() {
                     return Err(HookConfigError::Argv(name));
                 }
                 let program = resolve(&c.argv[0]).ok_or_else(|| HookConfigError::Executable {
@@ -127,7 +137,17 @@ pub fn owners(configs: &[HookConfig]) -> Result<Vec<HookOwner>, HookConfigError>
                 argv[0] = program.to_string_lossy().into_owned();
                 HookKind::Exec { argv }
             }
-            "nats" => return Err(HookConfigError::NatsUnsupported(name)),
+            "nats" => match (&c.url, &c.subject) {
+                (Some(url), Some(subject))
+                    if c.argv.is_empty() && !url.is_empty() && valid_subject(subject) =>
+                {
+                    HookKind::Nats {
+                        url: url.clone(),
+                        subject: subject.clone(),
+                    }
+                }
+                _ => return Err(HookConfigError::Nats(name)),
+            },
             other => {
                 return Err(HookConfigError::UnknownKind {
                     hook: name,
@@ -155,6 +175,7 @@ mod tests {
             kind: "exec".into(),
             argv: argv.iter().map(|s| s.to_string()).collect(),
             subject: None,
+            url: None,
             timeout: None,
             phases: phases.iter().map(|s| s.to_string()).collect(),
         }
@@ -215,11 +236,20 @@ mod tests {
     }
 
     #[test]
-    fn nats_is_refused_plainly_and_bad_timeouts_too() {
+    fn nats_owners_need_a_url_and_a_plain_subject_and_timeouts_are_bounded() {
         let mut h = hook("bus", &[], &["before_workload_stop"]);
         h.kind = "nats".into();
-        h.subject = Some("x.y".into());
-        assert!(err(&[h]).contains("nats"));
+        h.subject = Some("iam.hooks".into());
+        h.url = Some("nats://127.0.0.1:4222".into());
+        let o = owners(std::slice::from_ref(&h)).unwrap();
+        assert!(matches!(&o[0].kind, HookKind::Nats { subject, .. } if subject == "iam.hooks"));
+        for bad in ["iam.*", "iam.>", "iam..x", "", "a b"] {
+            h.subject = Some(bad.into());
+            assert!(err(std::slice::from_ref(&h)).contains("\"bus\""), "{bad}");
+        }
+        h.subject = Some("iam.hooks".into());
+        h.url = None;
+        assert!(err(&[h]).contains("url"));
         let mut h = hook("slow", &["/bin/true"], &["before_workload_stop"]);
         h.timeout = Some(0.0);
         assert!(err(&[h]).contains("timeout"));

@@ -74,6 +74,7 @@ impl HookRunner for Fake {
             None => Ok(HookReply::default()),
             Some(Act::Reply(env)) => Ok(HookReply {
                 env: env.into_iter().collect(),
+                ..HookReply::default()
             }),
             Some(Act::Fail(0)) => Ok(HookReply::default()),
             Some(Act::Fail(n)) => {

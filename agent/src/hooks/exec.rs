@@ -10,12 +10,11 @@ use nix::unistd::Pid;
 use std::process::Stdio;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The most reply bytes read; a longer reply is invalid.
-pub const MAX_REPLY_BYTES: u64 = 64 * 1024;
 /// `PATH` for hook processes (their environment is otherwise empty).
 const HOOK_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs `exec` owners.
+#[derive(Default)]
 pub struct ExecRunner;
 
 /// Kills a process group when dropped, unless disarmed after the leader was reaped.
@@ -37,7 +36,9 @@ impl HookRunner for ExecRunner {
         owner: &HookOwner,
         request: &HookRequest,
     ) -> Result<HookReply, CallFailure> {
-        let HookKind::Exec { argv } = &owner.kind;
+        let HookKind::Exec { argv } = &owner.kind else {
+            return Err(CallFailure::Spawn);
+        };
         let input = serde_json::to_vec(request).map_err(|_| CallFailure::Spawn)?;
         let mut child = tokio::process::Command::new(&argv[0])
             .args(&argv[1..])
@@ -66,7 +67,7 @@ impl HookRunner for ExecRunner {
         let mut out = Vec::new();
         let read = async {
             (&mut stdout)
-                .take(MAX_REPLY_BYTES + 1)
+                .take(super::MAX_REPLY_BYTES as u64 + 1)
                 .read_to_end(&mut out)
                 .await
         };
@@ -77,13 +78,10 @@ impl HookRunner for ExecRunner {
         if !status.success() {
             return Err(CallFailure::Exit);
         }
-        if read.is_err() || out.len() as u64 > MAX_REPLY_BYTES {
+        if read.is_err() {
             return Err(CallFailure::Reply);
         }
-        if out.iter().all(u8::is_ascii_whitespace) {
-            return Ok(HookReply::default());
-        }
-        serde_json::from_slice(&out).map_err(|_| CallFailure::Reply)
+        HookReply::parse(&out)
     }
 }
 
@@ -142,6 +140,12 @@ mod tests {
         assert_eq!(
             ExecRunner.call(&owner("echo not-json"), &request()).await,
             Err(CallFailure::Reply)
+        );
+        assert_eq!(
+            ExecRunner
+                .call(&owner(r#"echo '{"ok":false}'"#), &request())
+                .await,
+            Err(CallFailure::Exit)
         );
     }
 

@@ -2,7 +2,8 @@
 //! revoke access around a namespace's and a workload's life.
 //!
 //! - [`config`]: the owners, from trusted local config, validated once and frozen.
-//! - [`exec`]: the real runner (a process per call, JSON in and out).
+//! - [`exec`], [`nats`]: the real runners (a process per call, or a NATS request,
+//!   JSON in and out), behind [`Runners`].
 //! - [`phase`]: running a phase across owners, with durable progress in the log,
 //!   reverse-order compensation and the fresh cleanup budget.
 //! - [`env`]: the launch environment rules, applied once to the merged result.
@@ -15,6 +16,7 @@ pub mod config;
 mod conformance;
 pub mod env;
 pub mod exec;
+pub mod nats;
 pub mod phase;
 
 use serde::{Deserialize, Serialize};
@@ -85,6 +87,8 @@ impl std::fmt::Display for Phase {
 pub enum HookKind {
     /// A process per call: argv[0] is an existing executable.
     Exec { argv: Vec<String> },
+    /// A NATS request on `subject` of the server at `url`.
+    Nats { url: String, subject: String },
 }
 
 /// One configured hook owner.
@@ -127,7 +131,7 @@ impl Hooks {
 
     /// No owners at all: every phase is a no-op.
     pub fn none() -> Hooks {
-        Hooks::new(Vec::new(), Arc::new(exec::ExecRunner))
+        Hooks::new(Vec::new(), Arc::new(Runners::default()))
     }
 
     pub fn with_cleanup_budget(mut self, budget: Duration) -> Hooks {
@@ -172,19 +176,44 @@ pub struct HookRequest {
     pub compensating: bool,
 }
 
-/// What a hook answers (JSON on stdout for `exec`; empty output means `{}`).
+/// What a hook answers (JSON on stdout for `exec`, the reply payload for `nats`;
+/// empty means `{}`; unknown fields are ignored).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookReply {
+    /// `false` is a failure (the only way a `nats` owner can fail a call).
+    #[serde(default)]
+    pub ok: Option<bool>,
     /// Launch environment placeholders (`before_workload_start` only; ignored
     /// elsewhere).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
 
+impl HookReply {
+    /// Reads a reply: at most [`MAX_REPLY_BYTES`], a JSON object or nothing at all.
+    pub fn parse(bytes: &[u8]) -> Result<HookReply, CallFailure> {
+        if bytes.len() > MAX_REPLY_BYTES {
+            return Err(CallFailure::Reply);
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(HookReply::default());
+        }
+        let reply: HookReply = serde_json::from_slice(bytes).map_err(|_| CallFailure::Reply)?;
+        if reply.ok == Some(false) {
+            return Err(CallFailure::Exit);
+        }
+        Ok(reply)
+    }
+}
+
+/// The largest reply accepted.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+
 /// Why one call failed. Carries no text from the hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallFailure {
-    /// Could not be started (e.g. the executable vanished).
+    /// Could not be started (the executable vanished) or reached (no NATS server,
+    /// no responder).
     Spawn,
     /// Exited non-zero or was killed by a signal.
     Exit,
@@ -199,7 +228,7 @@ pub enum CallFailure {
 impl CallFailure {
     pub fn as_str(self) -> &'static str {
         match self {
-            CallFailure::Spawn => "could not be started",
+            CallFailure::Spawn => "could not be started or reached",
             CallFailure::Exit => "failed",
             CallFailure::Reply => "replied with an invalid reply",
             CallFailure::Timeout => "timed out",
@@ -218,4 +247,25 @@ pub trait HookRunner: Send + Sync {
         owner: &HookOwner,
         request: &HookRequest,
     ) -> Result<HookReply, CallFailure>;
+}
+
+/// The real runner: each owner by its kind.
+#[derive(Default)]
+pub struct Runners {
+    exec: exec::ExecRunner,
+    nats: nats::NatsRunner,
+}
+
+#[async_trait::async_trait]
+impl HookRunner for Runners {
+    async fn call(
+        &self,
+        owner: &HookOwner,
+        request: &HookRequest,
+    ) -> Result<HookReply, CallFailure> {
+        match owner.kind {
+            HookKind::Exec { .. } => self.exec.call(owner, request).await,
+            HookKind::Nats { .. } => self.nats.call(owner, request).await,
+        }
+    }
 }

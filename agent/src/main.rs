@@ -344,7 +344,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 (Some(n), None, _) => n.to_string(),
                 _ => String::new(),
             };
-            let detail = ["outcome", "code", "cause", "op"]
+            let detail = ["outcome", "code", "cause", "op", "phase", "owner"]
                 .iter()
                 .filter_map(|k| {
                     json.get(*k)

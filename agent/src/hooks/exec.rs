@@ -103,17 +103,7 @@ mod tests {
     }
 
     fn request() -> HookRequest {
-        HookRequest {
-            v: 1,
-            phase: Phase::BeforeWorkloadStart,
-            owner: "t".into(),
-            host: "h1".into(),
-            command_id: "c1".into(),
-            namespace: "ns".into(),
-            workload: Some("w".into()),
-            revision: Some("r1".into()),
-            compensating: false,
-        }
+        HookRequest::sample(Phase::BeforeWorkloadStart)
     }
 
     #[tokio::test]

@@ -176,6 +176,24 @@ pub struct HookRequest {
     pub compensating: bool,
 }
 
+#[cfg(test)]
+impl HookRequest {
+    /// A request for owner `t` about `ns/w@r1`, for runner tests.
+    pub(crate) fn sample(phase: Phase) -> HookRequest {
+        HookRequest {
+            v: 1,
+            phase,
+            owner: "t".into(),
+            host: "h1".into(),
+            command_id: "c1".into(),
+            namespace: "ns".into(),
+            workload: Some("w".into()),
+            revision: Some("r1".into()),
+            compensating: false,
+        }
+    }
+}
+
 /// What a hook answers (JSON on stdout for `exec`, the reply payload for `nats`;
 /// empty means `{}`; unknown fields are ignored).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

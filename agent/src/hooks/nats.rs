@@ -122,17 +122,7 @@ mod tests {
     }
 
     fn request(phase: Phase) -> HookRequest {
-        HookRequest {
-            v: 1,
-            phase,
-            owner: "bus".into(),
-            host: "h1".into(),
-            command_id: "c1".into(),
-            namespace: "ns".into(),
-            workload: Some("w".into()),
-            revision: Some("r1".into()),
-            compensating: false,
-        }
+        HookRequest::sample(phase)
     }
 
     #[tokio::test]

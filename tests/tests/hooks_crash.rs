@@ -8,12 +8,7 @@ use capstan_tests::hooks::{activate, command, hook_records, staging, HookAgent, 
 fn a_crash_between_two_owners_is_compensated_on_restart() {
     let phases = &["before_workload_start", "before_workload_stop"];
     let agent = HookAgent::new(&[
-        Owner {
-            name: "a",
-            phases,
-            body: "exit 0",
-            timeout: None,
-        },
+        Owner::plain("a", phases),
         Owner {
             name: "b",
             phases,
@@ -23,12 +18,7 @@ fn a_crash_between_two_owners_is_compensated_on_restart() {
 fi"#,
             timeout: None,
         },
-        Owner {
-            name: "c",
-            phases,
-            body: "exit 0",
-            timeout: None,
-        },
+        Owner::plain("c", phases),
     ]);
     let mut lines = staging("");
     lines.push(activate("a1"));
@@ -79,12 +69,7 @@ fi"#,
 fn a_crash_in_the_middle_of_a_revocation_finishes_the_teardown_on_restart() {
     let phases = &["before_workload_start", "before_workload_stop"];
     let agent = HookAgent::new(&[
-        Owner {
-            name: "a",
-            phases,
-            body: "exit 0",
-            timeout: None,
-        },
+        Owner::plain("a", phases),
         Owner {
             name: "b",
             phases,

@@ -538,3 +538,21 @@ async fn hook_progress_is_recorded_without_values() {
     );
     assert!(!rig.log_text().contains("s3cr3t"));
 }
+
+#[tokio::test]
+async fn start_workload_grants_again_and_projects_the_launch_env() {
+    let rig = rig(&["a"]);
+    rig.staged().await;
+    rig.fake.on(
+        "a",
+        BeforeWorkloadStart,
+        Act::Reply(pairs(&[("TOKEN", "opaque-again")])),
+    );
+    assert_eq!(rig.activate("a1").await.outcome, Outcome::Succeeded);
+    rig.ok("s1", "stop_workload", W).await;
+    rig.fake.clear();
+    rig.ok("t1", "start_workload", W).await;
+    assert_eq!(rig.fake.calls_in(BeforeWorkloadStart), names(&["a"]));
+    assert_eq!(rig.r1().state, BackendState::Running);
+    assert_eq!(rig.r1().env["TOKEN"], "opaque-again");
+}

@@ -3,8 +3,10 @@
 
 use crate::driver::docker::DockerConfig;
 use crate::driver::sim::SimConfig;
+use crate::hooks::{self, HookConfig, HookConfigError, HookOwner};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The default config file, read when it exists and `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/capstan/agent.toml";
@@ -47,6 +49,16 @@ pub struct AgentConfig {
     pub sim: SimConfig,
     #[serde(default)]
     pub docker: DockerConfig,
+    /// Lifecycle hook owners, in calling order (`[[hooks]]`). Read once at start and
+    /// frozen: changing them needs an agent restart.
+    #[serde(default)]
+    pub hooks: Vec<HookConfig>,
+    /// Seconds allowed for compensating hooks after a failed or cancelled
+    /// preparation (default 5).
+    pub hook_cleanup_budget: Option<f64>,
+    /// `hooks`, validated by [`AgentConfig::load`].
+    #[serde(skip)]
+    pub hook_owners: Vec<HookOwner>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +77,14 @@ pub enum ConfigError {
     },
     #[error("invalid config: `host` {0:?} must be a DNS label (1-63 of [a-z0-9-])")]
     Host(String),
+    #[error("invalid [[hooks]] in {path}")]
+    Hooks {
+        path: PathBuf,
+        #[source]
+        source: HookConfigError,
+    },
+    #[error("invalid config: `hook_cleanup_budget` must be more than 0 and at most 60 seconds")]
+    CleanupBudget,
 }
 
 impl AgentConfig {
@@ -81,14 +101,34 @@ impl AgentConfig {
             }
             Err(source) => return Err(ConfigError::Read { path, source }),
         };
-        let config: AgentConfig =
-            toml::from_str(&text).map_err(|source| ConfigError::Parse { path, source })?;
+        let mut config: AgentConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                path: path.clone(),
+                source,
+            })?;
+        config.hook_owners = hooks::config::owners(&config.hooks)
+            .map_err(|source| ConfigError::Hooks { path, source })?;
+        if config
+            .hook_cleanup_budget
+            .is_some_and(|b| !(b > 0.0 && b <= 60.0))
+        {
+            return Err(ConfigError::CleanupBudget);
+        }
         if let Some(h) = &config.host {
             if !capstan_common::validate::is_dns_label(h) {
                 return Err(ConfigError::Host(h.clone()));
             }
         }
         Ok(config)
+    }
+}
+
+impl AgentConfig {
+    /// The compensation budget after a failed or cancelled preparation.
+    pub fn cleanup_budget(&self) -> Duration {
+        self.hook_cleanup_budget
+            .map(Duration::from_secs_f64)
+            .unwrap_or(hooks::DEFAULT_CLEANUP_BUDGET)
     }
 }
 
@@ -128,6 +168,31 @@ mod tests {
         assert_eq!(c.shutdown, ShutdownMode::LeaveRunning);
         assert!(!c.sim.manages_lifecycle);
         assert_eq!(c.sim.failures[0].times, Some(1));
+    }
+
+    #[test]
+    fn hooks_are_validated_at_load_and_the_error_names_the_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\"]\ntimeout = 2.5\n[[hooks]]\nname = \"net\"\nkind = \"exec\"\nargv = [\"/no/such/hook\"]\nphases = [\"before_workload_stop\"]\n",
+        )
+        .unwrap();
+        let err = AgentConfig::load(Some(&path)).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            text.contains("\"net\"") && text.contains("/no/such/hook"),
+            "{text}"
+        );
+        std::fs::write(
+            &path,
+            "hook_cleanup_budget = 2\n[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\"]\ntimeout = 2.5\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.hook_owners[0].timeout, Duration::from_millis(2500));
+        assert_eq!(c.cleanup_budget(), Duration::from_secs(2));
     }
 
     #[test]

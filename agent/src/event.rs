@@ -2,6 +2,7 @@
 //! and the host's audit record, so an event says what was decided or what happened,
 //! never what to do. Events never carry hook values or secrets.
 
+use crate::hooks::Phase;
 use capstan_common::{ErrorCode, Outcome, Spec};
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,7 @@ impl Cause {
 }
 
 /// One thing that happened on this host.
+// New variants go at the end: the binary log stores the variant index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
@@ -119,6 +121,25 @@ pub enum Event {
         revision: String,
         reaped: bool,
     },
+    /// A hook owner is about to be called for one of the command's phases (durable
+    /// before the call, so a crash leaves a trace of every call that may have begun).
+    HookStarted {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+    },
+    HookSucceeded {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+    },
+    /// The call failed, timed out or was cancelled (`code`); never the hook's message.
+    HookFailed {
+        command_id: String,
+        phase: Phase,
+        owner: String,
+        code: ErrorCode,
+    },
 }
 
 impl Event {
@@ -137,6 +158,9 @@ impl Event {
             Event::WorkloadFailed { .. } => "workload_failed",
             Event::WorkloadExited { .. } => "workload_exited",
             Event::DriftDetected { .. } => "drift_detected",
+            Event::HookStarted { .. } => "hook_started",
+            Event::HookSucceeded { .. } => "hook_succeeded",
+            Event::HookFailed { .. } => "hook_failed",
         }
     }
 
@@ -148,7 +172,10 @@ impl Event {
             | Event::NamespaceReady { command_id, .. }
             | Event::NamespaceDeleted { command_id, .. }
             | Event::RevisionPrepared { command_id, .. }
-            | Event::RevisionRetired { command_id, .. } => Some(command_id),
+            | Event::RevisionRetired { command_id, .. }
+            | Event::HookStarted { command_id, .. }
+            | Event::HookSucceeded { command_id, .. }
+            | Event::HookFailed { command_id, .. } => Some(command_id),
             Event::CommandRejected { command_id, .. } => command_id.as_deref(),
             Event::WorkloadExited { .. } | Event::DriftDetected { .. } => None,
             Event::WorkloadStarted { cause, .. }
@@ -170,7 +197,11 @@ impl Event {
             | Event::WorkloadFailed { namespace, .. }
             | Event::WorkloadExited { namespace, .. }
             | Event::DriftDetected { namespace, .. } => Some(namespace),
-            Event::CommandRejected { .. } | Event::CommandCompleted { .. } => None,
+            Event::CommandRejected { .. }
+            | Event::CommandCompleted { .. }
+            | Event::HookStarted { .. }
+            | Event::HookSucceeded { .. }
+            | Event::HookFailed { .. } => None,
         }
     }
 

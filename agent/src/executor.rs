@@ -4,20 +4,34 @@
 //! the log; one received but not completed (a crash, a redelivery) is resumed, and
 //! since every driver step is idempotent and its effect is logged once, it is carried
 //! out exactly once as far as the log and the host can tell.
+//!
+//! Lifecycle hooks wrap the driver steps (see [`crate::hooks`]): `ensure_namespace`
+//! runs `after_namespace_prepared` after the driver and before reporting ready;
+//! `activate_revision` and `start_workload` run `before_workload_start` first and hand
+//! the accepted launch env to the driver; `stop_workload` and `retire_revision` run
+//! `before_workload_stop`, and `delete_namespace` `before_namespace_delete`, before the
+//! driver touches anything.
 
 use crate::driver::{Driver, DriverError, LaunchEnv, RevisionRef};
 use crate::event::{Cause, Event, Record};
+use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError};
 use crate::plan::{self, Action, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 
 /// Carries commands out against one driver, recording everything in one log.
 pub struct Executor {
     host: String,
     log: Arc<Log>,
     driver: Arc<dyn Driver>,
+    /// The frozen hook owners (none by default).
+    hooks: Hooks,
+    /// Cancelled when the agent stops: hooks in flight are cut short (and completed
+    /// owners compensated under a fresh budget).
+    shutdown: CancellationToken,
     /// Commands on one namespace run one at a time; namespaces run in parallel.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Remove drift (backends labelled ours that intent does not know) at startup.
@@ -43,6 +57,7 @@ fn result(
         id,
         outcome,
         duplicate,
+        retryable: error.as_ref().is_some_and(|e| e.code.is_retryable()),
         error,
     }
 }
@@ -79,6 +94,8 @@ impl Executor {
             host: host.into(),
             log,
             driver,
+            hooks: Hooks::none(),
+            shutdown: CancellationToken::new(),
             locks: Mutex::new(HashMap::new()),
             reap_orphans: false,
         }
@@ -88,6 +105,17 @@ impl Executor {
     pub fn reap_orphans(mut self, yes: bool) -> Executor {
         self.reap_orphans = yes;
         self
+    }
+
+    /// Uses these hook owners (frozen for the executor's life).
+    pub fn with_hooks(mut self, hooks: Hooks) -> Executor {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Cancelling this token cancels every command's hooks in flight (agent stop).
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
     }
 
     pub fn log(&self) -> &Arc<Log> {
@@ -128,6 +156,16 @@ impl Executor {
 
     /// Carries out one valid command exactly once.
     pub async fn execute(&self, command: Command) -> CommandResult {
+        let cancel = self.shutdown.child_token();
+        self.execute_until(command, &cancel).await
+    }
+
+    /// [`Executor::execute`], with its hooks cancelled when `cancel` fires.
+    pub async fn execute_until(
+        &self,
+        command: Command,
+        cancel: &CancellationToken,
+    ) -> CommandResult {
         let id = command.id.clone();
         if let Some(corruption) = self.log.degraded() {
             let message = format!(
@@ -151,7 +189,7 @@ impl Executor {
         }
         let lock = self.lock_for(command.op.namespace());
         let _serial = lock.lock().await;
-        match self.carry_out(&command).await {
+        match self.carry_out(&command, cancel).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(command_id = %id, error = %e, "log write failed");
@@ -165,7 +203,11 @@ impl Executor {
         Arc::clone(locks.entry(namespace.to_string()).or_default())
     }
 
-    async fn carry_out(&self, command: &Command) -> Result<CommandResult, LogError> {
+    async fn carry_out(
+        &self,
+        command: &Command,
+        cancel: &CancellationToken,
+    ) -> Result<CommandResult, LogError> {
         let id = &command.id;
         let history: Vec<Record> = self
             .log
@@ -198,6 +240,15 @@ impl Executor {
                 .complete(id, Vec::new(), Outcome::Succeeded, None)
                 .await;
         }
+        // A crash in the middle of preparing hooks: compensate, then fail retryably.
+        let ctx = self.context(id, &command.op);
+        if let Some(e) = self
+            .hooks
+            .recover_interrupted(&self.log, &ctx, &history)
+            .await?
+        {
+            return self.fail(id, StepError::Phase(e)).await;
+        }
         let step = match plan::decide(&self.log.intent(), &command.op) {
             Ok(step) => step,
             Err(refusal) => {
@@ -211,20 +262,101 @@ impl Executor {
                     .await
             }
         };
-        match self.perform(id, step).await {
+        match self.run_step(id, step, cancel).await {
             Ok(effect) => {
                 self.complete(id, effect.into_iter().collect(), Outcome::Succeeded, None)
                     .await
             }
-            Err(e) => {
-                tracing::warn!(command_id = %id, error = %e.report(), "driver step failed");
-                self.complete(
-                    id,
-                    Vec::new(),
-                    Outcome::Failed,
-                    Some(Rejection::new(e.code(), e.report())),
-                )
-                .await
+            Err(StepError::Phase(PhaseError::Log(e))) => Err(e),
+            Err(e) => self.fail(id, e).await,
+        }
+    }
+
+    async fn fail(&self, id: &str, e: StepError) -> Result<CommandResult, LogError> {
+        tracing::warn!(command_id = %id, error = %e.report(), "command failed");
+        self.complete(
+            id,
+            Vec::new(),
+            Outcome::Failed,
+            Some(Rejection::new(e.code(), e.report())),
+        )
+        .await
+    }
+
+    fn context(&self, id: &str, op: &capstan_common::Op) -> HookContext {
+        HookContext {
+            host: self.host.clone(),
+            command_id: id.to_string(),
+            namespace: op.namespace().to_string(),
+            workload: op.workload().map(|w| w.workload),
+            revision: op.revision().map(Into::into),
+        }
+    }
+
+    /// Runs `step` inside its hook phase (see the module docs).
+    async fn run_step(
+        &self,
+        id: &str,
+        step: Step,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Event>, StepError> {
+        let (namespace, workload, revision) = step_target(&step);
+        let ctx = HookContext {
+            host: self.host.clone(),
+            command_id: id.to_string(),
+            namespace,
+            workload,
+            revision,
+        };
+        let hooks = &self.hooks;
+        let log = &self.log;
+        match &step {
+            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await,
+            Step::EnsureNamespace { .. } => {
+                let effect = self.perform(id, step, &LaunchEnv::new()).await?;
+                let phase = Phase::AfterNamespacePrepared;
+                hooks.prepare(log, &ctx, phase, cancel).await?;
+                Ok(effect)
+            }
+            Step::Activate { spec, .. } | Step::Start { spec, .. } => {
+                let phase = Phase::BeforeWorkloadStart;
+                let prepared = hooks.prepare(log, &ctx, phase, cancel).await?;
+                let launch_env = match hooks::env::accept(&prepared.env, &spec.env) {
+                    Ok(env) => env,
+                    Err(rejection) => {
+                        let aftermath = hooks
+                            .compensate(log, &ctx, phase, &prepared.completed)
+                            .await
+                            .map_err(PhaseError::Log)?;
+                        return Err(PhaseError::Env {
+                            rejection,
+                            aftermath,
+                        }
+                        .into());
+                    }
+                };
+                match self.perform(id, step, &launch_env).await {
+                    Ok(effect) => Ok(effect),
+                    Err(e) => {
+                        let completed = hooks.order(phase);
+                        let aftermath = hooks
+                            .compensate(log, &ctx, phase, &completed)
+                            .await
+                            .map_err(PhaseError::Log)?;
+                        tracing::info!(command_id = %id, "driver failed after {phase}{aftermath}");
+                        Err(e)
+                    }
+                }
+            }
+            Step::Stop { .. } | Step::Retire { .. } => {
+                let phase = Phase::BeforeWorkloadStop;
+                hooks.revoke(log, &ctx, phase, cancel).await?;
+                self.perform(id, step, &LaunchEnv::new()).await
+            }
+            Step::DeleteNamespace { .. } => {
+                let phase = Phase::BeforeNamespaceDelete;
+                hooks.revoke(log, &ctx, phase, cancel).await?;
+                self.perform(id, step, &LaunchEnv::new()).await
             }
         }
     }
@@ -248,9 +380,13 @@ impl Executor {
     }
 
     /// Performs one step through the driver and returns the event that records it.
-    async fn perform(&self, id: &str, step: Step) -> Result<Option<Event>, DriverError> {
+    async fn perform(
+        &self,
+        id: &str,
+        step: Step,
+        launch_env: &LaunchEnv,
+    ) -> Result<Option<Event>, StepError> {
         let by = || Cause::Command(id.to_string());
-        let no_env = LaunchEnv::new();
         Ok(Some(match step {
             Step::EnsureNamespace { namespace } => {
                 self.driver.ensure_namespace(&namespace).await?;
@@ -299,7 +435,7 @@ impl Executor {
                     revision: &revision,
                 };
                 self.driver
-                    .activate(rev, &spec, &no_env, previous.as_deref())
+                    .activate(rev, &spec, launch_env, previous.as_deref())
                     .await?;
                 Event::WorkloadStarted {
                     cause: by(),
@@ -320,7 +456,7 @@ impl Executor {
                     workload: &workload,
                     revision: &revision,
                 };
-                self.driver.start(rev, &spec, &no_env).await?;
+                self.driver.start(rev, &spec, launch_env).await?;
                 Event::WorkloadStarted {
                     cause: by(),
                     namespace,
@@ -434,18 +570,12 @@ impl Executor {
                     workload,
                     revision,
                 } => {
-                    let Some((_, spec)) = intent
-                        .workload(&namespace, &workload)
-                        .and_then(|w| w.active_spec())
-                    else {
-                        continue;
-                    };
                     let rev = RevisionRef {
                         namespace: &namespace,
                         workload: &workload,
                         revision: &revision,
                     };
-                    let event = match self.driver.start(rev, spec, &LaunchEnv::new()).await {
+                    let event = match self.driver.resume(rev).await {
                         Ok(()) => {
                             report.started += 1;
                             Event::WorkloadStarted {
@@ -539,6 +669,74 @@ impl Executor {
         }
         self.log.durable(self.log.last_seq()).await?;
         Ok(report)
+    }
+}
+
+/// A step that did not happen: the driver failed, or a hook phase did.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error(transparent)]
+    Phase(#[from] PhaseError),
+}
+
+impl StepError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            StepError::Driver(e) => e.code(),
+            StepError::Phase(e) => e.code(),
+        }
+    }
+
+    /// The report: a driver error with its causes; a phase error alone (its causes
+    /// could carry a hook's words).
+    fn report(&self) -> String {
+        match self {
+            StepError::Driver(e) => e.report(),
+            StepError::Phase(e) => e.to_string(),
+        }
+    }
+}
+
+/// Namespace, workload and revision a step concerns (hook request fields).
+fn step_target(step: &Step) -> (String, Option<String>, Option<String>) {
+    match step {
+        Step::EnsureNamespace { namespace } | Step::DeleteNamespace { namespace } => {
+            (namespace.clone(), None, None)
+        }
+        Step::Prepare {
+            namespace,
+            workload,
+            revision,
+            ..
+        }
+        | Step::Activate {
+            namespace,
+            workload,
+            revision,
+            ..
+        }
+        | Step::Start {
+            namespace,
+            workload,
+            revision,
+            ..
+        }
+        | Step::Retire {
+            namespace,
+            workload,
+            revision,
+        } => (
+            namespace.clone(),
+            Some(workload.clone()),
+            Some(revision.clone()),
+        ),
+        Step::Stop {
+            namespace,
+            workload,
+            revision,
+        } => (namespace.clone(), Some(workload.clone()), revision.clone()),
     }
 }
 

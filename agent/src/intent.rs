@@ -102,7 +102,10 @@ impl Intent {
             Event::CommandCompleted { command_id, .. } => {
                 self.in_flight.remove(command_id);
             }
-            Event::CommandRejected { .. } => {}
+            Event::CommandRejected { .. }
+            | Event::HookStarted { .. }
+            | Event::HookSucceeded { .. }
+            | Event::HookFailed { .. } => {}
             Event::NamespaceReady { namespace, .. } => {
                 self.namespaces
                     .entry(namespace.clone())

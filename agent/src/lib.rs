@@ -8,6 +8,7 @@ pub mod config;
 pub mod driver;
 pub mod event;
 pub mod executor;
+pub mod hooks;
 pub mod intent;
 pub mod log;
 pub mod plan;

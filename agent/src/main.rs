@@ -5,6 +5,7 @@ use capstan_agent::config::{self, AgentConfig, ShutdownMode};
 use capstan_agent::driver::{docker::DockerDriver, sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
+use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::supervise::{Backoff, Supervisor};
 use capstan_common::{ErrorCode, Outcome, Rejection};
@@ -193,7 +194,12 @@ async fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
 async fn open(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
     let reap = ctx.config.driver == config::DriverChoice::Docker && ctx.config.docker.reap_orphans;
-    Ok(Executor::new(ctx.host.clone(), log, driver(ctx).await?).reap_orphans(reap))
+    // Hook owners are frozen here for the process's life; a change needs a restart.
+    let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(Runners::default()))
+        .with_cleanup_budget(ctx.config.cleanup_budget());
+    Ok(Executor::new(ctx.host.clone(), log, driver(ctx).await?)
+        .reap_orphans(reap)
+        .with_hooks(hooks))
 }
 
 /// Startup: finish what the log shows as begun, reconcile the host.
@@ -250,6 +256,7 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
                 id: None,
                 outcome: Outcome::Rejected,
                 duplicate: false,
+                retryable: false,
                 error: Some(Rejection::new(
                     ErrorCode::LogDegraded,
                     format!("the log is degraded ({c}); refusing to act"),
@@ -292,6 +299,8 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     stopped.await;
+    // Cancel hooks in flight (their owners get a fresh budget to compensate).
+    executor.shutdown_token().cancel();
     // No restarts from here on: the sweep's own stops must not be undone.
     if let Some(s) = &supervisor {
         s.abort();
@@ -399,15 +408,24 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 (Some(n), None, _) => n.to_string(),
                 _ => String::new(),
             };
-            let detail = ["outcome", "code", "cause", "op", "exit_code", "reaped"]
-                .iter()
-                .filter_map(|k| {
-                    json.get(*k)
-                        .filter(|v| !v.is_null())
-                        .map(|v| format!("{k}={}", short(v)))
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
+            let detail = [
+                "outcome",
+                "code",
+                "cause",
+                "op",
+                "phase",
+                "owner",
+                "exit_code",
+                "reaped",
+            ]
+            .iter()
+            .filter_map(|k| {
+                json.get(*k)
+                    .filter(|v| !v.is_null())
+                    .map(|v| format!("{k}={}", short(v)))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
             writeln!(
                 out,
                 "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",

@@ -7,7 +7,7 @@
 //!
 //! [`Driver::watch_exits`]: crate::driver::Driver::watch_exits
 
-use crate::driver::{BackendState, Exit, LaunchEnv, RevisionRef};
+use crate::driver::{BackendState, Exit, RevisionRef};
 use crate::event::{Cause, Event};
 use crate::executor::Executor;
 use crate::intent::RunIntent;
@@ -159,13 +159,6 @@ impl Supervisor {
             tracing::info!(workload = %key, "restart dropped: intent changed");
             return Ok(());
         }
-        let Some(spec) = log
-            .intent()
-            .workload(&exit.namespace, &exit.workload)
-            .and_then(|w| w.active_spec().map(|(_, s)| s.clone()))
-        else {
-            return Ok(());
-        };
         let driver = self.executor.driver();
         let rev = RevisionRef {
             namespace: &exit.namespace,
@@ -176,7 +169,7 @@ impl Supervisor {
             tracing::info!(workload = %key, "restart not needed: it runs again");
             return Ok(());
         }
-        let event = match driver.start(rev, &spec, &LaunchEnv::new()).await {
+        let event = match driver.resume(rev).await {
             Ok(()) => {
                 tracing::info!(workload = %key, attempt = attempt + 1, "restarted");
                 self.history

@@ -59,6 +59,18 @@ pub enum ErrorCode {
     /// The revision's image is not on the host and the pull policy forbids (or the
     /// registry refused) pulling it.
     ImageNotFound,
+    /// A lifecycle hook failed, timed out or replied nonsense; the message names the
+    /// phase and the owner only. Retryable: hooks are idempotent.
+    HookFailed,
+    /// The merged launch environment from `before_workload_start` broke the rules
+    /// (count, name grammar, reserved name, value grammar, collision with spec env).
+    LaunchEnvRejected,
+    /// The command was cancelled (agent shutdown) while its hooks ran; completed owners
+    /// were compensated. Retryable.
+    Cancelled,
+    /// A crash interrupted the command's preparing hooks; on restart the owners that
+    /// had begun were compensated. Retryable.
+    Interrupted,
 }
 
 impl ErrorCode {
@@ -88,7 +100,20 @@ impl ErrorCode {
             Self::ImageNotFound => "image_not_found",
             Self::LogDegraded => "log_degraded",
             Self::LogFailed => "log_failed",
+            Self::HookFailed => "hook_failed",
+            Self::LaunchEnvRejected => "launch_env_rejected",
+            Self::Cancelled => "cancelled",
+            Self::Interrupted => "interrupted",
         }
+    }
+
+    /// True when the same request, sent again under a new command id, may succeed
+    /// without anything else changing (a hook recovered, the agent came back).
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::HookFailed | Self::Cancelled | Self::Interrupted | Self::LogFailed
+        )
     }
 }
 

@@ -23,6 +23,10 @@ pub struct CommandResult {
     pub outcome: Outcome,
     /// True when the command id was already in the log and this answer comes from there.
     pub duplicate: bool,
+    /// True when the failure is transient: the same request under a new command id may
+    /// succeed (see `ErrorCode::is_retryable`).
+    #[serde(default)]
+    pub retryable: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Rejection>,
 }

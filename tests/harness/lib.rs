@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod docker;
+pub mod hooks;
 
 use std::path::PathBuf;
 

@@ -255,6 +255,9 @@ impl Driver for NullDriver {
     async fn start(&self, _: RevisionRef<'_>, _: &Spec, _: &LaunchEnv) -> Result<(), DriverError> {
         Ok(())
     }
+    async fn resume(&self, _: RevisionRef<'_>) -> Result<(), DriverError> {
+        Ok(())
+    }
     async fn stop(&self, _: RevisionRef<'_>) -> Result<(), DriverError> {
         Ok(())
     }

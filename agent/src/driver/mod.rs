@@ -167,6 +167,11 @@ pub trait Driver: Send + Sync {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError>;
+    /// Starts an existing revision exactly as it was last configured, launch
+    /// environment included. For infrastructure restarts (startup reconciliation, the
+    /// supervisor), which run no hooks and so must neither drop nor re-grant what the
+    /// hooks projected at the last command-driven start.
+    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
     /// Stops a revision, keeping its runtime.
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
     /// Stops and removes exactly this revision's runtime; never touches another.

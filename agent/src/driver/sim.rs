@@ -312,6 +312,17 @@ impl Driver for SimDriver {
         })
     }
 
+    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.with_host("start", rev.into(), |h| {
+            let env = h
+                .revisions
+                .get(&SimHost::key(rev))
+                .map(|r| r.env.clone())
+                .unwrap_or_default();
+            start_in(h, "start", rev, env)
+        })
+    }
+
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         self.with_host("stop", rev.into(), |h| {
             if let Some(r) = h.revisions.get_mut(&SimHost::key(rev)) {

@@ -553,6 +553,20 @@ impl Driver for DockerDriver {
         self.start_rev("start", rev, spec, launch_env).await
     }
 
+    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "start";
+        let existing = self
+            .find(op, rev)
+            .await?
+            .ok_or_else(|| DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            })?;
+        // The container keeps the env it was created with: never recreated here.
+        self.start_id(op, rev, existing.id.as_deref().unwrap_or_default())
+            .await
+    }
+
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let op = "stop";
         match self.find(op, rev).await? {

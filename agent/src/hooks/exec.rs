@@ -1,0 +1,179 @@
+//! The `exec` runner: one process per call, in its own process group, with a minimal
+//! environment. The request is JSON on stdin; the reply is JSON on stdout (empty means
+//! `{}`); exit 0 is success, anything else failure. stderr is discarded so nothing a
+//! hook prints can reach the agent's logs. When the call is dropped (timeout,
+//! cancellation) the whole process group is killed.
+
+use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::process::Stdio;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// `PATH` for hook processes (their environment is otherwise empty).
+const HOOK_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Runs `exec` owners.
+#[derive(Default)]
+pub struct ExecRunner;
+
+/// Kills a process group when dropped, unless disarmed after the leader was reaped.
+struct GroupKill(Option<Pid>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // The group may already be gone; nothing else to do either way.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl HookRunner for ExecRunner {
+    async fn call(
+        &self,
+        owner: &HookOwner,
+        request: &HookRequest,
+    ) -> Result<HookReply, CallFailure> {
+        let HookKind::Exec { argv } = &owner.kind else {
+            return Err(CallFailure::Spawn);
+        };
+        let input = serde_json::to_vec(request).map_err(|_| CallFailure::Spawn)?;
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", HOOK_PATH)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|_| CallFailure::Spawn)?;
+        let mut group = GroupKill(
+            child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .map(Pid::from_raw),
+        );
+        let mut stdin = child.stdin.take().ok_or(CallFailure::Spawn)?;
+        let mut stdout = child.stdout.take().ok_or(CallFailure::Spawn)?;
+        let write = async move {
+            // A hook that does not read its request is allowed to: ignore EPIPE.
+            let _ = stdin.write_all(&input).await;
+            drop(stdin);
+        };
+        let mut out = Vec::new();
+        let read = async {
+            (&mut stdout)
+                .take(super::MAX_REPLY_BYTES as u64 + 1)
+                .read_to_end(&mut out)
+                .await
+        };
+        let ((), read) = tokio::join!(write, read);
+        let status = child.wait().await.map_err(|_| CallFailure::Exit)?;
+        // Reaped: its pid may be reused from here on, so never signal it again.
+        group.0 = None;
+        if !status.success() {
+            return Err(CallFailure::Exit);
+        }
+        if read.is_err() {
+            return Err(CallFailure::Reply);
+        }
+        HookReply::parse(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hooks::Phase;
+    use std::time::Duration;
+
+    fn owner(script: &str) -> HookOwner {
+        HookOwner {
+            name: "t".into(),
+            kind: HookKind::Exec {
+                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            },
+            timeout: Duration::from_secs(10),
+            phases: vec![Phase::BeforeWorkloadStart],
+        }
+    }
+
+    fn request() -> HookRequest {
+        HookRequest::sample(Phase::BeforeWorkloadStart)
+    }
+
+    #[tokio::test]
+    async fn the_reply_is_read_from_stdout_and_the_request_from_stdin() {
+        let o = owner(
+            r#"grep -q '"phase":"before_workload_start"' && echo '{"env":{"A":"opaque-1"}}'"#,
+        );
+        let reply = ExecRunner.call(&o, &request()).await.unwrap();
+        assert_eq!(reply.env["A"], "opaque-1");
+    }
+
+    #[tokio::test]
+    async fn empty_output_is_an_empty_reply_and_exit_codes_matter() {
+        assert_eq!(
+            ExecRunner.call(&owner("cat >/dev/null"), &request()).await,
+            Ok(HookReply::default())
+        );
+        assert_eq!(
+            ExecRunner
+                .call(&owner("echo '{}'; exit 3"), &request())
+                .await,
+            Err(CallFailure::Exit)
+        );
+        assert_eq!(
+            ExecRunner.call(&owner("echo not-json"), &request()).await,
+            Err(CallFailure::Reply)
+        );
+        assert_eq!(
+            ExecRunner
+                .call(&owner(r#"echo '{"ok":false}'"#), &request())
+                .await,
+            Err(CallFailure::Exit)
+        );
+    }
+
+    #[tokio::test]
+    async fn dropping_a_call_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        // The hook forks a grandchild that would outlive a plain kill of the leader.
+        let script = format!("sleep 3600 & echo $! > {}; wait", pidfile.display());
+        let o = owner(&script);
+        let req = request();
+        let mut call = Box::pin(ExecRunner.call(&o, &req));
+        // Poll until the grandchild has written its pid, then drop the call.
+        let pid = loop {
+            tokio::select! {
+                r = &mut call => panic!("hook ended early: {r:?}"),
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            if let Ok(text) = std::fs::read_to_string(&pidfile) {
+                if let Ok(pid) = text.trim().parse::<i32>() {
+                    break pid;
+                }
+            }
+        };
+        drop(call);
+        // The grandchild is gone (or a zombie awaiting its reaper) once SIGKILL lands;
+        // without the group kill it would sleep on for an hour.
+        for attempt in 0.. {
+            assert!(attempt < 1500, "the hook's grandchild survived the drop");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next());
+            if matches!(state, None | Some("Z") | Some("X")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

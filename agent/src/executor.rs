@@ -64,7 +64,7 @@ fn log_failure(id: Option<String>, e: &LogError) -> CommandResult {
 }
 
 /// The id of a line that failed to parse, if it has a usable one.
-fn salvage_id(text: &str) -> Option<String> {
+pub fn salvage_id(text: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(text).ok()?;
     let id = value.get("id")?.as_str()?;
     capstan_common::validate::command_id(id).ok()?;
@@ -83,6 +83,10 @@ impl Executor {
 
     pub fn log(&self) -> &Arc<Log> {
         &self.log
+    }
+
+    pub fn driver(&self) -> &Arc<dyn Driver> {
+        &self.driver
     }
 
     /// Parses one line of input and carries it out, or rejects (and records) it.

@@ -6,6 +6,7 @@ use capstan_agent::driver::{sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_agent::transport::{HostInfo, Transport};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -248,7 +249,20 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
-    let executor = start(ctx).await?;
+    // Config errors first, before anything is touched.
+    let policy = match &ctx.config.nats {
+        Some(_) => Some(ctx.config.signing.policy()?),
+        None => None,
+    };
+    let executor = Arc::new(start(ctx).await?);
+    // Only after recovery and reconciliation: new commands come last.
+    let mut transport = match (&ctx.config.nats, policy) {
+        (Some(nats), Some(policy)) => {
+            let info = host_info(ctx, &executor);
+            Some(Transport::start(nats, policy, Arc::clone(&executor), info).await?)
+        }
+        _ => None,
+    };
     let mode = if leave_running {
         ShutdownMode::LeaveRunning
     } else {
@@ -256,6 +270,9 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     wait_for_stop_signal().await?;
+    if let Some(t) = &mut transport {
+        t.stop_commands().await;
+    }
     let mut code = ExitCode::SUCCESS;
     match mode {
         ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),
@@ -272,9 +289,27 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if let Some(t) = transport {
+        t.shutdown(std::time::Duration::from_secs(5)).await;
+    }
     executor.log().flush()?;
     tracing::info!("capstan-agent stopped");
     Ok(code)
+}
+
+fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
+    let driver = ctx
+        .config
+        .driver
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    HostInfo {
+        host: ctx.host.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        drivers: vec![driver],
+        capabilities: serde_json::to_value(executor.driver().capabilities()).unwrap_or_default(),
+    }
 }
 
 async fn wait_for_stop_signal() -> anyhow::Result<()> {

@@ -55,6 +55,16 @@ pub enum ErrorCode {
     LogDegraded,
     /// The local log could not be written.
     LogFailed,
+    // -- authorisation (outcome `rejected`); appended last: the log stores codes by
+    //    position, so new codes only ever go at the end --
+    /// The command carries no `sig` and this agent requires signed commands.
+    Unsigned,
+    /// `sig` is malformed or does not verify against any configured public key.
+    BadSignature,
+    /// `issued_at` is older than the agent's configured maximum command age.
+    Expired,
+    /// `issued_at` lies further in the future than the allowed clock skew.
+    IssuedInFuture,
 }
 
 impl ErrorCode {
@@ -83,6 +93,10 @@ impl ErrorCode {
             Self::BackendMissing => "backend_missing",
             Self::LogDegraded => "log_degraded",
             Self::LogFailed => "log_failed",
+            Self::Unsigned => "unsigned",
+            Self::BadSignature => "bad_signature",
+            Self::Expired => "expired",
+            Self::IssuedInFuture => "issued_in_future",
         }
     }
 }

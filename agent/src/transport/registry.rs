@@ -1,0 +1,67 @@
+//! The host registry: every [`wire::HEARTBEAT_SECS`] the agent puts a [`HostBeat`] under
+//! its host name in the `capstan_hosts` bucket. The bucket's max age removes the
+//! entries of hosts that stopped beating.
+
+use super::{pause, HostInfo};
+use crate::log::Log;
+use async_nats::jetstream;
+use capstan_common::nats::Retention;
+use capstan_common::wire::{self, HostBeat};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Beats until `stop`. Failures are logged when they start and when they end.
+pub async fn run(
+    js: jetstream::Context,
+    log: Arc<Log>,
+    info: HostInfo,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut bucket = None;
+    let mut failing = false;
+    loop {
+        if bucket.is_none() {
+            match capstan_common::nats::bucket(
+                &js,
+                wire::HOSTS_BUCKET,
+                Retention::default().hosts_max_age,
+            )
+            .await
+            {
+                Ok(b) => bucket = Some(b),
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "host registry not reachable");
+                }
+                Err(_) => {}
+            }
+        }
+        if let Some(b) = &bucket {
+            let beat = HostBeat {
+                host: info.host.clone(),
+                version: info.version.clone(),
+                drivers: info.drivers.clone(),
+                capabilities: info.capabilities.clone(),
+                last_seq: log.last_seq(),
+                at: chrono::Utc::now(),
+            };
+            let body = serde_json::to_vec(&beat).expect("beats serialise");
+            match b.put(info.host.as_str(), body.into()).await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("host registry heartbeat resumed");
+                }
+                Ok(_) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "host registry heartbeat failed");
+                }
+                Err(_) => {}
+            }
+        }
+        if pause(&mut stop, Duration::from_secs(wire::HEARTBEAT_SECS)).await {
+            return;
+        }
+    }
+}

@@ -252,6 +252,15 @@ impl Coordinator {
     pub fn log_file(&self) -> PathBuf {
         self.dir.path().join("coordinator.log")
     }
+
+    /// Submits each `(id, op fields)` for `host` in turn and waits for it to succeed.
+    pub fn run_all(&self, host: &str, commands: &[(&str, &str)]) {
+        for (id, fields) in commands {
+            let id = self.submit(&command(host, id, fields));
+            let status = self.cli_json(&["wait", &id, "--timeout", "60s"], 0);
+            assert_eq!(status["status"], "succeeded", "{status}");
+        }
+    }
 }
 
 impl Drop for Coordinator {
@@ -361,6 +370,12 @@ impl Drop for NatsAgent {
         self.kill();
     }
 }
+
+/// Op fields used across the NATS tests: namespace `shop`, workload `web`, `r1`.
+pub const ENSURE_SHOP: &str = r#""op":"ensure_namespace","namespace":"shop""#;
+pub const PREPARE_WEB_R1: &str = r#""op":"prepare_revision","namespace":"shop","workload":"web","revision":"r1","spec":{"driver":"sim"}"#;
+pub const ACTIVATE_WEB_R1: &str =
+    r#""op":"activate_revision","namespace":"shop","workload":"web","revision":"r1""#;
 
 /// A command's JSON text for `host` (no `issued_at`: the coordinator fills it).
 pub fn command(host: &str, id: &str, op_fields: &str) -> String {

@@ -2,7 +2,10 @@
 //! log → CAPSTAN_EVT → HTTP status, including an agent that is down when the command
 //! is sent, one killed between logging and acking, and two coordinators side by side.
 
-use capstan_tests::nats::{command, wait_until, Coordinator, Keys, NatsAgent, NatsServer};
+use capstan_tests::nats::{
+    command, wait_until, Coordinator, Keys, NatsAgent, NatsServer, ACTIVATE_WEB_R1, ENSURE_SHOP,
+    PREPARE_WEB_R1,
+};
 use serde_json::Value;
 
 fn kinds(status: &Value) -> Vec<String> {
@@ -88,28 +91,12 @@ fn redelivery_after_a_kill_between_log_and_ack_is_answered_from_the_log() {
     let keys = Keys::generate();
     let coordinator = Coordinator::start(&server.url(), &keys, "");
     let mut agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
-    for (id, fields) in [
-        ("ns", r#""op":"ensure_namespace","namespace":"shop""#),
-        (
-            "prep",
-            r#""op":"prepare_revision","namespace":"shop","workload":"web","revision":"r1","spec":{"driver":"sim"}"#,
-        ),
-    ] {
-        let id = coordinator.submit(&command("h1", id, fields));
-        assert_eq!(
-            coordinator.cli_json(&["wait", &id], 0)["status"],
-            "succeeded"
-        );
-    }
+    coordinator.run_all("h1", &[("ns", ENSURE_SHOP), ("prep", PREPARE_WEB_R1)]);
     agent.stop();
 
     // Hold before the ack, then SIGKILL: the command is in the log, not acked.
     agent.run(&[("CAPSTAN_FAULT_HOLD_BEFORE_ACK", "1")]);
-    let id = coordinator.submit(&command(
-        "h1",
-        "act",
-        r#""op":"activate_revision","namespace":"shop","workload":"web","revision":"r1""#,
-    ));
+    let id = coordinator.submit(&command("h1", "act", ACTIVATE_WEB_R1));
     capstan_tests::nats::wait_for_line(
         &agent.log_file(agent.runs()),
         "holding before the ack of act",

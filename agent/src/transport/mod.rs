@@ -7,7 +7,7 @@
 //!   holds its completion durably;
 //! - [`outbox`]: the log is the outbox: every durable record goes to
 //!   `capstan.v1.evt.<host>` in seq order, resuming from what JetStream acknowledged;
-//! - [`rpc`]: `capstan.v1.rpc.<host>.{ping,status,intent,log}`;
+//! - [`rpc`], on `capstan.v1.rpc.<host>.{ping,status,intent,log}`;
 //! - [`registry`]: a heartbeat in the `capstan_hosts` bucket every 5 s.
 
 pub mod auth;

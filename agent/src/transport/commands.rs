@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// How long the server waits for an ack (or a progress ack) before redelivering.
-const ACK_WAIT: Duration = Duration::from_secs(30);
+const ACK_WAIT: Duration = Duration::from_secs(10);
 /// Test-only fault: after the result is durable and before the ack, say so on stderr
 /// and hang, so that a test can SIGKILL the agent at exactly that point.
 pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";

@@ -17,6 +17,10 @@ pub struct CoordinatorConfig {
     /// A host whose last beat is older than this is `stale`.
     #[serde(default = "default_stale")]
     pub stale_after_secs: u64,
+    /// Max age of `capstan_hosts` entries, when this coordinator creates the bucket:
+    /// a host silent this long is `gone`.
+    #[serde(default = "default_hosts_max_age")]
+    pub hosts_max_age_secs: u64,
     #[serde(default)]
     pub nats: NatsConfig,
 }
@@ -27,6 +31,10 @@ fn default_listen() -> SocketAddr {
 
 fn default_stale() -> u64 {
     15
+}
+
+fn default_hosts_max_age() -> u64 {
+    60
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -85,7 +85,10 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         client,
         signer,
         Duration::from_secs(config.stale_after_secs),
-        Retention::default(),
+        Retention {
+            hosts_max_age: Duration::from_secs(config.hosts_max_age_secs),
+            ..Retention::default()
+        },
     );
     let state = Arc::new(AppState {
         fleet,

@@ -177,12 +177,17 @@ pub struct Coordinator {
 impl Coordinator {
     /// `nats_extra` is appended to the `[nats]` section (auth options).
     pub fn start(nats_url: &str, keys: &Keys, nats_extra: &str) -> Coordinator {
+        Self::start_with(nats_url, keys, "", nats_extra)
+    }
+
+    /// With extra top-level config lines too.
+    pub fn start_with(nats_url: &str, keys: &Keys, top: &str, nats_extra: &str) -> Coordinator {
         let dir = tempfile::tempdir().expect("coordinator dir");
         let config = dir.path().join("coordinator.toml");
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\nsigning_key_file = \"{}\"\n[nats]\nurl = \"{nats_url}\"\n{nats_extra}\n",
+                "listen = \"127.0.0.1:0\"\nsigning_key_file = \"{}\"\n{top}\n[nats]\nurl = \"{nats_url}\"\n{nats_extra}\n",
                 keys.secret_file().display()
             ),
         )

@@ -376,6 +376,14 @@ impl Drop for NatsAgent {
     }
 }
 
+/// A current-thread tokio runtime for a test's direct NATS or HTTP calls.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// Op fields used across the NATS tests: namespace `shop`, workload `web`, `r1`.
 pub const ENSURE_SHOP: &str = r#""op":"ensure_namespace","namespace":"shop""#;
 pub const PREPARE_WEB_R1: &str = r#""op":"prepare_revision","namespace":"shop","workload":"web","revision":"r1","spec":{"driver":"sim"}"#;

@@ -5,15 +5,8 @@
 use async_nats::jetstream;
 use capstan_common::signing::Signer;
 use capstan_common::Command;
-use capstan_tests::nats::{command, wait_until, Coordinator, Keys, NatsAgent, NatsServer};
+use capstan_tests::nats::{command, runtime, wait_until, Coordinator, Keys, NatsAgent, NatsServer};
 use std::path::PathBuf;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 fn wire(id: &str, host: &str, issued_at: chrono::DateTime<chrono::Utc>) -> Command {
     Command::parse(&format!(

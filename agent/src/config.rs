@@ -1,6 +1,7 @@
 //! The agent's trusted local configuration (`/etc/capstan/agent.toml`), read once at
 //! start. Unknown keys are errors that name the key.
 
+use crate::driver::docker::DockerConfig;
 use crate::driver::sim::SimConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ pub enum ShutdownMode {
 pub enum DriverChoice {
     #[default]
     Sim,
+    Docker,
 }
 
 /// `agent.toml`.
@@ -43,6 +45,8 @@ pub struct AgentConfig {
     pub shutdown_concurrency: Option<usize>,
     #[serde(default)]
     pub sim: SimConfig,
+    #[serde(default)]
+    pub docker: DockerConfig,
     /// The NATS transport: when set, `run` takes commands from NATS and reports there.
     pub nats: Option<capstan_common::nats::NatsConfig>,
     /// The coordinator keys commands must be signed with, and how old they may be.

@@ -102,6 +102,23 @@ pub enum Event {
         code: ErrorCode,
         message: String,
     },
+    /// A revision's process ended; `exit_code` when the backend knows it. Exits the
+    /// agent caused (stops, activations) are recorded too: this is the audit of what
+    /// the backend reported. Intent is unchanged.
+    WorkloadExited {
+        namespace: String,
+        workload: String,
+        revision: String,
+        exit_code: Option<i64>,
+    },
+    /// The backend holds something labelled as this host's that intent does not know
+    /// (or knows as retired); `reaped` when the agent removed it (`reap_orphans`).
+    DriftDetected {
+        namespace: String,
+        workload: String,
+        revision: String,
+        reaped: bool,
+    },
 }
 
 impl Event {
@@ -118,6 +135,8 @@ impl Event {
             Event::WorkloadStopped { .. } => "workload_stopped",
             Event::RevisionRetired { .. } => "revision_retired",
             Event::WorkloadFailed { .. } => "workload_failed",
+            Event::WorkloadExited { .. } => "workload_exited",
+            Event::DriftDetected { .. } => "drift_detected",
         }
     }
 
@@ -131,6 +150,7 @@ impl Event {
             | Event::RevisionPrepared { command_id, .. }
             | Event::RevisionRetired { command_id, .. } => Some(command_id),
             Event::CommandRejected { command_id, .. } => command_id.as_deref(),
+            Event::WorkloadExited { .. } | Event::DriftDetected { .. } => None,
             Event::WorkloadStarted { cause, .. }
             | Event::WorkloadStopped { cause, .. }
             | Event::WorkloadFailed { cause, .. } => cause.command_id(),
@@ -147,7 +167,9 @@ impl Event {
             | Event::WorkloadStarted { namespace, .. }
             | Event::WorkloadStopped { namespace, .. }
             | Event::RevisionRetired { namespace, .. }
-            | Event::WorkloadFailed { namespace, .. } => Some(namespace),
+            | Event::WorkloadFailed { namespace, .. }
+            | Event::WorkloadExited { namespace, .. }
+            | Event::DriftDetected { namespace, .. } => Some(namespace),
             Event::CommandRejected { .. } | Event::CommandCompleted { .. } => None,
         }
     }
@@ -160,7 +182,9 @@ impl Event {
             | Event::WorkloadStarted { workload, .. }
             | Event::WorkloadStopped { workload, .. }
             | Event::RevisionRetired { workload, .. }
-            | Event::WorkloadFailed { workload, .. } => Some(workload),
+            | Event::WorkloadFailed { workload, .. }
+            | Event::WorkloadExited { workload, .. }
+            | Event::DriftDetected { workload, .. } => Some(workload),
             _ => None,
         }
     }
@@ -173,7 +197,9 @@ impl Event {
             }
             Event::RevisionPrepared { revision, .. }
             | Event::WorkloadStarted { revision, .. }
-            | Event::RevisionRetired { revision, .. } => Some(revision),
+            | Event::RevisionRetired { revision, .. }
+            | Event::WorkloadExited { revision, .. }
+            | Event::DriftDetected { revision, .. } => Some(revision),
             _ => None,
         }
     }

@@ -20,6 +20,8 @@ pub struct Executor {
     driver: Arc<dyn Driver>,
     /// Commands on one namespace run one at a time; namespaces run in parallel.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Remove drift (backends labelled ours that intent does not know) at startup.
+    reap_orphans: bool,
 }
 
 /// What startup reconciliation did.
@@ -78,7 +80,14 @@ impl Executor {
             log,
             driver,
             locks: Mutex::new(HashMap::new()),
+            reap_orphans: false,
         }
+    }
+
+    /// Remove drift found by [`Executor::reconcile`] instead of only reporting it.
+    pub fn reap_orphans(mut self, yes: bool) -> Executor {
+        self.reap_orphans = yes;
+        self
     }
 
     pub fn log(&self) -> &Arc<Log> {
@@ -87,6 +96,12 @@ impl Executor {
 
     pub fn driver(&self) -> &Arc<dyn Driver> {
         &self.driver
+    }
+
+    /// Holds `namespace` against commands (and other holders) until the guard drops:
+    /// what the supervisor takes before it re-checks intent and restarts anything.
+    pub async fn lock_namespace(&self, namespace: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.lock_for(namespace).lock_owned().await
     }
 
     /// Parses one line of input and carries it out, or rejects (and records) it.
@@ -498,7 +513,27 @@ impl Executor {
                     revision,
                 } => {
                     report.drift += 1;
-                    tracing::warn!(%namespace, %workload, %revision, "found a backend labelled ours that intent does not know");
+                    tracing::warn!(%namespace, %workload, %revision, reap = self.reap_orphans, "found a backend labelled ours that intent does not know");
+                    let mut reaped = false;
+                    if self.reap_orphans {
+                        let rev = RevisionRef {
+                            namespace: &namespace,
+                            workload: &workload,
+                            revision: &revision,
+                        };
+                        match self.driver.retire(rev).await {
+                            Ok(()) => reaped = true,
+                            Err(e) => {
+                                tracing::warn!(error = %e.report(), "could not remove drift")
+                            }
+                        }
+                    }
+                    self.log.append(&[Event::DriftDetected {
+                        namespace,
+                        workload,
+                        revision,
+                        reaped,
+                    }])?;
                 }
             }
         }

@@ -30,6 +30,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
                         image: Some(image),
                         command: vec![],
                         env: Default::default(),
+                        working_dir: None,
+                        mounts: vec![],
+                        ports: vec![],
                     },
                 }
             }

@@ -181,6 +181,8 @@ impl Intent {
             } => {
                 self.workload_entry(namespace, workload).failed = Some(*code);
             }
+            // Observations, not decisions: intent does not change.
+            Event::WorkloadExited { .. } | Event::DriftDetected { .. } => {}
         }
     }
 
@@ -240,6 +242,9 @@ mod tests {
             image: None,
             command: vec![],
             env: BTreeMap::new(),
+            working_dir: None,
+            mounts: vec![],
+            ports: vec![],
         }
     }
     fn cmd(id: &str) -> Cause {

@@ -11,6 +11,7 @@ pub mod executor;
 pub mod intent;
 pub mod log;
 pub mod plan;
+pub mod supervise;
 pub mod transport;
 
 #[cfg(test)]

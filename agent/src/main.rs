@@ -2,10 +2,11 @@
 
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
-use capstan_agent::driver::{sim::SimDriver, Driver};
+use capstan_agent::driver::{docker::DockerDriver, sim::SimDriver, Driver};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_agent::supervise::{Backoff, Supervisor};
 use capstan_agent::transport::{HostInfo, Transport};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -126,7 +127,13 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = AgentConfig::load(cli.config.as_deref())?;
+    let mut config = AgentConfig::load(cli.config.as_deref())?;
+    if let Cmd::Apply {
+        driver: Some(d), ..
+    } = &cli.command
+    {
+        config.driver = *d;
+    }
     let data_dir = cli
         .data_dir
         .or_else(|| config.data_dir.clone())
@@ -168,22 +175,33 @@ fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
     Ok(Arc::new(log))
 }
 
-fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
+async fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
     match ctx.config.driver {
         config::DriverChoice::Sim => Ok(Arc::new(
             SimDriver::open(&ctx.data_dir, ctx.config.sim.clone())
                 .context("cannot open the sim host")?,
         )),
+        config::DriverChoice::Docker => Ok(Arc::new(
+            DockerDriver::connect(&ctx.host, ctx.config.docker.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!(e.report()))
+                .context("cannot reach the docker engine")?,
+        )),
     }
 }
 
-/// Startup: open the log, finish what it shows as begun, reconcile the host.
-async fn start(ctx: &Context) -> anyhow::Result<Executor> {
+/// Opens the log and the driver.
+async fn open(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
-    let executor = Executor::new(ctx.host.clone(), log, driver(ctx)?);
+    let reap = ctx.config.driver == config::DriverChoice::Docker && ctx.config.docker.reap_orphans;
+    Ok(Executor::new(ctx.host.clone(), log, driver(ctx).await?).reap_orphans(reap))
+}
+
+/// Startup: finish what the log shows as begun, reconcile the host.
+async fn startup(executor: &Executor) -> anyhow::Result<()> {
     if let Some(c) = executor.log().degraded() {
         tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
-        return Ok(executor);
+        return Ok(());
     }
     let recovered = executor.recover().await?;
     if recovered > 0 {
@@ -200,6 +218,13 @@ async fn start(ctx: &Context) -> anyhow::Result<Executor> {
         drift = report.drift,
         "startup reconciliation done"
     );
+    Ok(())
+}
+
+/// [`open`] then [`startup`].
+async fn start(ctx: &Context) -> anyhow::Result<Executor> {
+    let executor = open(ctx).await?;
+    startup(&executor).await?;
     Ok(executor)
 }
 
@@ -254,7 +279,18 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
         Some(_) => Some(ctx.config.signing.policy()?),
         None => None,
     };
-    let executor = Arc::new(start(ctx).await?);
+    // First, so that a SIGTERM during startup is handled after it, not fatal.
+    let stopped = stop_signal()?;
+    let executor = Arc::new(open(ctx).await?);
+    // Supervise from before startup reconciliation: a container it starts may exit
+    // at once, and that exit must be seen.
+    let supervisor = if executor.log().degraded().is_none() {
+        let supervisor = Supervisor::new(Arc::clone(&executor), Backoff::default());
+        Some(tokio::spawn(supervisor.run()))
+    } else {
+        None
+    };
+    startup(&executor).await?;
     // Only after recovery and reconciliation: new commands come last.
     let mut transport = match (&ctx.config.nats, policy) {
         (Some(nats), Some(policy)) => {
@@ -269,9 +305,13 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
         ctx.config.shutdown
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
-    wait_for_stop_signal().await?;
+    stopped.await;
     if let Some(t) = &mut transport {
         t.stop_commands().await;
+    }
+    // No restarts from here on: the sweep's own stops must not be undone.
+    if let Some(s) = &supervisor {
+        s.abort();
     }
     let mut code = ExitCode::SUCCESS;
     match mode {
@@ -312,15 +352,18 @@ fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
     }
 }
 
-async fn wait_for_stop_signal() -> anyhow::Result<()> {
+/// Installs the SIGTERM/SIGINT handlers now (so a signal sent as soon as the agent
+/// says it is ready is never lost to the default action) and returns the wait.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    })
 }
 
 fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
@@ -391,7 +434,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 (Some(n), None, _) => n.to_string(),
                 _ => String::new(),
             };
-            let detail = ["outcome", "code", "cause", "op"]
+            let detail = ["outcome", "code", "cause", "op", "exit_code", "reaped"]
                 .iter()
                 .filter_map(|k| {
                     json.get(*k)

@@ -337,6 +337,9 @@ mod tests {
             image: Some(image.into()),
             command: vec![],
             env: BTreeMap::new(),
+            working_dir: None,
+            mounts: vec![],
+            ports: vec![],
         }
     }
 

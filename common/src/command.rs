@@ -105,6 +105,57 @@ pub struct Spec {
     pub command: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The working directory inside the workload (absolute); `None`: the image's.
+    #[serde(default)]
+    pub working_dir: Option<String>,
+    /// Host paths or named volumes mounted into the workload.
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+    /// Ports published on the host.
+    #[serde(default)]
+    pub ports: Vec<PortMapping>,
+}
+
+/// One mount: a host path (absolute `source`) or a named volume (`source` a volume
+/// name) at the absolute `target` path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub source: String,
+    pub target: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A port published on the host: `host_ip:host_port` → `container_port/protocol`.
+/// `host_port` 0 lets the backend pick one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMapping {
+    pub container_port: u16,
+    #[serde(default)]
+    pub host_port: u16,
+    /// The host address to bind; `None`: every address.
+    #[serde(default)]
+    pub host_ip: Option<String>,
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+/// A transport protocol of a [`PortMapping`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
 }
 
 /// A workload's address on a host: `namespace/workload`.

@@ -55,8 +55,12 @@ pub enum ErrorCode {
     LogDegraded,
     /// The local log could not be written.
     LogFailed,
-    // -- authorisation (outcome `rejected`); appended last: the log stores codes by
-    //    position, so new codes only ever go at the end --
+    // Appended, not grouped: the binary log stores codes by position.
+    /// The revision's image is not on the host and the pull policy forbids (or the
+    /// registry refused) pulling it.
+    ImageNotFound,
+    // Authorisation (outcome `rejected`), appended after ImageNotFound for the same
+    // reason.
     /// The command carries no `sig` and this agent requires signed commands.
     Unsigned,
     /// `sig` is malformed or does not verify against any configured public key.
@@ -91,6 +95,7 @@ impl ErrorCode {
             Self::NoActiveRevision => "no_active_revision",
             Self::DriverFailed => "driver_failed",
             Self::BackendMissing => "backend_missing",
+            Self::ImageNotFound => "image_not_found",
             Self::LogDegraded => "log_degraded",
             Self::LogFailed => "log_failed",
             Self::Unsigned => "unsigned",

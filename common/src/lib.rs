@@ -16,7 +16,8 @@ pub mod validate;
 pub mod wire;
 
 pub use command::{
-    Command, DriverKind, Op, Spec, WorkloadRef, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+    Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec, WorkloadRef, MAX_COMMAND_BYTES,
+    PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};

@@ -142,6 +142,34 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
             "`command` argument contains NUL",
         ));
     }
+    if let Some(dir) = &spec.working_dir {
+        if !is_abs_path(dir) {
+            return Err(Rejection::new(
+                ErrorCode::InvalidSpec,
+                "`working_dir` must be an absolute path without NUL, newline or `..`",
+            ));
+        }
+    }
+    for m in &spec.mounts {
+        if !(is_abs_path(&m.source) || is_volume_name(&m.source)) || !is_abs_path(&m.target) {
+            return Err(Rejection::new(
+                ErrorCode::InvalidSpec,
+                "a mount needs `source` (an absolute path or a volume name [A-Za-z0-9][A-Za-z0-9_.-]*) and an absolute `target`, without NUL, newline, `,` or `..`",
+            ));
+        }
+    }
+    for p in &spec.ports {
+        let ip_ok = p
+            .host_ip
+            .as_deref()
+            .is_none_or(|ip| ip.parse::<std::net::IpAddr>().is_ok());
+        if p.container_port == 0 || !ip_ok {
+            return Err(Rejection::new(
+                ErrorCode::InvalidSpec,
+                "a port needs `container_port` 1-65535 and, if given, `host_ip` an IP address",
+            ));
+        }
+    }
     match (&spec.image, spec.driver) {
         (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
@@ -156,6 +184,25 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
         )),
         _ => Ok(()),
     }
+}
+
+/// An absolute path of at most 4096 bytes, without NUL, newline, `,` (the mount
+/// option separator) or `..` components.
+pub fn is_abs_path(s: &str) -> bool {
+    s.starts_with('/')
+        && s.len() <= 4096
+        && !s.contains(['\0', '\n', '\r', ','])
+        && !s.split('/').any(|c| c == "..")
+}
+
+/// A named volume: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
+pub fn is_volume_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 fn truncate(s: &str) -> String {
@@ -202,6 +249,20 @@ mod tests {
             "ho_st.x/app",
         ] {
             assert!(!is_image_ref(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_and_volumes() {
+        for ok in ["/", "/data", "/a/b.c/d"] {
+            assert!(is_abs_path(ok), "{ok}");
+        }
+        for bad in ["", "data", "/a/../b", "/a\0", "/a\nb", "/a,b"] {
+            assert!(!is_abs_path(bad), "{bad}");
+        }
+        assert!(is_volume_name("cache_1.v"));
+        for bad in ["", "-v", "a/b", "a b"] {
+            assert!(!is_volume_name(bad), "{bad}");
         }
     }
 

@@ -2,6 +2,7 @@
 //! own data dir, run the agent CLI and read what it says.
 
 pub mod agent;
+pub mod docker;
 pub mod nats;
 
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 //! their equal. Every operation is idempotent: the executor may repeat any of them
 //! after a crash, and a repeat must converge, never duplicate.
 
+pub mod docker;
 pub mod sim;
 
 use capstan_common::{ErrorCode, Spec};
@@ -11,6 +12,14 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The launch environment accepted from the `before_workload_start` hooks: a detached,
 /// validated copy of opaque placeholders, projected into the workload's environment.
 pub type LaunchEnv = BTreeMap<String, String>;
+
+/// A workload's environment: its spec env overlaid with the launch env (the launch
+/// env wins on a shared name).
+pub fn merged_env(spec: &Spec, launch_env: &LaunchEnv) -> BTreeMap<String, String> {
+    let mut env = spec.env.clone();
+    env.extend(launch_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
 
 /// The address of one revision on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +76,17 @@ impl Observed {
     }
 }
 
+/// A workload's process ended (on its own, or because it was stopped), as the
+/// backend reported it. The supervisor decides what, if anything, to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub namespace: String,
+    pub workload: String,
+    pub revision: String,
+    /// The exit status, when the backend knows it.
+    pub exit_code: Option<i64>,
+}
+
 /// A driver operation that did not happen. The message names the operation and the
 /// object; the cause, if any, is the `source`.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +97,15 @@ pub enum DriverError {
     /// A failure scripted into the sim driver.
     #[error("{op} {target}: scripted failure")]
     Scripted { op: &'static str, target: String },
+    /// The driver refused: what was asked cannot be done as things are (an image
+    /// that is not there, a namespace still in use, an object that is not ours).
+    #[error("{op} {target}: {reason}")]
+    Refused {
+        op: &'static str,
+        target: String,
+        code: ErrorCode,
+        reason: String,
+    },
     /// The backend refused or failed.
     #[error("{op} {target} failed")]
     Backend {
@@ -92,6 +121,7 @@ impl DriverError {
     pub fn code(&self) -> ErrorCode {
         match self {
             DriverError::Missing { .. } => ErrorCode::BackendMissing,
+            DriverError::Refused { code, .. } => *code,
             DriverError::Scripted { .. } | DriverError::Backend { .. } => ErrorCode::DriverFailed,
         }
     }
@@ -143,4 +173,20 @@ pub trait Driver: Send + Sync {
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
     /// Everything on the host that carries capstan's labels.
     async fn observe(&self) -> Result<Observed, DriverError>;
+    /// The current state of one revision (`None`: no backend). Drivers whose bulk
+    /// view can lag behind override this with an authoritative read.
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        Ok(self
+            .observe()
+            .await?
+            .revision(rev.namespace, rev.workload, rev.revision))
+    }
+    /// Sends every exit of this host's workloads to `exits` until the receiver is
+    /// dropped (`Ok`) or the backend's feed breaks (`Err`; the caller reconnects).
+    /// The supervisor's hook: a driver without an exit feed keeps this default,
+    /// which reports nothing and returns at once.
+    async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        drop(exits);
+        Ok(())
+    }
 }

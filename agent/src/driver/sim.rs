@@ -3,7 +3,9 @@
 //! scripted from config. It implements the same trait as the real drivers and keeps
 //! the same promises: idempotent operations, exact-revision retire.
 
-use super::{BackendState, Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef};
+use super::{
+    merged_env, BackendState, Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef,
+};
 use capstan_common::Spec;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -233,12 +235,6 @@ fn start_in(
         r.env = env;
     }
     Ok(())
-}
-
-fn merged_env(spec: &Spec, launch_env: &LaunchEnv) -> BTreeMap<String, String> {
-    let mut env = spec.env.clone();
-    env.extend(launch_env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env
 }
 
 #[async_trait::async_trait]

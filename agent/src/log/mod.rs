@@ -8,8 +8,8 @@
 //! - `snapshots`: seq → sealed [`Snapshot`] of the folded intent, every
 //!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
 //!
-//! A record and its index entries (and a snapshot when one is due) are written in one
-//! sled transaction. [`Log::durable`] waits for the group-commit flusher.
+//! A batch of records and their index entries are written in one sled transaction; a
+//! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
 mod codec;
 mod flusher;
@@ -107,11 +107,19 @@ impl From<TransactionError<()>> for LogError {
 }
 
 /// The folded intent at a seq, with the hash of the record at that seq as its anchor.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Snapshot {
     seq: u64,
     anchor: Hash,
     intent: Intent,
+}
+
+/// [`Snapshot`]'s stored form, written without copying the intent.
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    seq: u64,
+    anchor: Hash,
+    intent: &'a Intent,
 }
 
 struct Tail {
@@ -302,10 +310,7 @@ impl Log {
         let mut tail = self.tail.lock().expect("log lock");
         let at_ms = chrono::Utc::now().timestamp_millis();
         let mut writes = Vec::with_capacity(events.len());
-        let mut intent = tail.intent.clone();
         let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
-        let mut snapshot = None;
-        let mut since_snapshot = tail.since_snapshot;
         for event in events {
             let record = Record {
                 seq,
@@ -314,7 +319,6 @@ impl Log {
                 event: event.clone(),
             };
             let (bytes, hash) = codec::seal(&record).map_err(LogError::Encode)?;
-            intent.apply(seq, event);
             let mut index = Vec::new();
             if let Some(id) = event.command_id() {
                 index.push((true, index_key(id, seq)));
@@ -323,39 +327,11 @@ impl Log {
                 index.push((false, index_key(&crate::intent::key(ns, wl), seq)));
             }
             writes.push((seq, bytes, index));
-            since_snapshot += 1;
-            if since_snapshot >= self.options.snapshot_every {
-                let (snap, _) = codec::seal(&Snapshot {
-                    seq,
-                    anchor: hash,
-                    intent: intent.clone(),
-                })
-                .map_err(LogError::Encode)?;
-                snapshot = Some((seq, snap));
-                since_snapshot = 0;
-            }
             prev = hash;
             seq += 1;
         }
-        let old_snapshots: Vec<sled::IVec> = if snapshot.is_some() {
-            // Keep the newest existing snapshot as a fallback; drop the rest.
-            let keys: Vec<_> = self
-                .snapshots
-                .iter()
-                .keys()
-                .collect::<Result<_, _>>()
-                .map_err(LogError::Storage)?;
-            keys.iter().rev().skip(1).cloned().collect()
-        } else {
-            Vec::new()
-        };
-        (
-            &self.records,
-            &self.by_command,
-            &self.by_workload,
-            &self.snapshots,
-        )
-            .transaction(|(records, by_command, by_workload, snapshots)| {
+        (&self.records, &self.by_command, &self.by_workload).transaction(
+            |(records, by_command, by_workload)| {
                 for (seq, bytes, index) in &writes {
                     records.insert(&seq_key(*seq), bytes.as_slice())?;
                     for (is_command, key) in index {
@@ -363,36 +339,74 @@ impl Log {
                         tree.insert(key.as_slice(), &[] as &[u8])?;
                     }
                 }
-                if let Some((seq, snap)) = &snapshot {
-                    snapshots.insert(&seq_key(*seq), snap.as_slice())?;
-                    for old in &old_snapshots {
-                        snapshots.remove(old)?;
-                    }
-                }
                 Ok::<_, ConflictableTransactionError<()>>(())
-            })?;
+            },
+        )?;
+        // Committed: fold in place (no copy of the intent on the write path).
         let last = seq - 1;
-        *tail = Tail {
-            next_seq: seq,
-            last_hash: prev,
-            intent,
-            since_snapshot,
-        };
+        for (event, (seq, ..)) in events.iter().zip(&writes) {
+            tail.intent.apply(*seq, event);
+        }
+        tail.next_seq = seq;
+        tail.last_hash = prev;
+        tail.since_snapshot += events.len() as u64;
+        if tail.since_snapshot >= self.options.snapshot_every {
+            // Anchored to the batch's last record. Not part of the records'
+            // transaction: a snapshot lost to a crash only lengthens the next replay.
+            self.write_snapshot(last, prev, &tail.intent)?;
+            tail.since_snapshot = 0;
+        }
         self.flusher.written(last);
         Ok(last)
+    }
+
+    fn write_snapshot(&self, seq: u64, anchor: Hash, intent: &Intent) -> Result<(), LogError> {
+        let (sealed, _) = codec::seal(&SnapshotRef {
+            seq,
+            anchor,
+            intent,
+        })
+        .map_err(LogError::Encode)?;
+        self.snapshots
+            .insert(seq_key(seq), sealed)
+            .map_err(LogError::Storage)?;
+        // Keep this one and the previous one (a fallback); drop the rest.
+        let keys: Vec<sled::IVec> = self
+            .snapshots
+            .iter()
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(LogError::Storage)?;
+        for old in keys.iter().rev().skip(2) {
+            self.snapshots.remove(old).map_err(LogError::Storage)?;
+        }
+        Ok(())
     }
 
     /// Waits until every record up to `seq` is on disk. Concurrent callers share one
     /// flush (group commit).
     pub async fn durable(&self, seq: u64) -> Result<(), LogError> {
-        self.flusher.durable(seq).await.map_err(LogError::Flush)
+        self.flusher
+            .durable(seq, None)
+            .await
+            .map_err(LogError::Flush)
     }
 
-    /// [`Log::append`], then [`Log::durable`].
+    /// [`Log::append`], then [`Log::durable`]. While this writer is between the two,
+    /// the flusher holds its next flush for it, so concurrent writers share flushes.
     pub async fn append_durable(&self, events: &[Event]) -> Result<u64, LogError> {
+        let arriving = self.flusher.arriving();
         let seq = self.append(events)?;
-        self.durable(seq).await?;
+        self.flusher
+            .durable(seq, Some(arriving))
+            .await
+            .map_err(LogError::Flush)?;
         Ok(seq)
+    }
+
+    /// How many flushes have run since open (for metrics and benchmarks).
+    pub fn flushes(&self) -> u64 {
+        self.flusher.flushes()
     }
 
     /// One record by seq.

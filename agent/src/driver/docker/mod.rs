@@ -1,0 +1,686 @@
+//! The docker driver: workloads as containers, through the Docker Engine API
+//! (bollard). A namespace is a bridge network `capstan-<ns>`; a revision is one
+//! container, created by `prepare` and started by `activate`/`start`. Everything is
+//! found again by its labels (see [`naming`]), never by name alone, and only objects
+//! labelled with this agent's host are ever changed.
+
+pub mod naming;
+
+use super::{
+    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
+    RevisionRef,
+};
+use bollard::errors::Error as DockerError;
+use bollard::models::{ContainerSummary, NetworkCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+use bollard::Docker;
+use capstan_common::{ErrorCode, Spec};
+use futures::StreamExt;
+use naming::{NAMESPACE, REVISION, WORKLOAD};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The standard docker socket.
+pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
+
+/// Docker driver settings (`[docker]` in the agent config).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerConfig {
+    /// The engine's socket, `unix:///path`.
+    #[serde(default = "default_socket")]
+    pub socket: String,
+    #[serde(default)]
+    pub pull_policy: PullPolicy,
+    /// Remove containers labelled as this host's that intent does not know (drift).
+    /// Off by default: drift is only reported.
+    #[serde(default)]
+    pub reap_orphans: bool,
+    /// Seconds a container gets between SIGTERM and SIGKILL when stopped.
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout_secs: u32,
+}
+
+fn default_socket() -> String {
+    DEFAULT_SOCKET.into()
+}
+
+fn default_stop_timeout() -> u32 {
+    10
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            socket: default_socket(),
+            pull_policy: PullPolicy::default(),
+            reap_orphans: false,
+            stop_timeout_secs: default_stop_timeout(),
+        }
+    }
+}
+
+/// Whether `prepare_revision` may pull a missing image.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PullPolicy {
+    /// The image must already be on the host (`image_not_found` otherwise).
+    Never,
+    /// Pull it when it is not on the host.
+    #[default]
+    IfNotPresent,
+}
+
+/// The docker driver.
+pub struct DockerDriver {
+    docker: Docker,
+    host: String,
+    config: DockerConfig,
+    /// Where the exit feed (re)starts, in unix nanoseconds: first the moment the
+    /// driver connected, then just after the last event seen. The engine replays
+    /// events since then, so an exit during startup reconciliation or between two
+    /// subscriptions is not lost (within the engine's event buffer).
+    exits_since: std::sync::Mutex<i64>,
+}
+
+/// The HTTP status of an engine answer, if it was one.
+fn status(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(DockerError) -> DriverError {
+    move |e| DriverError::Backend {
+        op,
+        target: target.to_string(),
+        source: Box::new(e),
+    }
+}
+
+/// The result of a stop or removal, where "no such object" means it is done.
+fn gone_is_done(
+    op: &'static str,
+    target: impl ToString,
+    result: Result<(), DockerError>,
+) -> Result<(), DriverError> {
+    match result {
+        Err(e) if status(&e) != Some(404) => Err(backend(op, target)(e)),
+        _ => Ok(()),
+    }
+}
+
+fn refused(
+    op: &'static str,
+    target: impl ToString,
+    code: ErrorCode,
+    reason: impl Into<String>,
+) -> DriverError {
+    DriverError::Refused {
+        op,
+        target: target.to_string(),
+        code,
+        reason: reason.into(),
+    }
+}
+
+impl DockerDriver {
+    /// Connects to the engine at `config.socket` and negotiates the API version.
+    pub async fn connect(host: &str, config: DockerConfig) -> Result<DockerDriver, DriverError> {
+        let op = "connect";
+        let Some(path) = config.socket.strip_prefix("unix://") else {
+            return Err(refused(
+                op,
+                &config.socket,
+                ErrorCode::DriverFailed,
+                "`docker.socket` must be unix:///path",
+            ));
+        };
+        let docker = Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(backend(op, &config.socket))?
+            .negotiate_version()
+            .await
+            .map_err(backend(op, &config.socket))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        Ok(DockerDriver {
+            docker,
+            host: host.to_string(),
+            config,
+            exits_since: std::sync::Mutex::new(now),
+        })
+    }
+
+    /// This host's containers carrying every extra label given (stopped ones too).
+    async fn containers(
+        &self,
+        op: &'static str,
+        target: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<Vec<ContainerSummary>, DriverError> {
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&naming::label_filter(&self.host, extra))
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(backend(op, target))
+    }
+
+    /// The container of exactly this revision, if there is one.
+    async fn find(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+    ) -> Result<Option<ContainerSummary>, DriverError> {
+        let found = self
+            .containers(
+                op,
+                &rev.to_string(),
+                &[
+                    (NAMESPACE, rev.namespace),
+                    (WORKLOAD, rev.workload),
+                    (REVISION, rev.revision),
+                ],
+            )
+            .await?;
+        Ok(found.into_iter().next())
+    }
+
+    /// Makes sure `image` is on the host, pulling it if the policy allows.
+    async fn ensure_image(&self, op: &'static str, image: &str) -> Result<(), DriverError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => return Ok(()),
+            Err(e) if status(&e) == Some(404) => {}
+            Err(e) => return Err(backend(op, image)(e)),
+        }
+        if self.config.pull_policy == PullPolicy::Never {
+            return Err(refused(
+                op,
+                image,
+                ErrorCode::ImageNotFound,
+                "the image is not on the host and pull_policy is never",
+            ));
+        }
+        tracing::info!(image, "pulling image");
+        let options = CreateImageOptionsBuilder::new().from_image(image).build();
+        let mut pull = self.docker.create_image(Some(options), None, None);
+        while let Some(progress) = pull.next().await {
+            if let Err(e) = progress {
+                tracing::warn!(image, error = %e, "image pull failed");
+                return Err(refused(
+                    op,
+                    image,
+                    ErrorCode::ImageNotFound,
+                    "the image is not on the host and could not be pulled",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the revision's container (not started) with `env`, under its readable
+    /// name, or its hashed name when another triple holds the readable one.
+    async fn create(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        env: &BTreeMap<String, String>,
+    ) -> Result<String, DriverError> {
+        if let Some(name) = naming::bad_env(env) {
+            let shown: String = name.chars().take(64).collect();
+            return Err(refused(
+                op,
+                rev,
+                ErrorCode::InvalidEnv,
+                format!("env entry {shown:?} cannot be written into a container"),
+            ));
+        }
+        let body = naming::container_body(&self.host, rev, spec, env);
+        let mut last = None;
+        for name in [naming::container_name(rev), naming::hashed_name(rev)] {
+            let options = CreateContainerOptionsBuilder::new().name(&name).build();
+            match self
+                .docker
+                .create_container(Some(options), body.clone())
+                .await
+            {
+                Ok(created) => {
+                    tracing::info!(container = %name, revision = %rev, "container created");
+                    return Ok(created.id);
+                }
+                Err(e) if status(&e) == Some(409) => last = Some(e),
+                Err(e) => return Err(backend(op, rev)(e)),
+            }
+        }
+        Err(backend(op, rev)(last.expect("a name was tried")))
+    }
+
+    /// The id of the revision's container, created with `spec` and `launch_env`. An
+    /// existing container made with a different environment is replaced: container
+    /// env cannot change after creation, and the launch environment must be the one
+    /// projected at this start.
+    async fn ready_container(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<String, DriverError> {
+        let existing = self
+            .find(op, rev)
+            .await?
+            .ok_or_else(|| DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            })?;
+        let id = existing.id.clone().unwrap_or_default();
+        let env = merged_env(spec, launch_env);
+        let have = existing
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(naming::ENV_HASH));
+        if have == Some(&naming::env_hash(&env)) {
+            return Ok(id);
+        }
+        tracing::info!(revision = %rev, "environment changed: recreating the container");
+        self.remove(op, rev, &id).await?;
+        self.create(op, rev, spec, &env).await
+    }
+
+    async fn start_id(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        id: &str,
+    ) -> Result<(), DriverError> {
+        match self
+            .docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            }),
+            Err(e) => Err(backend(op, rev)(e)),
+        }
+    }
+
+    async fn stop_id(&self, op: &'static str, target: &str, id: &str) -> Result<(), DriverError> {
+        let t = i32::try_from(self.config.stop_timeout_secs).unwrap_or(i32::MAX);
+        let options = StopContainerOptionsBuilder::new().t(t).build();
+        gone_is_done(
+            op,
+            target,
+            self.docker.stop_container(id, Some(options)).await,
+        )
+    }
+
+    async fn remove(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        id: &str,
+    ) -> Result<(), DriverError> {
+        let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        gone_is_done(
+            op,
+            rev,
+            self.docker.remove_container(id, Some(options)).await,
+        )
+    }
+
+    /// A container's state as the engine holds it now (`None`: it is gone).
+    async fn inspect_state(
+        &self,
+        op: &'static str,
+        id: &str,
+    ) -> Result<Option<BackendState>, DriverError> {
+        match self
+            .docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+        {
+            Ok(i) => Ok(Some(if i.state.and_then(|s| s.running).unwrap_or(false) {
+                BackendState::Running
+            } else {
+                BackendState::Stopped
+            })),
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(backend(op, id)(e)),
+        }
+    }
+
+    /// Starts `rev` (recreating it if its env changed). Starting a running container
+    /// is a no-op answer from the engine (304), so no state is read first: the list
+    /// view of container state can lag behind the engine by a moment.
+    async fn start_rev(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<(), DriverError> {
+        let id = self.ready_container(op, rev, spec, launch_env).await?;
+        self.start_id(op, rev, &id).await?;
+        tracing::info!(revision = %rev, container = %id, "container started (or already running)");
+        Ok(())
+    }
+}
+
+fn label<'a>(c: &'a ContainerSummary, key: &str) -> Option<&'a str> {
+    c.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+#[async_trait::async_trait]
+impl Driver for DockerDriver {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            manages_lifecycle: true,
+        }
+    }
+
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        let op = "ensure_namespace";
+        let name = naming::network_name(namespace);
+        match self
+            .docker
+            .inspect_network(
+                &name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if status(&e) == Some(404) => {
+                let request = NetworkCreateRequest {
+                    name: name.clone(),
+                    driver: Some("bridge".into()),
+                    labels: Some(naming::network_labels(&self.host, namespace)),
+                    ..Default::default()
+                };
+                self.docker
+                    .create_network(request)
+                    .await
+                    .map_err(backend(op, namespace))?;
+                tracing::info!(network = %name, "network created");
+            }
+            Err(e) => return Err(backend(op, namespace)(e)),
+        }
+        // Read ownership back: a network of that name made by someone else (or by
+        // another host's agent) is never adopted.
+        let network = self
+            .docker
+            .inspect_network(
+                &name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+            .map_err(backend(op, namespace))?;
+        let labels = network.labels.as_ref();
+        if !naming::is_ours(labels, &self.host)
+            || labels.and_then(|l| l.get(NAMESPACE)).map(String::as_str) != Some(namespace)
+        {
+            return Err(refused(
+                op,
+                namespace,
+                ErrorCode::DriverFailed,
+                format!("network {name} exists and is not this host's capstan network"),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        let op = "delete_namespace";
+        let left = self
+            .containers(op, namespace, &[(NAMESPACE, namespace)])
+            .await?;
+        if !left.is_empty() {
+            return Err(refused(
+                op,
+                namespace,
+                ErrorCode::NamespaceNotEmpty,
+                format!("{} container(s) of ours are still in it", left.len()),
+            ));
+        }
+        let name = naming::network_name(namespace);
+        let network = match self
+            .docker
+            .inspect_network(
+                &name,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+        {
+            Ok(n) => n,
+            Err(e) if status(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(backend(op, namespace)(e)),
+        };
+        if !naming::is_ours(network.labels.as_ref(), &self.host) {
+            return Err(refused(
+                op,
+                namespace,
+                ErrorCode::DriverFailed,
+                format!("network {name} is not this host's capstan network"),
+            ));
+        }
+        gone_is_done(op, namespace, self.docker.remove_network(&name).await)
+    }
+
+    async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
+        let op = "prepare";
+        let image = spec.image.as_deref().ok_or_else(|| {
+            refused(
+                op,
+                rev,
+                ErrorCode::InvalidSpec,
+                "the docker driver needs `image`",
+            )
+        })?;
+        if let Some(existing) = self.find(op, rev).await? {
+            if label(&existing, naming::SPEC_HASH) == Some(&naming::spec_hash(spec)) {
+                return Ok(());
+            }
+            // A leftover from an earlier life of this host with another spec: the
+            // log is the truth, so replace it.
+            tracing::warn!(revision = %rev, "replacing a container made from another spec");
+            self.remove(op, rev, existing.id.as_deref().unwrap_or_default())
+                .await?;
+        }
+        self.ensure_image(op, image).await?;
+        self.create(op, rev, spec, &merged_env(spec, &LaunchEnv::new()))
+            .await?;
+        Ok(())
+    }
+
+    async fn activate(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+        _previous: Option<&str>,
+    ) -> Result<(), DriverError> {
+        let op = "activate";
+        self.start_rev(op, rev, spec, launch_env).await?;
+        // Stop every other running revision of the workload, not only `previous`:
+        // after a crash mid-activation more than one may run.
+        let others = self
+            .containers(
+                op,
+                &rev.to_string(),
+                &[(NAMESPACE, rev.namespace), (WORKLOAD, rev.workload)],
+            )
+            .await?;
+        // Every one, whatever the list says its state is (that view can lag right
+        // after a start); stopping a stopped container is a no-op answer (304).
+        for c in others {
+            if label(&c, REVISION) != Some(rev.revision) {
+                let id = c.id.as_deref().unwrap_or_default();
+                self.stop_id(op, &rev.to_string(), id).await?;
+                tracing::info!(
+                    revision = label(&c, REVISION).unwrap_or("?"),
+                    "other revision stopped"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn start(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<(), DriverError> {
+        self.start_rev("start", rev, spec, launch_env).await
+    }
+
+    async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "stop";
+        match self.find(op, rev).await? {
+            Some(c) => {
+                self.stop_id(op, &rev.to_string(), c.id.as_deref().unwrap_or_default())
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        match self.find("state", rev).await? {
+            Some(c) => {
+                self.inspect_state("state", c.id.as_deref().unwrap_or_default())
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "retire";
+        match self.find(op, rev).await? {
+            Some(c) => {
+                self.remove(op, rev, c.id.as_deref().unwrap_or_default())
+                    .await?;
+                tracing::info!(revision = %rev, "container removed");
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn observe(&self) -> Result<Observed, DriverError> {
+        let op = "observe";
+        let mut observed = Observed::default();
+        let options = ListNetworksOptionsBuilder::new()
+            .filters(&naming::label_filter(&self.host, &[]))
+            .build();
+        for n in self
+            .docker
+            .list_networks(Some(options))
+            .await
+            .map_err(backend(op, &self.host))?
+        {
+            if let Some(ns) = n.labels.as_ref().and_then(|l| l.get(NAMESPACE)) {
+                observed.namespaces.insert(ns.clone());
+            }
+        }
+        // The list gives labels; each state is read with inspect, because the list's
+        // view of state can lag behind the engine (seen: "running" for several
+        // hundred ms after the `die` event under load).
+        let states: Vec<_> = futures::stream::iter(self.containers(op, &self.host, &[]).await?)
+            .map(|c| async move {
+                let id = c.id.clone().unwrap_or_default();
+                (c, self.inspect_state(op, &id).await)
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for (c, state) in states {
+            let (Some(ns), Some(wl), Some(r)) = (
+                label(&c, NAMESPACE),
+                label(&c, WORKLOAD),
+                label(&c, REVISION),
+            ) else {
+                continue;
+            };
+            let Some(state) = state? else {
+                continue; // removed since the list
+            };
+            observed
+                .workloads
+                .entry(crate::intent::key(ns, wl))
+                .or_default()
+                .insert(r.to_string(), state);
+        }
+        Ok(observed)
+    }
+
+    async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        let mut filters = naming::label_filter(&self.host, &[]);
+        filters.insert("type".into(), vec!["container".into()]);
+        filters.insert("event".into(), vec!["die".into()]);
+        let since = *self.exits_since.lock().expect("exits_since");
+        let since = format!(
+            "{}.{:09}",
+            since.div_euclid(1_000_000_000),
+            since.rem_euclid(1_000_000_000)
+        );
+        let options = EventsOptionsBuilder::new()
+            .since(&since)
+            .filters(&filters)
+            .build();
+        let mut events = self.docker.events(Some(options));
+        while let Some(event) = events.next().await {
+            let event = event.map_err(backend("watch_exits", &self.host))?;
+            if let Some(t) = event.time_nano {
+                let mut since = self.exits_since.lock().expect("exits_since");
+                if t < *since {
+                    continue; // already reported before a resubscription
+                }
+                *since = t + 1;
+            }
+            let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+            let (Some(ns), Some(wl), Some(r)) = (
+                attrs.get(NAMESPACE),
+                attrs.get(WORKLOAD),
+                attrs.get(REVISION),
+            ) else {
+                continue;
+            };
+            let exit = Exit {
+                namespace: ns.clone(),
+                workload: wl.clone(),
+                revision: r.clone(),
+                exit_code: attrs.get("exitCode").and_then(|c| c.parse().ok()),
+            };
+            if exits.send(exit).await.is_err() {
+                return Ok(());
+            }
+        }
+        Err(refused(
+            "watch_exits",
+            &self.host,
+            ErrorCode::DriverFailed,
+            "the engine closed the event stream",
+        ))
+    }
+}

@@ -1,0 +1,142 @@
+//! The restart contract with the docker driver (it manages lifecycle): a graceful
+//! agent stop stops running-intent containers without changing intent, startup starts
+//! them again (the same containers), explicitly stopped ones stay stopped,
+//! leave-running adopts without restarting, and a missing container marks the
+//! workload failed while the rest carries on.
+
+use capstan_tests::docker::DockerAgent;
+use serde_json::Value;
+
+/// The parts of intent the controller owns (not `applied_seq`, which moves with every
+/// record the agent adds).
+fn owned_intent(a: &DockerAgent) -> (Value, Value) {
+    let i = a.agent.intent();
+    (i["namespaces"].clone(), i["workloads"].clone())
+}
+
+#[test]
+fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container() {
+    let a = DockerAgent::new("gw");
+    a.apply_ok(
+        "setup.jsonl",
+        &[
+            a.ensure_ns("ns"),
+            a.prepare("pa", "a", "r1"),
+            a.activate("aa", "a", "r1"),
+            a.prepare("pb", "b", "r1"),
+            a.activate("ab", "b", "r1"),
+            a.op("sb", "stop_workload", "b", ""),
+        ],
+    );
+    let intent = owned_intent(&a);
+    assert_eq!(intent.1[format!("{}/a", a.ns)]["intent"], "running");
+    assert_eq!(intent.1[format!("{}/b", a.ns)]["intent"], "stopped");
+
+    let daemon = a.run(&[]);
+    let a1 = a.container("a", "r1");
+    assert!(a1.running, "A runs under the agent");
+    assert!(!a.container("b", "r1").running, "B stays stopped");
+
+    let lines = daemon.terminate();
+    assert!(
+        !a.container("a", "r1").running,
+        "SIGTERM stops A's container: {lines:#?}"
+    );
+    assert_eq!(owned_intent(&a), intent, "a shutdown never changes intent");
+
+    let daemon = a.run(&[]);
+    let a2 = a.container("a", "r1");
+    assert!(a2.running, "A runs again after the restart");
+    assert_eq!(a2.id, a1.id, "the same container, not a new one");
+    assert!(!a.container("b", "r1").running, "B stays stopped");
+    daemon.terminate();
+    assert_eq!(owned_intent(&a), intent);
+    let startup: Vec<Value> = a
+        .events("workload_started")
+        .into_iter()
+        .filter(|e| e["cause"] == "agent_startup")
+        .collect();
+    assert_eq!(
+        startup.len(),
+        1,
+        "only A was started at startup: {startup:?}"
+    );
+    assert_eq!(startup[0]["workload"], "a");
+    let stopped: Vec<Value> = a
+        .events("workload_stopped")
+        .into_iter()
+        .filter(|e| e["cause"] == "agent_shutdown")
+        .collect();
+    assert_eq!(stopped.len(), 2, "one per SIGTERM, A only: {stopped:?}");
+    assert!(stopped.iter().all(|e| e["workload"] == "a"), "{stopped:?}");
+}
+
+#[test]
+fn leave_running_keeps_containers_up_and_adopts_them() {
+    let a = DockerAgent::new("lr");
+    a.apply_ok(
+        "setup.jsonl",
+        &[
+            a.ensure_ns("ns"),
+            a.prepare("p", "web", "r1"),
+            a.activate("a", "web", "r1"),
+        ],
+    );
+    let daemon = a.run(&["--leave-running"]);
+    let before = a.container("web", "r1");
+    assert!(before.running);
+    daemon.terminate();
+
+    let during = a.container("web", "r1");
+    assert!(during.running, "leave-running stops nothing");
+    assert_eq!(during.started_at, before.started_at);
+
+    let daemon = a.run(&[]);
+    let after = a.container("web", "r1");
+    assert!(after.running);
+    assert_eq!(after.id, before.id, "adopted, not recreated");
+    assert_eq!(
+        after.started_at, before.started_at,
+        "adopted, not restarted"
+    );
+    daemon.terminate();
+    assert_eq!(
+        a.events("workload_started").len(),
+        1,
+        "only the activation started it"
+    );
+    assert!(
+        a.events("drift_detected").is_empty(),
+        "it is known, not drift"
+    );
+}
+
+#[test]
+fn a_missing_container_marks_the_workload_failed_and_the_rest_starts() {
+    let a = DockerAgent::new("miss");
+    a.apply_ok(
+        "setup.jsonl",
+        &[
+            a.ensure_ns("ns"),
+            a.prepare("pa", "a", "r1"),
+            a.activate("aa", "a", "r1"),
+            a.prepare("pc", "c", "r1"),
+            a.activate("ac", "c", "r1"),
+        ],
+    );
+    a.run(&[]).terminate();
+    let gone = a.container("a", "r1");
+    capstan_tests::docker::docker(&["rm", "-f", &gone.id]);
+
+    let daemon = a.run(&[]);
+    assert!(a.container("c", "r1").running, "C starts despite A");
+    daemon.terminate();
+    let failed = a.events("workload_failed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["workload"], "a");
+    assert_eq!(failed[0]["code"], "backend_missing");
+    let intent = a.agent.intent();
+    let w = &intent["workloads"][format!("{}/a", a.ns)];
+    assert_eq!(w["intent"], "running", "failure does not change intent");
+    assert_eq!(w["failed"], "backend_missing");
+}

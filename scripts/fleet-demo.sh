@@ -71,7 +71,8 @@ step demo-act '"op":"activate_revision","namespace":"shop","workload":"web","rev
 echo "== one command in full"
 "$bin/capstan" status demo-act.h1
 echo "== hosts"
-for _ in $(seq 1 100); do "$bin/capstan" hosts | grep -q "h2 .*alive" && break; sleep 0.1; done
+# Beats follow the log within 250 ms: wait until both report all 9 records.
+for _ in $(seq 1 100); do [ "$("$bin/capstan" hosts | grep -c 'alive .* 9$')" = 2 ] && break; sleep 0.1; done
 "$bin/capstan" hosts
 for host in h1 h2; do
   echo "== audit log of $host (from CAPSTAN_EVT)"

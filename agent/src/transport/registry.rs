@@ -1,6 +1,6 @@
-//! The host registry: every [`wire::HEARTBEAT_SECS`] the agent puts a [`HostBeat`] under
-//! its host name in the `capstan_hosts` bucket. The bucket's max age removes the
-//! entries of hosts that stopped beating.
+//! The host registry: every [`wire::HEARTBEAT_SECS`] (and within [`FRESH`] of its log
+//! growing) the agent puts a [`HostBeat`] under its host name in the `capstan_hosts`
+//! bucket. The bucket's max age removes the entries of hosts that stopped beating.
 
 use super::{pause, HostInfo};
 use crate::log::Log;
@@ -10,6 +10,9 @@ use capstan_common::wire::{self, HostBeat};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// How soon a beat follows new log records (so `last_seq` stays fresh).
+pub const FRESH: Duration = Duration::from_millis(250);
 
 /// Beats until `stop`. Failures are logged when they start and when they end.
 pub async fn run(
@@ -37,13 +40,17 @@ pub async fn run(
                 Err(_) => {}
             }
         }
+        // The seq the beat reported, when one was sent.
+        let mut sent = None;
         if let Some(b) = &bucket {
+            let sent_seq = log.last_seq();
+            sent = Some(sent_seq);
             let beat = HostBeat {
                 host: info.host.clone(),
                 version: info.version.clone(),
                 drivers: info.drivers.clone(),
                 capabilities: info.capabilities.clone(),
-                last_seq: log.last_seq(),
+                last_seq: sent_seq,
                 at: chrono::Utc::now(),
             };
             let body = serde_json::to_vec(&beat).expect("beats serialise");
@@ -60,8 +67,14 @@ pub async fn run(
                 Err(_) => {}
             }
         }
-        if pause(&mut stop, Duration::from_secs(wire::HEARTBEAT_SECS)).await {
-            return;
+        let due = tokio::time::Instant::now() + Duration::from_secs(wire::HEARTBEAT_SECS);
+        loop {
+            if pause(&mut stop, FRESH).await {
+                return;
+            }
+            if tokio::time::Instant::now() >= due || sent.is_some_and(|s| log.last_seq() != s) {
+                break;
+            }
         }
     }
 }

@@ -59,6 +59,11 @@ pub struct AgentConfig {
     /// `hooks`, validated by [`AgentConfig::load`].
     #[serde(skip)]
     pub hook_owners: Vec<HookOwner>,
+    /// The NATS transport: when set, `run` takes commands from NATS and reports there.
+    pub nats: Option<capstan_common::nats::NatsConfig>,
+    /// The coordinator keys commands must be signed with, and how old they may be.
+    #[serde(default)]
+    pub signing: crate::transport::auth::SigningConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -193,6 +198,24 @@ mod tests {
         let c = AgentConfig::load(Some(&path)).unwrap();
         assert_eq!(c.hook_owners[0].timeout, Duration::from_millis(2500));
         assert_eq!(c.cleanup_budget(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn reads_nats_and_signing_and_names_bad_keys_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "[nats]\nurl = \"nats://10.0.0.1:4222\"\nuser = \"h1\"\npassword = \"p\"\n[signing]\npublic_keys = [\"00\"]\nmax_age_secs = 60\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.nats.unwrap().user.as_deref(), Some("h1"));
+        assert_eq!(c.signing.max_age_secs, 60);
+        std::fs::write(&path, "[nats]\nurl = \"x\"\npasword = \"p\"\n").unwrap();
+        let err = AgentConfig::load(Some(&path)).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("pasword"), "{text}");
     }
 
     #[test]

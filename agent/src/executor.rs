@@ -81,7 +81,7 @@ fn log_failure(id: Option<String>, e: &LogError) -> CommandResult {
 }
 
 /// The id of a line that failed to parse, if it has a usable one.
-fn salvage_id(text: &str) -> Option<String> {
+pub fn salvage_id(text: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(text).ok()?;
     let id = value.get("id")?.as_str()?;
     capstan_common::validate::command_id(id).ok()?;

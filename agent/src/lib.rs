@@ -1,6 +1,6 @@
 //! capstan-agent: the node agent.
 //!
-//! Commands arrive (`apply` today; the NATS transport next), are written down
+//! Commands arrive (`apply`, or NATS through [`transport`]), are written down
 //! ([`log`]), decided ([`intent`]: the fold, [`plan`]: the decisions), carried out
 //! ([`executor`] through a [`driver`]), and reported (the log is the outbox).
 
@@ -13,6 +13,7 @@ pub mod intent;
 pub mod log;
 pub mod plan;
 pub mod supervise;
+pub mod transport;
 
 #[cfg(test)]
 mod executor_tests;

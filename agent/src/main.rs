@@ -8,6 +8,7 @@ use capstan_agent::executor::Executor;
 use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::supervise::{Backoff, Supervisor};
+use capstan_agent::transport::{HostInfo, Transport};
 use capstan_common::{ErrorCode, Outcome, Rejection};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -280,6 +281,11 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
+    // Config errors first, before anything is touched.
+    let policy = match &ctx.config.nats {
+        Some(_) => Some(ctx.config.signing.policy()?),
+        None => None,
+    };
     // First, so that a SIGTERM during startup is handled after it, not fatal.
     let stopped = stop_signal()?;
     let executor = Arc::new(open(ctx).await?);
@@ -292,6 +298,14 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
         None
     };
     startup(&executor).await?;
+    // Only after recovery and reconciliation: new commands come last.
+    let mut transport = match (&ctx.config.nats, policy) {
+        (Some(nats), Some(policy)) => {
+            let info = host_info(ctx, &executor);
+            Some(Transport::start(nats, policy, Arc::clone(&executor), info).await?)
+        }
+        _ => None,
+    };
     let mode = if leave_running {
         ShutdownMode::LeaveRunning
     } else {
@@ -299,8 +313,12 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
     stopped.await;
-    // Cancel hooks in flight (their owners get a fresh budget to compensate).
+    // Cancel hooks in flight first (their owners get a fresh budget to compensate), so
+    // the command being carried out ends promptly; then take no more commands.
     executor.shutdown_token().cancel();
+    if let Some(t) = &mut transport {
+        t.stop_commands().await;
+    }
     // No restarts from here on: the sweep's own stops must not be undone.
     if let Some(s) = &supervisor {
         s.abort();
@@ -321,9 +339,27 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if let Some(t) = transport {
+        t.shutdown(std::time::Duration::from_secs(5)).await;
+    }
     executor.log().flush()?;
     tracing::info!("capstan-agent stopped");
     Ok(code)
+}
+
+fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
+    let driver = ctx
+        .config
+        .driver
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    HostInfo {
+        host: ctx.host.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        drivers: vec![driver],
+        capabilities: serde_json::to_value(executor.driver().capabilities()).unwrap_or_default(),
+    }
 }
 
 /// Installs the SIGTERM/SIGINT handlers now (so a signal sent as soon as the agent

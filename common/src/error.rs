@@ -71,6 +71,16 @@ pub enum ErrorCode {
     /// A crash interrupted the command's preparing hooks; on restart the owners that
     /// had begun were compensated. Retryable.
     Interrupted,
+    // Authorisation (outcome `rejected`), appended after ImageNotFound for the same
+    // reason.
+    /// The command carries no `sig` and this agent requires signed commands.
+    Unsigned,
+    /// `sig` is malformed or does not verify against any configured public key.
+    BadSignature,
+    /// `issued_at` is older than the agent's configured maximum command age.
+    Expired,
+    /// `issued_at` lies further in the future than the allowed clock skew.
+    IssuedInFuture,
 }
 
 impl ErrorCode {
@@ -104,6 +114,10 @@ impl ErrorCode {
             Self::LaunchEnvRejected => "launch_env_rejected",
             Self::Cancelled => "cancelled",
             Self::Interrupted => "interrupted",
+            Self::Unsigned => "unsigned",
+            Self::BadSignature => "bad_signature",
+            Self::Expired => "expired",
+            Self::IssuedInFuture => "issued_in_future",
         }
     }
 

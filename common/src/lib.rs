@@ -8,8 +8,12 @@
 
 mod command;
 mod error;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod outcome;
+pub mod signing;
 pub mod validate;
+pub mod wire;
 
 pub use command::{
     Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec, WorkloadRef, MAX_COMMAND_BYTES,

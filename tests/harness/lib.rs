@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod docker;
 pub mod hooks;
+pub mod nats;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,140 @@
+//! The NATS transport: commands arrive, results and events leave.
+//!
+//! Four tasks share one connection, each retrying on its own so that a NATS outage
+//! (or a server that is down when the agent starts) only delays them:
+//! - [`commands`]: the host's durable pull consumer on `CAPSTAN_CMD`; each command is
+//!   admitted ([`auth`]), carried out by the executor, and acked only once the log
+//!   holds its completion durably;
+//! - [`outbox`]: the log is the outbox: every durable record goes to
+//!   `capstan.v1.evt.<host>` in seq order, resuming from what JetStream acknowledged;
+//! - [`rpc`], on `capstan.v1.rpc.<host>.{ping,status,intent,log}`;
+//! - [`registry`]: a heartbeat in the `capstan_hosts` bucket every 5 s.
+
+pub mod auth;
+pub mod commands;
+pub mod outbox;
+pub mod registry;
+pub mod rpc;
+
+use crate::executor::Executor;
+use capstan_common::nats::{NatsConfig, NatsError};
+use capstan_common::signing::Policy;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What the agent says about itself in heartbeats and `status` replies.
+#[derive(Debug, Clone)]
+pub struct HostInfo {
+    pub host: String,
+    pub version: String,
+    pub drivers: Vec<String>,
+    pub capabilities: serde_json::Value,
+}
+
+/// The running transport.
+pub struct Transport {
+    stop_commands: watch::Sender<bool>,
+    stop_rest: watch::Sender<bool>,
+    commands: JoinHandle<()>,
+    outbox: JoinHandle<()>,
+    others: Vec<JoinHandle<()>>,
+    published: watch::Receiver<u64>,
+    executor: Arc<Executor>,
+}
+
+/// Waits for `delay` or until `stop` turns true; returns true when stopping.
+pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, delay: Duration) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => false,
+        _ = stop.changed() => true,
+    }
+}
+
+impl Transport {
+    /// Connects (in the background, retrying for ever) and starts the four tasks.
+    pub async fn start(
+        nats: &NatsConfig,
+        policy: Policy,
+        executor: Arc<Executor>,
+        info: HostInfo,
+    ) -> Result<Transport, NatsError> {
+        let client = nats
+            .connect(
+                &format!("capstan-agent {}", info.host),
+                Some(capstan_common::wire::inbox_prefix(&info.host)),
+            )
+            .await?;
+        let js = async_nats::jetstream::new(client.clone());
+        let (stop_commands, commands_rx) = watch::channel(false);
+        let (stop_rest, rest_rx) = watch::channel(false);
+        let (published_tx, published) = watch::channel(0);
+        let commands = tokio::spawn(commands::run(
+            js.clone(),
+            Arc::clone(&executor),
+            policy,
+            info.host.clone(),
+            commands_rx,
+        ));
+        let outbox = tokio::spawn(outbox::run(
+            js.clone(),
+            Arc::clone(executor.log()),
+            info.host.clone(),
+            published_tx,
+            rest_rx.clone(),
+        ));
+        let others = vec![
+            tokio::spawn(rpc::run(
+                client.clone(),
+                Arc::clone(&executor),
+                info.clone(),
+                published.clone(),
+                rest_rx.clone(),
+            )),
+            tokio::spawn(registry::run(js, Arc::clone(executor.log()), info, rest_rx)),
+        ];
+        Ok(Transport {
+            stop_commands,
+            stop_rest,
+            commands,
+            outbox,
+            others,
+            published,
+            executor,
+        })
+    }
+
+    /// Stops taking commands; the one being carried out, if any, finishes first.
+    pub async fn stop_commands(&mut self) {
+        let _ = self.stop_commands.send(true);
+        if let Err(e) = (&mut self.commands).await {
+            tracing::error!(error = %e, "the command task failed");
+        }
+    }
+
+    /// Gives the outbox up to `drain` to publish every record logged so far, then
+    /// stops everything. What is not published now is published on the next start.
+    pub async fn shutdown(mut self, drain: Duration) {
+        self.stop_commands().await;
+        let last = self.executor.log().last_seq();
+        let drained = tokio::time::timeout(drain, self.published.wait_for(|p| *p >= last))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !drained {
+            tracing::warn!(
+                last_seq = last,
+                published = *self.published.borrow(),
+                "not every record reached NATS before shutdown; the next start sends the rest"
+            );
+        }
+        let _ = self.stop_rest.send(true);
+        let _ = self.outbox.await;
+        for task in self.others {
+            let _ = task.await;
+        }
+    }
+}

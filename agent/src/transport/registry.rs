@@ -1,0 +1,80 @@
+//! The host registry: every [`wire::HEARTBEAT_SECS`] (and within [`FRESH`] of its log
+//! growing) the agent puts a [`HostBeat`] under its host name in the `capstan_hosts`
+//! bucket. The bucket's max age removes the entries of hosts that stopped beating.
+
+use super::{pause, HostInfo};
+use crate::log::Log;
+use async_nats::jetstream;
+use capstan_common::nats::Retention;
+use capstan_common::wire::{self, HostBeat};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How soon a beat follows new log records (so `last_seq` stays fresh).
+pub const FRESH: Duration = Duration::from_millis(250);
+
+/// Beats until `stop`. Failures are logged when they start and when they end.
+pub async fn run(
+    js: jetstream::Context,
+    log: Arc<Log>,
+    info: HostInfo,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut bucket = None;
+    let mut failing = false;
+    loop {
+        if bucket.is_none() {
+            match capstan_common::nats::bucket(
+                &js,
+                wire::HOSTS_BUCKET,
+                Retention::default().hosts_max_age,
+            )
+            .await
+            {
+                Ok(b) => bucket = Some(b),
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "host registry not reachable");
+                }
+                Err(_) => {}
+            }
+        }
+        // The seq the beat reported, when one was sent.
+        let mut sent = None;
+        if let Some(b) = &bucket {
+            let sent_seq = log.last_seq();
+            sent = Some(sent_seq);
+            let beat = HostBeat {
+                host: info.host.clone(),
+                version: info.version.clone(),
+                drivers: info.drivers.clone(),
+                capabilities: info.capabilities.clone(),
+                last_seq: sent_seq,
+                at: chrono::Utc::now(),
+            };
+            let body = serde_json::to_vec(&beat).expect("beats serialise");
+            match b.put(info.host.as_str(), body.into()).await {
+                Ok(_) if failing => {
+                    failing = false;
+                    tracing::info!("host registry heartbeat resumed");
+                }
+                Ok(_) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "host registry heartbeat failed");
+                }
+                Err(_) => {}
+            }
+        }
+        let due = tokio::time::Instant::now() + Duration::from_secs(wire::HEARTBEAT_SECS);
+        loop {
+            if pause(&mut stop, FRESH).await {
+                return;
+            }
+            if tokio::time::Instant::now() >= due || sent.is_some_and(|s| log.last_seq() != s) {
+                break;
+            }
+        }
+    }
+}

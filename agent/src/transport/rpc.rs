@@ -1,0 +1,129 @@
+//! Request/reply on `capstan.v1.rpc.<host>.<verb>`, JSON both ways:
+//! - `ping` → `{host, version, at}`;
+//! - `status` → `{host, version, last_seq, published_seq, degraded, in_flight, drivers, capabilities}`;
+//! - `intent` → the running intent (`capstan-agent intent --json`);
+//! - `log` (body `{"since":N,"limit":M}`, both optional) → `{records:[…], last_seq}`.
+//!
+//! Errors are `{"error":{"code","message"}}`.
+
+use super::{pause, HostInfo};
+use crate::executor::Executor;
+use crate::log::Log;
+use capstan_common::wire::{self, ErrorReply, LogRequest};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The most records one `log` reply carries.
+pub const MAX_LOG_RECORDS: usize = 1000;
+
+/// Answers requests until `stop`. The client re-subscribes after reconnects.
+pub async fn run(
+    client: async_nats::Client,
+    executor: Arc<Executor>,
+    info: HostInfo,
+    published: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let subject = format!("capstan.v1.rpc.{}.*", info.host);
+    let mut subscription = loop {
+        match client.subscribe(subject.clone()).await {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to RPC; retrying");
+                if pause(&mut stop, Duration::from_secs(1)).await {
+                    return;
+                }
+            }
+        }
+    };
+    loop {
+        let request = tokio::select! {
+            r = subscription.next() => r,
+            _ = stop.changed() => return,
+        };
+        let Some(request) = request else { return };
+        let Some(reply) = request.reply.clone() else {
+            continue;
+        };
+        let verb = request.subject.rsplit('.').next().unwrap_or_default();
+        let body = answer(
+            verb,
+            &request.payload,
+            &executor,
+            &info,
+            *published.borrow(),
+        );
+        if let Err(e) = client.publish(reply, body.to_string().into()).await {
+            tracing::debug!(error = %e, "cannot send an RPC reply");
+        }
+    }
+}
+
+fn error(code: &str, message: impl Into<String>) -> Value {
+    serde_json::to_value(ErrorReply::new(code, message)).expect("error replies serialise")
+}
+
+/// The reply to one request.
+pub fn answer(
+    verb: &str,
+    payload: &[u8],
+    executor: &Executor,
+    info: &HostInfo,
+    published: u64,
+) -> Value {
+    let log = executor.log();
+    match verb {
+        "ping" => json!({"host": info.host, "version": info.version, "at": chrono::Utc::now()}),
+        "status" => {
+            let intent = log.intent();
+            json!({
+                "host": info.host,
+                "version": info.version,
+                "last_seq": log.last_seq(),
+                "published_seq": published,
+                "degraded": log.degraded().map(ToString::to_string),
+                "in_flight": intent.in_flight.keys().collect::<Vec<_>>(),
+                "drivers": info.drivers,
+                "capabilities": info.capabilities,
+            })
+        }
+        "intent" => log.intent().to_json(),
+        "log" => {
+            let request: LogRequest = if payload.iter().all(u8::is_ascii_whitespace) {
+                LogRequest::default()
+            } else {
+                match serde_json::from_slice(payload) {
+                    Ok(r) => r,
+                    Err(e) => return error("invalid_request", format!("bad log request: {e}")),
+                }
+            };
+            read_log(log, &request)
+        }
+        other => error(
+            "unknown_verb",
+            format!(
+                "unknown verb {:?}; known: {}",
+                other.chars().take(32).collect::<String>(),
+                wire::RPC_VERBS.join(", ")
+            ),
+        ),
+    }
+}
+
+fn read_log(log: &Log, request: &LogRequest) -> Value {
+    let limit = request
+        .limit
+        .unwrap_or(MAX_LOG_RECORDS)
+        .min(MAX_LOG_RECORDS);
+    let mut records = Vec::new();
+    for record in log.read_since(request.since).take(limit) {
+        match record {
+            Ok(r) => records.push(r.to_json()),
+            Err(e) => return error("log_unreadable", e.to_string()),
+        }
+    }
+    json!({"records": records, "last_seq": log.last_seq()})
+}

@@ -1,0 +1,250 @@
+//! Connecting to NATS and making sure the streams and buckets exist (feature `nats`).
+//! Shared by the agent and the coordinator so that both accept the same `[nats]`
+//! config section and agree on the stream layout.
+
+use crate::wire;
+use async_nats::jetstream::{self, kv, stream};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The `[nats]` section of agent and coordinator configs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URL(s), comma-separated: `nats://127.0.0.1:4222`, `tls://…`.
+    #[serde(default = "default_url")]
+    pub url: String,
+    /// User and password (or `password_file`).
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub password_file: Option<PathBuf>,
+    /// A file holding an nkey seed (`SU…`).
+    pub nkey_seed_file: Option<PathBuf>,
+    /// A `.creds` file (JWT + nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// PEM CA bundle to trust for the server's certificate.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate and key, for mutual TLS.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// Refuse to talk to the server without TLS.
+    #[serde(default)]
+    pub require_tls: bool,
+}
+
+fn default_url() -> String {
+    "nats://127.0.0.1:4222".into()
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: default_url(),
+            user: None,
+            password: None,
+            password_file: None,
+            nkey_seed_file: None,
+            creds_file: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            require_tls: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid [nats] config: {0}")]
+    Config(String),
+    #[error("cannot connect to NATS at {url}")]
+    Connect {
+        url: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    #[error("JetStream: cannot set up {what}")]
+    Setup {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn read(path: &PathBuf) -> Result<String, NatsError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| NatsError::Read {
+            path: path.clone(),
+            source,
+        })
+}
+
+impl NatsConfig {
+    /// Connects. The client keeps reconnecting for ever (also when the server is down
+    /// at start), so callers see outages as failed requests, never as a dead client.
+    pub async fn connect(
+        &self,
+        name: &str,
+        inbox_prefix: Option<String>,
+    ) -> Result<async_nats::Client, NatsError> {
+        let mut options = async_nats::ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis((100 * attempts as u64).min(1000))
+            })
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
+                    async_nats::Event::Disconnected => tracing::warn!("disconnected from NATS"),
+                    other => tracing::debug!(event = %other, "NATS event"),
+                }
+            });
+        if let Some(prefix) = inbox_prefix {
+            options = options.custom_inbox_prefix(prefix);
+        }
+        let methods = [
+            self.user.is_some(),
+            self.nkey_seed_file.is_some(),
+            self.creds_file.is_some(),
+        ];
+        if methods.iter().filter(|m| **m).count() > 1 {
+            return Err(NatsError::Config(
+                "choose one of `user`, `nkey_seed_file` and `creds_file`".into(),
+            ));
+        }
+        if let Some(user) = &self.user {
+            let password = match (&self.password, &self.password_file) {
+                (Some(p), None) => p.clone(),
+                (None, Some(f)) => read(f)?,
+                _ => {
+                    return Err(NatsError::Config(
+                        "`user` needs exactly one of `password` and `password_file`".into(),
+                    ))
+                }
+            };
+            options = options.user_and_password(user.clone(), password);
+        }
+        if let Some(f) = &self.nkey_seed_file {
+            options = options.nkey(read(f)?);
+        }
+        if let Some(f) = &self.creds_file {
+            options = options
+                .credentials_file(f)
+                .await
+                .map_err(|source| NatsError::Read {
+                    path: f.clone(),
+                    source,
+                })?;
+        }
+        if let Some(ca) = &self.tls_ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
+            (None, None) => {}
+            _ => {
+                return Err(NatsError::Config(
+                    "`tls_cert_file` and `tls_key_file` go together".into(),
+                ))
+            }
+        }
+        options = options.require_tls(self.require_tls);
+        options
+            .connect(self.url.as_str())
+            .await
+            .map_err(|source| NatsError::Connect {
+                url: self.url.clone(),
+                source,
+            })
+    }
+}
+
+/// Retention of the layout's streams and buckets.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// How long a host's registry entry outlives its last heartbeat.
+    pub hosts_max_age: Duration,
+    /// How long the coordinators remember which host a command id went to.
+    pub commands_max_age: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            hosts_max_age: Duration::from_secs(60),
+            commands_max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+fn setup_error(what: &str) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> NatsError {
+    let what = what.to_string();
+    move |source| NatsError::Setup { what, source }
+}
+
+/// The command stream: work-queue retention, so a command stays until its host acks it.
+pub async fn cmd_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
+    js.get_or_create_stream(stream::Config {
+        name: wire::CMD_STREAM.into(),
+        subjects: vec!["capstan.v1.cmd.*".into()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| setup_error(wire::CMD_STREAM)(e.into()))
+}
+
+/// The event stream: every host's log records, kept (limits retention).
+pub async fn evt_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
+    js.get_or_create_stream(stream::Config {
+        name: wire::EVT_STREAM.into(),
+        subjects: vec!["capstan.v1.evt.*".into()],
+        storage: stream::StorageType::File,
+        duplicate_window: Duration::from_secs(120),
+        allow_direct: true,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| setup_error(wire::EVT_STREAM)(e.into()))
+}
+
+/// A KV bucket, created through its backing stream. (async-nats' `create_key_value`
+/// first reads account info in a shape nats-server 2.9 does not send; the stream
+/// config below is what a KV bucket is.)
+pub async fn bucket(
+    js: &jetstream::Context,
+    name: &str,
+    max_age: Duration,
+) -> Result<kv::Store, NatsError> {
+    js.get_or_create_stream(stream::Config {
+        name: format!("KV_{name}"),
+        subjects: vec![format!("$KV.{name}.>")],
+        max_messages_per_subject: 1,
+        max_age,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::Old,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| setup_error(name)(e.into()))?;
+    js.get_key_value(name)
+        .await
+        .map_err(|e| setup_error(name)(e.into()))
+}

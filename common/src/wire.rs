@@ -1,0 +1,98 @@
+//! The NATS layout of protocol v1: subjects, streams and buckets, and the JSON of the
+//! host registry. Pure names and types; the connection code is in `nats` (feature
+//! `nats`). Documented in `docs/nats.md`.
+
+use serde::{Deserialize, Serialize};
+
+/// The JetStream stream holding every host's commands (work-queue retention).
+pub const CMD_STREAM: &str = "CAPSTAN_CMD";
+/// The JetStream stream holding every host's log records: the central audit copy.
+pub const EVT_STREAM: &str = "CAPSTAN_EVT";
+/// The KV bucket of host heartbeats.
+pub const HOSTS_BUCKET: &str = "capstan_hosts";
+/// The KV bucket the coordinators share to find a command's host by id.
+pub const COMMANDS_BUCKET: &str = "capstan_commands";
+/// How often an agent refreshes its registry entry.
+pub const HEARTBEAT_SECS: u64 = 5;
+
+/// `capstan.v1.cmd.<host>`: the host's commands.
+pub fn cmd_subject(host: &str) -> String {
+    format!("capstan.v1.cmd.{host}")
+}
+
+/// `capstan.v1.evt.<host>`: the host's log records, in seq order.
+pub fn evt_subject(host: &str) -> String {
+    format!("capstan.v1.evt.{host}")
+}
+
+/// `capstan.v1.rpc.<host>.<verb>`: request/reply to the agent.
+pub fn rpc_subject(host: &str, verb: &str) -> String {
+    format!("capstan.v1.rpc.{host}.{verb}")
+}
+
+/// The durable consumer an agent reads its commands through.
+pub fn consumer_name(host: &str) -> String {
+    format!("agent-{host}")
+}
+
+/// The inbox prefix an agent uses for its own requests, so that permissions can give
+/// each agent its own replies and nobody else's.
+pub fn inbox_prefix(host: &str) -> String {
+    format!("_INBOX_{host}")
+}
+
+/// `Nats-Msg-Id` of a log record: `<host>:<seq>`; JetStream drops a re-publish.
+pub fn record_msg_id(host: &str, seq: u64) -> String {
+    format!("{host}:{seq}")
+}
+
+/// The RPC verbs an agent answers.
+pub const RPC_VERBS: &[&str] = &["ping", "status", "intent", "log"];
+
+/// One entry of the host registry (`capstan_hosts`, key = host).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostBeat {
+    pub host: String,
+    /// The agent's version.
+    pub version: String,
+    /// The drivers it runs (`sim`, `docker`, …).
+    pub drivers: Vec<String>,
+    /// What those drivers declare (`manages_lifecycle`, …).
+    pub capabilities: serde_json::Value,
+    /// The seq of the last record in its log.
+    pub last_seq: u64,
+    /// When the agent wrote this entry.
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The body of a `log` RPC request; both fields optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRequest {
+    #[serde(default)]
+    pub since: u64,
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// An error reply to an RPC or HTTP request: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ErrorReply {
+        ErrorReply {
+            error: ErrorBody {
+                code: code.into(),
+                message: message.into(),
+            },
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The HTTP/JSON API (axum). Every answer comes from NATS through [`Fleet`]; errors
+//! are `{"error":{"code","message"}}` with a status that says whose fault it is.
+
+use crate::fleet::{Fleet, FleetError};
+use crate::metrics::Metrics;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use capstan_common::wire::ErrorReply;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest `wait` allowed.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+/// The most events one `events` answer carries.
+pub const MAX_EVENTS: usize = 1000;
+
+pub struct AppState {
+    pub fleet: Fleet,
+    pub metrics: Metrics,
+}
+
+type Shared = State<Arc<AppState>>;
+
+/// An error answer.
+pub struct ApiError {
+    status: StatusCode,
+    code: String,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<FleetError> for ApiError {
+    fn from(e: FleetError) -> ApiError {
+        let message = match &e {
+            FleetError::BadCommand(r) => r.message.clone(),
+            other => other.to_string(),
+        };
+        let (status, code) = match &e {
+            FleetError::BadCommand(r) => (StatusCode::BAD_REQUEST, r.code.as_str()),
+            FleetError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            FleetError::CommandNotFound(_) => (StatusCode::NOT_FOUND, "command_not_found"),
+            FleetError::NatsUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "nats_unavailable"),
+            FleetError::HostUnreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "host_unreachable"),
+            FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "host_timeout"),
+            FleetError::Nats(_) | FleetError::Setup(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "nats_error")
+            }
+        };
+        if status.is_server_error() {
+            tracing::warn!(error = %message, "request failed");
+        }
+        ApiError::new(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorReply::new(self.code, self.message))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(status: StatusCode, body: impl serde::Serialize) -> ApiResult {
+    Ok((status, Json(body)).into_response())
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/commands", post(submit))
+        .route("/v1/commands/{id}", get(command))
+        .route("/v1/commands/{id}/wait", get(wait))
+        .route("/v1/hosts", get(hosts))
+        .route("/v1/hosts/{host}/intent", get(intent))
+        .route("/v1/hosts/{host}/status", get(status))
+        .route("/v1/hosts/{host}/events", get(events))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count,
+        ))
+        .with_state(state)
+}
+
+async fn count(State(state): Shared, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    state.metrics.request(response.status().as_u16());
+    response
+}
+
+async fn submit(State(state): Shared, body: Bytes) -> ApiResult {
+    if body.len() > capstan_common::MAX_COMMAND_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "the command is too large",
+        ));
+    }
+    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("not JSON: {e}"),
+        )
+    })?;
+    let (id, host) = state.fleet.submit(value).await?;
+    state.metrics.submitted();
+    ok(StatusCode::ACCEPTED, json!({"id": id, "host": host}))
+}
+
+async fn command(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    ok(StatusCode::OK, state.fleet.command(&id).await?)
+}
+
+/// `30s`, `500ms`, `2m` or plain seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
+    }
+}
+
+async fn wait(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let timeout = match query.get("timeout") {
+        None => Duration::from_secs(30),
+        Some(t) => parse_duration(t).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "timeout is like 30s, 500ms or 2m",
+            )
+        })?,
+    };
+    ok(
+        StatusCode::OK,
+        state.fleet.wait(&id, timeout.min(MAX_WAIT)).await?,
+    )
+}
+
+async fn hosts(State(state): Shared) -> ApiResult {
+    ok(StatusCode::OK, json!({"hosts": state.fleet.hosts().await?}))
+}
+
+async fn intent(State(state): Shared, Path(host): Path<String>) -> ApiResult {
+    ok(
+        StatusCode::OK,
+        state.fleet.rpc(&host, "intent", json!({})).await?,
+    )
+}
+
+async fn status(State(state): Shared, Path(host): Path<String>) -> ApiResult {
+    ok(
+        StatusCode::OK,
+        state.fleet.rpc(&host, "status", json!({})).await?,
+    )
+}
+
+async fn events(
+    State(state): Shared,
+    Path(host): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let number = |name: &str, default: u64| -> Result<u64, ApiError> {
+        query.get(name).map_or(Ok(default), |v| {
+            v.parse().map_err(|_| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    format!("`{name}` is a non-negative integer"),
+                )
+            })
+        })
+    };
+    let since = number("since", 0)?;
+    let limit = usize::try_from(number("limit", MAX_EVENTS as u64)?)
+        .unwrap_or(MAX_EVENTS)
+        .min(MAX_EVENTS);
+    let events = state.fleet.events(&host, since, limit).await?;
+    ok(StatusCode::OK, json!({"host": host, "events": events}))
+}
+
+async fn healthz(State(state): Shared) -> ApiResult {
+    if state.fleet.connected() {
+        ok(StatusCode::OK, json!({"status": "ok", "nats": "connected"}))
+    } else {
+        Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "nats_unavailable",
+            "not connected to NATS",
+        ))
+    }
+}
+
+async fn metrics(State(state): Shared) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(state.fleet.connected()),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("15"), Some(Duration::from_secs(15)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("5h"), None);
+    }
+}

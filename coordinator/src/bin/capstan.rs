@@ -1,0 +1,397 @@
+//! `capstan`: the operator's CLI, talking to a coordinator's HTTP API.
+//!
+//! Exit codes: 0 success; 1 a command failed or was rejected; 2 usage or transport
+//! error; 3 a wait timed out before the command was done.
+
+use anyhow::Context as _;
+use capstan_coordinator::client::Client;
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan",
+    version,
+    about = "capstan fleet CLI (talks to a coordinator)"
+)]
+struct Cli {
+    /// The coordinator's base URL.
+    #[arg(
+        long,
+        global = true,
+        env = "CAPSTAN_COORDINATOR",
+        default_value = "http://127.0.0.1:7400"
+    )]
+    coordinator: String,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List hosts: alive, stale or gone.
+    Hosts,
+    /// Submit commands from FILE (`-` = stdin): one JSON object, an array, or JSON lines.
+    Submit {
+        file: PathBuf,
+        /// Wait for each command to finish.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Wait for a command to finish and show it.
+    Wait {
+        id: String,
+        #[arg(long, default_value = "30s")]
+        timeout: String,
+    },
+    /// Show a command's status and events.
+    Status { id: String },
+    /// Show a host's running intent (asks the agent).
+    Intent { host: String },
+    /// Show a host's audit log from the central event stream.
+    Log {
+        host: String,
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Keep printing new records.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Send one command (FILE, without `host`) to many hosts, wait, and summarise.
+    Rollout {
+        file: PathBuf,
+        /// Comma-separated hosts, or `alive` for every alive host.
+        #[arg(long)]
+        hosts: String,
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("capstan: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(real_main(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("capstan: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text)?;
+    } else {
+        text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+    }
+    if let Ok(value) = serde_json::from_str::<Value>(&text) {
+        return Ok(match value {
+            Value::Array(items) => items,
+            other => vec![other],
+        });
+    }
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("line {} is not JSON", i + 1))
+        })
+        .collect()
+}
+
+fn print(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{value}");
+    } else {
+        print!("{}", human(value));
+    }
+}
+
+fn status_code(status: &Value) -> ExitCode {
+    match status["status"].as_str() {
+        Some("succeeded") => ExitCode::SUCCESS,
+        Some("failed" | "rejected") => ExitCode::from(1),
+        _ => ExitCode::from(3),
+    }
+}
+
+fn human_status(s: &Value) -> String {
+    let mut out = format!(
+        "{}  host={}  status={}",
+        s["id"].as_str().unwrap_or("-"),
+        s["host"].as_str().unwrap_or("-"),
+        s["status"].as_str().unwrap_or("-")
+    );
+    if let Some(e) = s["error"].as_object() {
+        out.push_str(&format!(
+            "  error={}: {}",
+            e["code"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        ));
+    }
+    out.push('\n');
+    for e in s["events"].as_array().into_iter().flatten() {
+        out.push_str(&event_line(e));
+    }
+    out
+}
+
+fn event_line(e: &Value) -> String {
+    let target = ["namespace", "workload", "revision"]
+        .iter()
+        .filter_map(|k| e[*k].as_str())
+        .collect::<Vec<_>>()
+        .join("/");
+    let detail = ["outcome", "code", "cause"]
+        .iter()
+        .filter_map(|k| {
+            e.get(*k)
+                .filter(|v| !v.is_null())
+                .map(|v| format!("{k}={v}"))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!(
+        "  {:>6}  {:<24}  {:<18}  {:<20}  {:<28}  {}\n",
+        e["seq"],
+        e["at"].as_str().unwrap_or(""),
+        e["kind"].as_str().unwrap_or(""),
+        e["command_id"].as_str().unwrap_or("-"),
+        target,
+        detail
+    )
+}
+
+async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&cli.coordinator);
+    let json = cli.json;
+    match cli.command {
+        Cmd::Hosts => {
+            let hosts = client.get("/v1/hosts").await?;
+            print(json, &hosts, |v| {
+                let mut out = format!(
+                    "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+                    "HOST", "STATUS", "AGE", "VERSION", "DRIVERS", "LAST_SEQ"
+                );
+                for h in v["hosts"].as_array().into_iter().flatten() {
+                    let beat = &h["beat"];
+                    out.push_str(&format!(
+                        "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+                        h["host"].as_str().unwrap_or(""),
+                        h["status"].as_str().unwrap_or(""),
+                        h["age_secs"]
+                            .as_i64()
+                            .map(|a| format!("{a}s"))
+                            .unwrap_or("-".into()),
+                        beat["version"].as_str().unwrap_or("-"),
+                        beat["drivers"]
+                            .as_array()
+                            .map(|d| d
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(","))
+                            .unwrap_or("-".into()),
+                        beat["last_seq"]
+                            .as_u64()
+                            .map(|s| s.to_string())
+                            .unwrap_or("-".into()),
+                    ));
+                }
+                out
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Submit { file, wait } => {
+            let mut code = ExitCode::SUCCESS;
+            for command in read_input(&file)? {
+                let accepted = client.post("/v1/commands", &command).await?;
+                let id = accepted["id"].as_str().unwrap_or_default().to_string();
+                if wait {
+                    let s = client
+                        .get(&format!("/v1/commands/{id}/wait?timeout=60s"))
+                        .await?;
+                    print(json, &s, human_status);
+                    if status_code(&s) != ExitCode::SUCCESS {
+                        code = status_code(&s);
+                    }
+                } else {
+                    print(json, &accepted, |v| {
+                        format!("{}\n", v["id"].as_str().unwrap_or(""))
+                    });
+                }
+            }
+            Ok(code)
+        }
+        Cmd::Wait { id, timeout } => {
+            let s = client
+                .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
+                .await?;
+            print(json, &s, human_status);
+            Ok(status_code(&s))
+        }
+        Cmd::Status { id } => {
+            let s = client.get(&format!("/v1/commands/{id}")).await?;
+            print(json, &s, human_status);
+            Ok(match s["status"].as_str() {
+                Some("failed" | "rejected") => ExitCode::from(1),
+                _ => ExitCode::SUCCESS,
+            })
+        }
+        Cmd::Intent { host } => {
+            let intent = client.get(&format!("/v1/hosts/{host}/intent")).await?;
+            print(json, &intent, |v| {
+                serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Log {
+            host,
+            mut since,
+            follow,
+        } => loop {
+            let page = client
+                .get(&format!("/v1/hosts/{host}/events?since={since}"))
+                .await?;
+            let events = page["events"].as_array().cloned().unwrap_or_default();
+            let mut out = std::io::stdout().lock();
+            for e in &events {
+                if json {
+                    writeln!(out, "{e}")?;
+                } else {
+                    write!(out, "{}", event_line(e))?;
+                }
+                since = since.max(e["seq"].as_u64().unwrap_or(since));
+            }
+            out.flush()?;
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            if events.is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        },
+        Cmd::Rollout {
+            file,
+            hosts,
+            timeout,
+        } => rollout(&client, json, &file, &hosts, &timeout).await,
+    }
+}
+
+async fn rollout(
+    client: &Client,
+    json: bool,
+    file: &PathBuf,
+    hosts: &str,
+    timeout: &str,
+) -> anyhow::Result<ExitCode> {
+    let template = read_input(file)?
+        .into_iter()
+        .next()
+        .context("the rollout file holds no command")?;
+    let hosts: Vec<String> = if hosts == "alive" {
+        client.get("/v1/hosts").await?["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|h| h["status"] == "alive")
+            .filter_map(|h| h["host"].as_str().map(str::to_string))
+            .collect()
+    } else {
+        hosts
+            .split(',')
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .collect()
+    };
+    anyhow::ensure!(!hosts.is_empty(), "no hosts to roll out to");
+    let base = template["id"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("rollout-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f")));
+    let mut ids = Vec::new();
+    for host in &hosts {
+        let mut command = template.clone();
+        command["host"] = json!(host);
+        command["id"] = json!(format!("{base}.{host}"));
+        let accepted = client.post("/v1/commands", &command).await?;
+        ids.push(accepted["id"].as_str().unwrap_or_default().to_string());
+    }
+    let total = ids.len();
+    let mut waits: futures::stream::FuturesUnordered<_> = ids
+        .iter()
+        .map(|id| async move {
+            (
+                id.clone(),
+                client
+                    .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
+                    .await,
+            )
+        })
+        .collect();
+    let mut results = Vec::new();
+    let mut stderr = std::io::stderr();
+    use futures::StreamExt as _;
+    while let Some((id, r)) = waits.next().await {
+        let status = r.unwrap_or_else(|e| json!({"id": id, "status": "unknown", "error": {"code": "client", "message": e.to_string()}}));
+        results.push(status);
+        let failed = results
+            .iter()
+            .filter(|s| s["status"] != "succeeded")
+            .count();
+        let done = results.len();
+        let bar = "#".repeat(done * 20 / total) + &".".repeat(20 - done * 20 / total);
+        let _ = write!(
+            stderr,
+            "\rrollout [{bar}] {done}/{total} done, {failed} not succeeded"
+        );
+        let _ = stderr.flush();
+    }
+    let _ = writeln!(stderr);
+    results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
+    let ok = results
+        .iter()
+        .filter(|s| s["status"] == "succeeded")
+        .count();
+    let summary = json!({"total": total, "succeeded": ok, "results": results});
+    print(json, &summary, |v| {
+        let mut out = format!("{:<20} {:<10} {:<32} ERROR\n", "HOST", "STATUS", "COMMAND");
+        for s in v["results"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "{:<20} {:<10} {:<32} {}\n",
+                s["host"].as_str().unwrap_or("-"),
+                s["status"].as_str().unwrap_or("-"),
+                s["id"].as_str().unwrap_or("-"),
+                s["error"]["code"].as_str().unwrap_or("")
+            ));
+        }
+        out.push_str(&format!("{ok}/{total} succeeded\n"));
+        out
+    });
+    Ok(if ok == total {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

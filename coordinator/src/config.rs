@@ -1,0 +1,90 @@
+//! `coordinator.toml`. Unknown keys are errors that name the key.
+
+use capstan_common::nats::NatsConfig;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorConfig {
+    /// HTTP listen address; default `127.0.0.1:7400`.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The ed25519 secret key (hex seed) commands are signed with
+    /// (`capstan-coordinator keygen`).
+    pub signing_key_file: PathBuf,
+    /// A host whose last beat is older than this is `stale`.
+    #[serde(default = "default_stale")]
+    pub stale_after_secs: u64,
+    /// Max age of `capstan_hosts` entries, when this coordinator creates the bucket:
+    /// a host silent this long is `gone`.
+    #[serde(default = "default_hosts_max_age")]
+    pub hosts_max_age_secs: u64,
+    #[serde(default)]
+    pub nats: NatsConfig,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7400))
+}
+
+fn default_stale() -> u64 {
+    15
+}
+
+fn default_hosts_max_age() -> u64 {
+    60
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+}
+
+impl CoordinatorConfig {
+    pub fn load(path: &Path) -> Result<CoordinatorConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "signing_key_file = \"/k\"\n[nats]\nurl = \"nats://h:1\"\n",
+        )
+        .unwrap();
+        let c = CoordinatorConfig::load(&path).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7400");
+        assert_eq!(c.nats.url, "nats://h:1");
+        std::fs::write(&path, "signing_key_file = \"/k\"\nlisten_addr = \"x\"\n").unwrap();
+        let err = CoordinatorConfig::load(&path).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(text.contains("listen_addr"), "{text}");
+    }
+}

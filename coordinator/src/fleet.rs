@@ -1,0 +1,493 @@
+//! The coordinator's view of the fleet, read from NATS on every request: commands go
+//! out on `CAPSTAN_CMD`, what happened comes back from `CAPSTAN_EVT`, hosts from the
+//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host and
+//! where in `CAPSTAN_EVT` to start looking), also in NATS, so any number of
+//! coordinators can serve the same fleet.
+
+use async_nats::jetstream::{self, consumer::pull, kv, stream};
+use async_nats::HeaderMap;
+use capstan_common::nats::{self as cnats, NatsError, Retention};
+use capstan_common::signing::Signer;
+use capstan_common::wire::{self, HostBeat};
+use capstan_common::{validate, Command, Rejection};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// What can go wrong serving a request; each maps to one HTTP status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("{0}")]
+    BadCommand(Rejection),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no command with id {0:?} was submitted (or it has aged out)")]
+    CommandNotFound(String),
+    #[error("NATS is not reachable from this coordinator")]
+    NatsUnavailable,
+    #[error("host {0} did not answer")]
+    HostUnreachable(String),
+    #[error("host {0} did not answer in time")]
+    HostTimeout(String),
+    #[error("NATS request failed: {0}")]
+    Nats(String),
+    #[error(transparent)]
+    Setup(#[from] NatsError),
+}
+
+impl FleetError {
+    fn nats(e: impl std::fmt::Display) -> FleetError {
+        FleetError::Nats(e.to_string())
+    }
+}
+
+/// Where a command went (`capstan_commands`, key = hex of the id).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Submission {
+    id: String,
+    host: String,
+    /// `CAPSTAN_EVT`'s last sequence before the command was published: its events
+    /// come after this.
+    evt_seq: u64,
+    submitted_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A command's state as the host's events tell it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandStatus {
+    pub id: String,
+    pub host: String,
+    /// `pending` (not yet received), `running`, `succeeded`, `failed` or `rejected`.
+    pub status: &'static str,
+    /// True once the status is final.
+    pub done: bool,
+    pub error: Option<Value>,
+    pub events: Vec<Value>,
+}
+
+/// One host as the registry and the event stream show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostStatus {
+    pub host: String,
+    /// `alive` (beat within `stale_after`), `stale` (older beat still in the
+    /// bucket) or `gone` (no beat left, but the host has events).
+    pub status: &'static str,
+    pub beat: Option<HostBeat>,
+    pub age_secs: Option<i64>,
+}
+
+pub struct Fleet {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    signer: Signer,
+    stale_after: Duration,
+    retention: Retention,
+    layout: OnceCell<Layout>,
+}
+
+struct Layout {
+    evt: stream::Stream,
+    hosts: kv::Store,
+    commands: kv::Store,
+}
+
+fn key(id: &str) -> String {
+    capstan_common::signing::to_hex(id.as_bytes())
+}
+
+/// Checks a host name taken from a URL before it goes into a subject.
+pub fn check_host(host: &str) -> Result<(), FleetError> {
+    validate::name("host", host).map_err(FleetError::BadCommand)
+}
+
+impl Fleet {
+    pub fn new(
+        client: async_nats::Client,
+        signer: Signer,
+        stale_after: Duration,
+        retention: Retention,
+    ) -> Fleet {
+        Fleet {
+            js: jetstream::new(client.clone()),
+            client,
+            signer,
+            stale_after,
+            retention,
+            layout: OnceCell::new(),
+        }
+    }
+
+    pub fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    async fn layout(&self) -> Result<&Layout, FleetError> {
+        if !self.connected() {
+            return Err(FleetError::NatsUnavailable);
+        }
+        self.layout
+            .get_or_try_init(|| async {
+                cnats::cmd_stream(&self.js).await?;
+                Ok::<_, FleetError>(Layout {
+                    evt: cnats::evt_stream(&self.js).await?,
+                    hosts: cnats::bucket(
+                        &self.js,
+                        wire::HOSTS_BUCKET,
+                        self.retention.hosts_max_age,
+                    )
+                    .await?,
+                    commands: cnats::bucket(
+                        &self.js,
+                        wire::COMMANDS_BUCKET,
+                        self.retention.commands_max_age,
+                    )
+                    .await?,
+                })
+            })
+            .await
+    }
+
+    /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
+    /// Idempotent by id: re-posting a command re-publishes it, and the agent answers
+    /// it from its log.
+    pub async fn submit(&self, mut body: Value) -> Result<(String, String), FleetError> {
+        let object = body
+            .as_object_mut()
+            .ok_or_else(|| FleetError::BadRequest("a command is a JSON object".into()))?;
+        object.remove("sig");
+        object
+            .entry("v")
+            .or_insert(json!(capstan_common::PROTOCOL_VERSION));
+        if !object.contains_key("id") {
+            object.insert("id".into(), new_id()?.into());
+        }
+        object
+            .entry("issued_at")
+            .or_insert_with(|| json!(chrono::Utc::now()));
+        let command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
+        let layout = self.layout().await?;
+        let evt_seq = layout
+            .evt
+            .get_info()
+            .await
+            .map_err(FleetError::nats)?
+            .state
+            .last_sequence;
+        let submission = Submission {
+            id: command.id.clone(),
+            host: command.host.clone(),
+            evt_seq,
+            submitted_at: chrono::Utc::now(),
+        };
+        let value = serde_json::to_vec(&submission).expect("submissions serialise");
+        // The first submission of an id wins: its evt_seq precedes every event of it.
+        if let Err(e) = layout.commands.create(key(&command.id), value.into()).await {
+            if e.kind() != kv::CreateErrorKind::AlreadyExists {
+                return Err(FleetError::nats(e));
+            }
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", command.id.as_str());
+        self.js
+            .publish_with_headers(
+                wire::cmd_subject(&command.host),
+                headers,
+                self.signer.signed_json(&command).into(),
+            )
+            .await
+            .map_err(FleetError::nats)?
+            .await
+            .map_err(FleetError::nats)?;
+        Ok((command.id, command.host))
+    }
+
+    async fn submission(&self, id: &str) -> Result<Submission, FleetError> {
+        validate::command_id(id).map_err(FleetError::BadCommand)?;
+        let layout = self.layout().await?;
+        let entry = layout
+            .commands
+            .get(key(id))
+            .await
+            .map_err(FleetError::nats)?
+            .ok_or_else(|| FleetError::CommandNotFound(id.to_string()))?;
+        serde_json::from_slice(&entry).map_err(FleetError::nats)
+    }
+
+    /// The command's status and every event that carries its id.
+    pub async fn command(&self, id: &str) -> Result<CommandStatus, FleetError> {
+        let submission = self.submission(id).await?;
+        self.status_of(&submission).await
+    }
+
+    async fn status_of(&self, s: &Submission) -> Result<CommandStatus, FleetError> {
+        let layout = self.layout().await?;
+        let events = read_subject(
+            &layout.evt,
+            &wire::evt_subject(&s.host),
+            s.evt_seq + 1,
+            |e| e["command_id"].as_str() == Some(s.id.as_str()),
+            usize::MAX,
+        )
+        .await?;
+        Ok(summarize(&s.id, &s.host, events))
+    }
+
+    /// Waits until the command is done or `timeout` passes; returns its status then.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
+        let submission = self.submission(id).await?;
+        // Subscribe before looking, so that nothing published in between is missed.
+        let mut live = self
+            .client
+            .subscribe(wire::evt_subject(&submission.host))
+            .await
+            .map_err(FleetError::nats)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let status = self.status_of(&submission).await?;
+            if status.done {
+                return Ok(status);
+            }
+            // Look again when an event of this command arrives, and every 2 s in
+            // case the live subscription missed one (a reconnect).
+            let recheck = tokio::time::sleep(Duration::from_secs(2));
+            tokio::pin!(recheck);
+            loop {
+                tokio::select! {
+                    m = live.next() => match m {
+                        Some(m) => {
+                            let e: Value = serde_json::from_slice(&m.payload).unwrap_or_default();
+                            if e["command_id"].as_str() == Some(id) { break; }
+                        }
+                        None => break,
+                    },
+                    _ = &mut recheck => break,
+                    _ = tokio::time::sleep_until(deadline) => return Ok(status),
+                }
+            }
+        }
+    }
+
+    /// Every host in the registry, and the hosts with events but no beat left.
+    /// Fails (rather than calling anyone gone) when NATS is not reachable.
+    pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
+        let layout = self.layout().await?;
+        let mut keys = layout.hosts.keys().await.map_err(FleetError::nats)?;
+        let now = chrono::Utc::now();
+        let mut out = Vec::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(FleetError::nats)?;
+            let Some(bytes) = layout.hosts.get(&k).await.map_err(FleetError::nats)? else {
+                continue;
+            };
+            let Ok(beat) = serde_json::from_slice::<HostBeat>(&bytes) else {
+                continue;
+            };
+            let age = now.signed_duration_since(beat.at);
+            let status = if age.to_std().unwrap_or_default() <= self.stale_after {
+                "alive"
+            } else {
+                "stale"
+            };
+            out.push(HostStatus {
+                host: beat.host.clone(),
+                status,
+                age_secs: Some(age.num_seconds()),
+                beat: Some(beat),
+            });
+        }
+        let mut subjects = layout
+            .evt
+            .info_with_subjects("capstan.v1.evt.*")
+            .await
+            .map_err(FleetError::nats)?;
+        while let Some(s) = subjects.next().await {
+            let (subject, _count) = s.map_err(FleetError::nats)?;
+            let host = subject.rsplit('.').next().unwrap_or_default().to_string();
+            if !out.iter().any(|h| h.host == host) {
+                out.push(HostStatus {
+                    host,
+                    status: "gone",
+                    beat: None,
+                    age_secs: None,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.host.cmp(&b.host));
+        Ok(out)
+    }
+
+    /// Asks the host's agent (`rpc.<host>.<verb>`).
+    pub async fn rpc(&self, host: &str, verb: &str, body: Value) -> Result<Value, FleetError> {
+        check_host(host)?;
+        if !self.connected() {
+            return Err(FleetError::NatsUnavailable);
+        }
+        let request = self
+            .client
+            .request(wire::rpc_subject(host, verb), body.to_string().into());
+        match tokio::time::timeout(Duration::from_secs(5), request).await {
+            Err(_) => Err(FleetError::HostTimeout(host.into())),
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                Err(FleetError::HostUnreachable(host.into()))
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
+                Err(FleetError::HostTimeout(host.into()))
+            }
+            Ok(Err(e)) => Err(FleetError::nats(e)),
+            Ok(Ok(reply)) => serde_json::from_slice(&reply.payload).map_err(FleetError::nats),
+        }
+    }
+
+    /// The host's records with seq > `since`, from `CAPSTAN_EVT` (the central copy:
+    /// available when the host is not).
+    pub async fn events(
+        &self,
+        host: &str,
+        since: u64,
+        limit: usize,
+    ) -> Result<Vec<Value>, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        read_subject(
+            &layout.evt,
+            &wire::evt_subject(host),
+            1,
+            |e| e["seq"].as_u64().is_some_and(|s| s > since),
+            limit,
+        )
+        .await
+    }
+}
+
+/// A fresh command id: `c-` and 16 random hex digits.
+fn new_id() -> Result<String, FleetError> {
+    let mut bytes = [0u8; 8];
+    getrandom::getrandom(&mut bytes).map_err(|e| FleetError::Nats(e.to_string()))?;
+    Ok(format!("c-{}", capstan_common::signing::to_hex(&bytes)))
+}
+
+/// Reads the messages of `subject` from stream sequence `from` to the current end
+/// through a short-lived consumer, keeping those `keep` accepts, at most `limit`.
+async fn read_subject(
+    stream: &stream::Stream,
+    subject: &str,
+    from: u64,
+    keep: impl Fn(&Value) -> bool,
+    limit: usize,
+) -> Result<Vec<Value>, FleetError> {
+    let mut consumer = stream
+        .create_consumer(pull::Config {
+            filter_subject: subject.to_string(),
+            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: from.max(1),
+            },
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            memory_storage: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(FleetError::nats)?;
+    let info = consumer.info().await.map_err(FleetError::nats)?.clone();
+    let mut remaining = info.num_pending;
+    let mut out = Vec::new();
+    while remaining > 0 && out.len() < limit {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(remaining.min(256) as usize)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .map_err(FleetError::nats)?;
+        let mut got = 0;
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(FleetError::nats)?;
+            got += 1;
+            remaining -= 1;
+            if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
+                if keep(&v) && out.len() < limit {
+                    out.push(v);
+                }
+            }
+        }
+        if got == 0 {
+            break;
+        }
+    }
+    let _ = stream.delete_consumer(&info.name).await;
+    Ok(out)
+}
+
+/// A command's status from its events, in log order.
+fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
+    let mut status = "pending";
+    let mut error = None;
+    let mut completed = false;
+    for e in &events {
+        let err = || {
+            e.get("code")
+                .filter(|c| !c.is_null())
+                .map(|c| json!({"code": c, "message": e["message"]}))
+        };
+        match e["kind"].as_str() {
+            Some("command_received") if !completed => status = "running",
+            Some("command_completed") => {
+                completed = true;
+                status = match e["outcome"].as_str() {
+                    Some("succeeded") => "succeeded",
+                    Some("rejected") => "rejected",
+                    _ => "failed",
+                };
+                error = err();
+            }
+            Some("command_rejected") if !completed => {
+                status = "rejected";
+                error = err();
+            }
+            _ => {}
+        }
+    }
+    CommandStatus {
+        id: id.to_string(),
+        host: host.to_string(),
+        done: matches!(status, "succeeded" | "failed" | "rejected"),
+        status,
+        error,
+        events,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_wins_over_a_later_rejection_of_a_replay() {
+        let events = vec![
+            json!({"kind":"command_received","command_id":"a"}),
+            json!({"kind":"command_completed","command_id":"a","outcome":"succeeded","code":null}),
+            json!({"kind":"command_rejected","command_id":"a","code":"expired","message":"old"}),
+        ];
+        let s = summarize("a", "h1", events);
+        assert_eq!((s.status, s.done), ("succeeded", true));
+        assert!(s.error.is_none());
+    }
+
+    #[test]
+    fn statuses_follow_the_events() {
+        assert_eq!(summarize("a", "h", vec![]).status, "pending");
+        let running = vec![json!({"kind":"command_received"})];
+        let s = summarize("a", "h", running);
+        assert_eq!((s.status, s.done), ("running", false));
+        let rejected = vec![json!({"kind":"command_rejected","code":"unsigned","message":"m"})];
+        let s = summarize("a", "h", rejected);
+        assert_eq!((s.status, s.done), ("rejected", true));
+        assert_eq!(s.error.unwrap()["code"], "unsigned");
+        let failed = vec![
+            json!({"kind":"command_completed","outcome":"failed","code":"namespace_not_found","message":"m"}),
+        ];
+        assert_eq!(summarize("a", "h", failed).status, "failed");
+    }
+}

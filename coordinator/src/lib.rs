@@ -1,0 +1,9 @@
+//! capstan coordinator: an HTTP/JSON API for the controller over the fleet's NATS
+//! streams ([`fleet`], [`api`]), and the HTTP client the `capstan` CLI uses
+//! ([`client`]). It keeps no local state.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod fleet;
+pub mod metrics;

@@ -1,0 +1,113 @@
+//! `capstan-coordinator`: `run --config FILE` serves the API; `keygen` makes a signing key.
+
+use anyhow::Context as _;
+use capstan_common::nats::Retention;
+use capstan_common::signing::Signer;
+use capstan_coordinator::api::{self, AppState};
+use capstan_coordinator::config::CoordinatorConfig;
+use capstan_coordinator::fleet::Fleet;
+use clap::{Parser, Subcommand};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "capstan-coordinator", version, about = "capstan coordinator")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the HTTP API.
+    Run {
+        #[arg(long, env = "CAPSTAN_COORDINATOR_CONFIG")]
+        config: PathBuf,
+    },
+    /// Write a new ed25519 signing key (hex seed, mode 0600) to OUT and print its
+    /// public key for the agents' `[signing] public_keys`.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Keygen { out } => keygen(&out),
+        Cmd::Run { config } => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(run(config))),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("capstan-coordinator: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn keygen(out: &PathBuf) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let signer = Signer::generate()?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("cannot create {} (it must not exist)", out.display()))?;
+    writeln!(file, "{}", signer.secret_hex())?;
+    println!("{}", signer.public_hex());
+    Ok(())
+}
+
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = CoordinatorConfig::load(&path)?;
+    let key = std::fs::read_to_string(&config.signing_key_file)
+        .with_context(|| format!("cannot read {}", config.signing_key_file.display()))?;
+    let signer = Signer::from_hex(&key)
+        .with_context(|| format!("bad signing key in {}", config.signing_key_file.display()))?;
+    let client = config.nats.connect("capstan-coordinator", None).await?;
+    let fleet = Fleet::new(
+        client,
+        signer,
+        Duration::from_secs(config.stale_after_secs),
+        Retention {
+            hosts_max_age: Duration::from_secs(config.hosts_max_age_secs),
+            ..Retention::default()
+        },
+    );
+    let state = Arc::new(AppState {
+        fleet,
+        metrics: Default::default(),
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, "capstan-coordinator ready");
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async {
+            use tokio::signal::unix::{signal, SignalKind};
+            if let Ok(mut term) = signal(SignalKind::terminate()) {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! The coordinator's HTTP surface beyond the CLI: health, metrics, JSON errors with
+//! proper status codes, and the host registry's `gone` once a host stops beating.
+
+use capstan_tests::nats::{wait_until, Coordinator, Keys, NatsAgent, NatsServer, ENSURE_SHOP};
+use serde_json::Value;
+
+async fn get(url: &str) -> (u16, String) {
+    let r = reqwest::get(url).await.expect("GET");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+fn code(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    v["error"]["code"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn health_metrics_and_json_errors() {
+    let server = NatsServer::start();
+    let keys = Keys::generate();
+    let coordinator = Coordinator::start(&server.url(), &keys, "");
+    let _agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
+    coordinator.run_all("h1", &[("ns", ENSURE_SHOP)]);
+    let base = coordinator.url.clone();
+    capstan_tests::nats::runtime().block_on(async {
+        let (status, body) = get(&format!("{base}/healthz")).await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = get(&format!("{base}/metrics")).await;
+        assert_eq!(status, 200);
+        assert!(
+            body.contains("capstan_coordinator_commands_submitted_total 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("capstan_coordinator_nats_connected 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("capstan_coordinator_http_requests_total{status=\"202\"} 1"),
+            "{body}"
+        );
+
+        let client = reqwest::Client::new();
+        let post = |body: &'static str| {
+            let client = client.clone();
+            let url = format!("{base}/v1/commands");
+            async move {
+                let r = client.post(url).body(body).send().await.expect("POST");
+                (r.status().as_u16(), r.text().await.expect("body"))
+            }
+        };
+        let (status, body) = post("{nope").await;
+        assert_eq!((status, code(&body)), (400, "invalid_json".into()));
+        let (status, body) = post(r#"{"host":"h1","op":"reboot"}"#).await;
+        assert_eq!((status, code(&body)), (400, "unknown_op".into()));
+        let (status, body) =
+            post(r#"{"host":"h1","op":"ensure_namespace","namespace":"Bad_NS"}"#).await;
+        assert_eq!((status, code(&body)), (400, "invalid_name".into()));
+
+        for (path, want, want_code) in [
+            ("/v1/commands/unknown", 404, "command_not_found"),
+            ("/v1/commands/bad%20id", 400, "invalid_id"),
+            ("/v1/commands/ns/wait?timeout=soon", 400, "invalid_request"),
+            ("/v1/hosts/H1.%3E/intent", 400, "invalid_name"),
+            ("/v1/hosts/h9/intent", 503, "host_unreachable"),
+            ("/v1/hosts/h1/events?since=x", 400, "invalid_request"),
+            ("/v2/anything", 404, "not_found"),
+        ] {
+            let (status, body) = get(&format!("{base}{path}")).await;
+            assert_eq!(
+                (status, code(&body)),
+                (want, want_code.to_string()),
+                "{path}: {body}"
+            );
+        }
+        let (status, body) = get(&format!("{base}/v1/hosts/h1/events?since=2")).await;
+        assert_eq!(status, 200);
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(v["events"].as_array().map(Vec::len), Some(1), "{body}");
+        assert_eq!(v["events"][0]["seq"], 3);
+    });
+}
+
+#[test]
+fn a_host_that_stops_beating_is_gone() {
+    let server = NatsServer::start();
+    let keys = Keys::generate();
+    let coordinator = Coordinator::start_with(
+        &server.url(),
+        &keys,
+        "stale_after_secs = 1\nhosts_max_age_secs = 2",
+        "",
+    );
+    let mut agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
+    coordinator.run_all("h1", &[("ns", ENSURE_SHOP)]);
+    wait_until("h1 alive", || {
+        let v = coordinator.cli_json(&["hosts"], 0);
+        (v["hosts"][0]["status"] == "alive").then_some(())
+    });
+    agent.stop();
+    let v = wait_until("h1 gone", || {
+        let v = coordinator.cli_json(&["hosts"], 0);
+        (v["hosts"][0]["status"] == "gone").then_some(v)
+    });
+    assert_eq!(v["hosts"][0]["host"], "h1");
+    assert!(v["hosts"][0]["beat"].is_null());
+}

@@ -1,5 +1,5 @@
 //! Exec hooks end to end: real hook scripts called by `capstan-agent apply` on the
-//! sim driver. (docker and systemd projection: pending those drivers.)
+//! sim driver. (docker projection: `hooks_docker.rs`; systemd: pending that driver.)
 
 use capstan_tests::hooks::{activate, command, hook_records, staging, HookAgent, Owner};
 

@@ -249,7 +249,10 @@ impl Executor {
         {
             return self.fail(id, StepError::Phase(e)).await;
         }
-        let step = match plan::decide(&self.log.intent(), &command.op) {
+        let step = match self
+            .log
+            .with_intent(|intent| plan::decide(intent, &command.op))
+        {
             Ok(step) => step,
             Err(refusal) => {
                 return self

@@ -202,14 +202,14 @@ impl Supervisor {
 
     /// True when intent wants exactly this revision running.
     fn wanted(&self, exit: &Exit) -> bool {
-        self.executor
-            .log()
-            .intent()
-            .workload(&exit.namespace, &exit.workload)
-            .is_some_and(|w| {
-                w.intent == RunIntent::Running
-                    && w.active_revision.as_deref() == Some(exit.revision.as_str())
-            })
+        self.executor.log().with_intent(|intent| {
+            intent
+                .workload(&exit.namespace, &exit.workload)
+                .is_some_and(|w| {
+                    w.intent == RunIntent::Running
+                        && w.active_revision.as_deref() == Some(exit.revision.as_str())
+                })
+        })
     }
 }
 

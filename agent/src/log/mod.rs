@@ -139,6 +139,8 @@ pub struct Log {
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
+    /// The last appended seq, for tasks that follow the log (outbox, registry).
+    appended: tokio::sync::watch::Sender<u64>,
     degraded: Option<Corruption>,
 }
 
@@ -233,6 +235,7 @@ impl Log {
         let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
             flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
         });
+        let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
         Ok(Log {
             db,
             records,
@@ -242,6 +245,7 @@ impl Log {
             options,
             tail: Mutex::new(tail),
             flusher,
+            appended,
             degraded,
         })
     }
@@ -290,9 +294,20 @@ impl Log {
         self.degraded.as_ref()
     }
 
-    /// The current folded intent.
+    /// A copy of the current folded intent (for work that spans awaits).
     pub fn intent(&self) -> Intent {
-        self.tail.lock().expect("log lock").intent.clone()
+        self.with_intent(Intent::clone)
+    }
+
+    /// Reads the current intent in place, without copying it (the hot path: one
+    /// decision per command). `read` must not block: appends wait for it.
+    pub fn with_intent<R>(&self, read: impl FnOnce(&Intent) -> R) -> R {
+        read(&self.tail.lock().expect("log lock").intent)
+    }
+
+    /// Follows the log: the receiver sees the last appended seq change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.appended.subscribe()
     }
 
     /// The seq of the last record.
@@ -357,6 +372,8 @@ impl Log {
             tail.since_snapshot = 0;
         }
         self.flusher.written(last);
+        drop(tail);
+        self.appended.send_replace(last);
         Ok(last)
     }
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// How often the outbox looks for new records when it is idle.
-const IDLE_POLL: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 enum OutboxError {
@@ -100,11 +99,17 @@ async fn publish_all(
     }
     published.send_replace(acked);
     tracing::info!(resume_after = acked, "outbox publishing");
+    let mut appended = log.subscribe();
     loop {
-        let last = log.last_seq();
+        let last = *appended.borrow_and_update();
         if last <= acked {
-            if pause(stop, IDLE_POLL).await {
+            // Idle: wake on the next append, not on a timer.
+            if *stop.borrow() {
                 return Ok(());
+            }
+            tokio::select! {
+                _ = appended.changed() => {}
+                _ = stop.changed() => return Ok(()),
             }
             continue;
         }

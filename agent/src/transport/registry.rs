@@ -23,6 +23,7 @@ pub async fn run(
 ) {
     let mut bucket = None;
     let mut failing = false;
+    let mut appended = log.subscribe();
     loop {
         if bucket.is_none() {
             match capstan_common::nats::bucket(
@@ -43,7 +44,7 @@ pub async fn run(
         // The seq the beat reported, when one was sent.
         let mut sent = None;
         if let Some(b) = &bucket {
-            let sent_seq = log.last_seq();
+            let sent_seq = *appended.borrow_and_update();
             sent = Some(sent_seq);
             let beat = HostBeat {
                 host: info.host.clone(),
@@ -67,14 +68,26 @@ pub async fn run(
                 Err(_) => {}
             }
         }
+        // The next beat: when the period is up, or FRESH after the log grows past what
+        // the last beat reported (so a burst of records costs one beat).
         let due = tokio::time::Instant::now() + Duration::from_secs(wire::HEARTBEAT_SECS);
-        loop {
-            if pause(&mut stop, FRESH).await {
-                return;
+        let grew = async {
+            match sent {
+                Some(s) => drop(appended.wait_for(|seq| *seq != s).await),
+                None => std::future::pending().await,
             }
-            if tokio::time::Instant::now() >= due || sent.is_some_and(|s| log.last_seq() != s) {
-                break;
+        };
+        if *stop.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            _ = grew => {
+                if pause(&mut stop, FRESH).await {
+                    return;
+                }
             }
+            _ = stop.changed() => return,
         }
     }
 }

@@ -78,14 +78,15 @@ pub fn answer(
     match verb {
         "ping" => json!({"host": info.host, "version": info.version, "at": chrono::Utc::now()}),
         "status" => {
-            let intent = log.intent();
+            let in_flight: Vec<String> =
+                log.with_intent(|intent| intent.in_flight.keys().cloned().collect());
             json!({
                 "host": info.host,
                 "version": info.version,
                 "last_seq": log.last_seq(),
                 "published_seq": published,
                 "degraded": log.degraded().map(ToString::to_string),
-                "in_flight": intent.in_flight.keys().collect::<Vec<_>>(),
+                "in_flight": in_flight,
                 "drivers": info.drivers,
                 "capabilities": info.capabilities,
             })

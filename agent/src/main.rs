@@ -9,7 +9,7 @@ use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::supervise::{Backoff, Supervisor};
 use capstan_agent::transport::{HostInfo, Transport};
-use capstan_common::{ErrorCode, Outcome, Rejection};
+use capstan_common::Outcome;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -252,19 +252,8 @@ async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
         if text.trim().is_empty() {
             continue;
         }
-        let result = match &degraded {
-            Some(c) => capstan_common::CommandResult {
-                id: None,
-                outcome: Outcome::Rejected,
-                duplicate: false,
-                retryable: false,
-                error: Some(Rejection::new(
-                    ErrorCode::LogDegraded,
-                    format!("the log is degraded ({c}); refusing to act"),
-                )),
-            },
-            None => executor.submit(&text).await,
-        };
+        // A degraded log answers every line `rejected`/`log_degraded` and writes nothing.
+        let result = executor.submit(&text).await;
         all_ok &= result.outcome == Outcome::Succeeded;
         serde_json::to_writer(&mut out, &result)?;
         out.write_all(b"\n")?;

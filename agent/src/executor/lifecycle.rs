@@ -1,0 +1,271 @@
+//! The executor across agent restarts: [`Executor::recover`] finishes what the log
+//! shows as begun, [`Executor::reconcile`] brings the host to intent at startup, and
+//! [`Executor::shutdown_sweep`] stops what a graceful stop must stop. None of them
+//! changes running intent.
+
+use super::Executor;
+use crate::driver::RevisionRef;
+use crate::event::{Cause, Event, Record};
+use crate::log::LogError;
+use crate::plan::{self, Action};
+use capstan_common::{Command, ErrorCode, Outcome, Rejection};
+
+/// What startup reconciliation did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReconcileReport {
+    pub started: usize,
+    pub stopped: usize,
+    pub failed: usize,
+    pub drift: usize,
+}
+
+impl Executor {
+    /// Finishes every command the log shows as received but not completed, oldest
+    /// first. Run at startup, before new commands are taken.
+    pub async fn recover(&self) -> Result<usize, LogError> {
+        let in_flight: Vec<(u64, String)> = {
+            let intent = self.log.intent();
+            let mut v: Vec<_> = intent
+                .in_flight
+                .iter()
+                .map(|(id, seq)| (*seq, id.clone()))
+                .collect();
+            v.sort();
+            v
+        };
+        for (seq, id) in &in_flight {
+            let command = match self.log.get(*seq)? {
+                Some(Record {
+                    event: Event::CommandReceived { command, .. },
+                    ..
+                }) => Command::parse(&command),
+                _ => Err(Rejection::new(
+                    ErrorCode::InvalidCommand,
+                    format!("record {seq} is not a received command"),
+                )),
+            };
+            match command {
+                Ok(c) => {
+                    let r = self.execute(c).await;
+                    tracing::info!(command_id = %id, outcome = ?r.outcome, "recovered an unfinished command");
+                }
+                Err(rejection) => {
+                    self.complete(id, Vec::new(), Outcome::Failed, Some(rejection))
+                        .await?;
+                }
+            }
+        }
+        Ok(in_flight.len())
+    }
+
+    /// Startup reconciliation for drivers that manage lifecycle: starts every
+    /// running-intent workload that is not running, leaves explicitly stopped ones
+    /// stopped, and marks the ones whose backend is missing or fails to start as
+    /// failed, carrying on past each failure. Intent never changes here.
+    pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
+        let mut report = ReconcileReport::default();
+        if !self.driver.capabilities().manages_lifecycle {
+            return Ok(report);
+        }
+        let observed = match self.driver.observe().await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e.report(), "cannot observe the host; skipping reconciliation");
+                return Ok(report);
+            }
+        };
+        let intent = self.log.intent();
+        for action in plan::plan(&intent, &observed) {
+            match action {
+                Action::Start {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    let rev = RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    };
+                    let event = match self.driver.resume(rev).await {
+                        Ok(()) => {
+                            report.started += 1;
+                            Event::WorkloadStarted {
+                                cause: Cause::AgentStartup,
+                                namespace,
+                                workload,
+                                revision,
+                                previous: None,
+                            }
+                        }
+                        Err(e) => {
+                            report.failed += 1;
+                            Event::WorkloadFailed {
+                                cause: Cause::AgentStartup,
+                                namespace,
+                                workload,
+                                code: e.code(),
+                                message: e.report(),
+                            }
+                        }
+                    };
+                    self.log.append(&[event])?;
+                }
+                Action::Stop {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    let rev = RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    };
+                    if let Err(e) = self.driver.stop(rev).await {
+                        report.failed += 1;
+                        tracing::warn!(error = %e.report(), "could not stop a revision that should not run");
+                        continue;
+                    }
+                    report.stopped += 1;
+                    self.log.append(&[Event::WorkloadStopped {
+                        cause: Cause::AgentStartup,
+                        namespace,
+                        workload,
+                        revision: Some(revision),
+                    }])?;
+                }
+                Action::Missing {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    report.failed += 1;
+                    let message = format!("revision {revision} has no backend on this host");
+                    self.log.append(&[Event::WorkloadFailed {
+                        cause: Cause::AgentStartup,
+                        namespace,
+                        workload,
+                        code: ErrorCode::BackendMissing,
+                        message,
+                    }])?;
+                }
+                Action::Drift {
+                    namespace,
+                    workload,
+                    revision,
+                } => {
+                    report.drift += 1;
+                    tracing::warn!(%namespace, %workload, %revision, reap = self.reap_orphans, "found a backend labelled ours that intent does not know");
+                    let mut reaped = false;
+                    if self.reap_orphans {
+                        let rev = RevisionRef {
+                            namespace: &namespace,
+                            workload: &workload,
+                            revision: &revision,
+                        };
+                        match self.driver.retire(rev).await {
+                            Ok(()) => reaped = true,
+                            Err(e) => {
+                                tracing::warn!(error = %e.report(), "could not remove drift")
+                            }
+                        }
+                    }
+                    self.log.append(&[Event::DriftDetected {
+                        namespace,
+                        workload,
+                        revision,
+                        reaped,
+                    }])?;
+                }
+            }
+        }
+        self.log.durable(self.log.last_seq()).await?;
+        Ok(report)
+    }
+}
+
+/// What the graceful-shutdown sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SweepReport {
+    pub stopped: usize,
+    pub failed: usize,
+}
+
+impl Executor {
+    /// The graceful-stop sweep for drivers that manage lifecycle: stops the running
+    /// revision of every running-intent workload, `concurrency` at a time, carrying on
+    /// past failures. Intent does not change: each stop is logged as caused by the
+    /// agent's shutdown, which the fold ignores.
+    pub async fn shutdown_sweep(&self, concurrency: usize) -> Result<SweepReport, LogError> {
+        use futures::stream::StreamExt;
+        let mut report = SweepReport::default();
+        if !self.driver.capabilities().manages_lifecycle {
+            return Ok(report);
+        }
+        let observed = match self.driver.observe().await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e.report(), "cannot observe the host; nothing stopped");
+                report.failed = 1;
+                return Ok(report);
+            }
+        };
+        let actions = plan::shutdown_sweep(&self.log.intent(), &observed);
+        let total = actions.len();
+        tracing::info!(
+            total,
+            concurrency,
+            "stopping running workloads for agent shutdown"
+        );
+        let results: Vec<_> = futures::stream::iter(actions)
+            .map(|action| async move {
+                let Action::Stop {
+                    namespace,
+                    workload,
+                    revision,
+                } = action
+                else {
+                    return Ok(None);
+                };
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                match self.driver.stop(rev).await {
+                    Ok(()) => Ok(Some(Event::WorkloadStopped {
+                        cause: Cause::AgentShutdown,
+                        namespace,
+                        workload,
+                        revision: Some(revision),
+                    })),
+                    Err(e) => Err(e),
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        for r in results {
+            match r {
+                Ok(Some(event)) => {
+                    report.stopped += 1;
+                    self.log.append(&[event])?;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(error = %e.report(), "could not stop a workload during shutdown");
+                }
+            }
+        }
+        if total > 0 {
+            self.log.durable(self.log.last_seq()).await?;
+        }
+        tracing::info!(
+            stopped = report.stopped,
+            failed = report.failed,
+            "shutdown sweep finished"
+        );
+        Ok(report)
+    }
+}

@@ -1,9 +1,11 @@
 //! The agent's trusted local configuration (`/etc/capstan/agent.toml`), read once at
 //! start. Unknown keys are errors that name the key.
 
-use crate::driver::docker::DockerConfig;
-use crate::driver::sim::SimConfig;
 use crate::hooks::{self, HookConfig, HookConfigError, HookOwner};
+use capstan_common::DriverKind;
+#[cfg(feature = "docker")]
+use capstan_docker::DockerConfig;
+use capstan_driver::sim::SimConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,14 +26,6 @@ pub enum ShutdownMode {
     LeaveRunning,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum DriverChoice {
-    #[default]
-    Sim,
-    Docker,
-}
-
 /// `agent.toml`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,14 +33,18 @@ pub struct AgentConfig {
     /// This host's name (a DNS label); defaults to the machine's hostname.
     pub host: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// The driver this agent runs (`sim` by default). It must be compiled into this
+    /// build (`capstan-agent --version` lists them).
     #[serde(default)]
-    pub driver: DriverChoice,
+    pub driver: DriverKind,
     #[serde(default)]
     pub shutdown: ShutdownMode,
     /// How many workloads the shutdown sweep stops at once.
     pub shutdown_concurrency: Option<usize>,
     #[serde(default)]
     pub sim: SimConfig,
+    /// The docker driver's section; owned by `capstan-docker`.
+    #[cfg(feature = "docker")]
     #[serde(default)]
     pub docker: DockerConfig,
     /// Lifecycle hook owners, in calling order (`[[hooks]]`). Read once at start and

@@ -1,11 +1,11 @@
 //! Property: for random valid command sequences, the intent rebuilt on reopen
 //! (snapshot + tail) equals the intent before, and equals a replay from scratch.
 
-use crate::driver::sim::{SimConfig, SimDriver};
 use crate::executor::Executor;
 use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
 use capstan_common::{Command, DriverKind, Op, Spec};
+use capstan_driver::sim::{SimConfig, SimDriver};
 use proptest::prelude::*;
 use std::sync::Arc;
 

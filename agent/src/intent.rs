@@ -82,9 +82,7 @@ pub struct Intent {
 }
 
 /// The key of a workload in [`Intent::workloads`].
-pub fn key(namespace: &str, workload: &str) -> String {
-    format!("{namespace}/{workload}")
-}
+pub use capstan_common::workload_key as key;
 
 impl Intent {
     pub fn workload(&self, namespace: &str, workload: &str) -> Option<&WorkloadIntent> {

@@ -2,10 +2,10 @@
 //!
 //! Commands arrive (`apply`, or NATS through [`transport`]), are written down
 //! ([`log`]), decided ([`intent`]: the fold, [`plan`]: the decisions), carried out
-//! ([`executor`] through a [`driver`]), and reported (the log is the outbox).
+//! ([`executor`] through a driver: [`capstan_driver`], composed in [`drivers`]), and reported (the log is the outbox).
 
 pub mod config;
-pub mod driver;
+pub mod drivers;
 pub mod event;
 pub mod executor;
 pub mod hooks;

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
-use capstan_agent::driver::{docker::DockerDriver, sim::SimDriver, Driver};
+use capstan_agent::drivers;
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::hooks::{Hooks, Runners};
@@ -51,8 +51,9 @@ enum Cmd {
     /// Exit 0 when every command succeeded, 1 when any failed or was rejected,
     /// 3 when the log is degraded and nothing was done.
     Apply {
-        #[arg(long, value_enum)]
-        driver: Option<config::DriverChoice>,
+        /// Run this driver instead of the config's (sim, docker, …).
+        #[arg(long)]
+        driver: Option<capstan_common::DriverKind>,
         file: PathBuf,
     },
     /// Run the agent: finish unfinished commands, reconcile the host to intent, and
@@ -176,31 +177,14 @@ fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
     Ok(Arc::new(log))
 }
 
-async fn driver(ctx: &Context) -> anyhow::Result<Arc<dyn Driver>> {
-    match ctx.config.driver {
-        config::DriverChoice::Sim => Ok(Arc::new(
-            SimDriver::open(&ctx.data_dir, ctx.config.sim.clone())
-                .context("cannot open the sim host")?,
-        )),
-        config::DriverChoice::Docker => Ok(Arc::new(
-            DockerDriver::connect(&ctx.host, ctx.config.docker.clone())
-                .await
-                .map_err(|e| anyhow::anyhow!(e.report()))
-                .context("cannot reach the docker engine")?,
-        )),
-    }
-}
-
 /// Opens the log and the driver.
 async fn open(ctx: &Context) -> anyhow::Result<Executor> {
     let log = open_log(ctx)?;
-    let reap = ctx.config.driver == config::DriverChoice::Docker && ctx.config.docker.reap_orphans;
     // Hook owners are frozen here for the process's life; a change needs a restart.
     let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(Runners::default()))
         .with_cleanup_budget(ctx.config.cleanup_budget());
-    Ok(Executor::new(ctx.host.clone(), log, driver(ctx).await?)
-        .reap_orphans(reap)
-        .with_hooks(hooks))
+    let driver = drivers::open(&ctx.config, &ctx.host, &ctx.data_dir).await?;
+    Ok(Executor::new(ctx.host.clone(), log, driver).with_hooks(hooks))
 }
 
 /// Startup: finish what the log shows as begun, reconcile the host.
@@ -337,16 +321,10 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
-    let driver = ctx
-        .config
-        .driver
-        .to_possible_value()
-        .map(|v| v.get_name().to_string())
-        .unwrap_or_default();
     HostInfo {
         host: ctx.host.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
-        drivers: vec![driver],
+        drivers: vec![executor.driver().kind().to_string()],
         capabilities: serde_json::to_value(executor.driver().capabilities()).unwrap_or_default(),
     }
 }

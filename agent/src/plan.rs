@@ -3,9 +3,9 @@
 //! observes and lists the actions that converge the host; [`shutdown_sweep`] lists what
 //! a graceful stop must stop. The executor performs what these return.
 
-use crate::driver::{BackendState, Observed};
 use crate::intent::{Intent, RevisionState, RunIntent};
 use capstan_common::{ErrorCode, Op, Spec};
+use capstan_driver::{BackendState, Observed};
 
 /// The one driver step that carries out an accepted command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,7 +269,7 @@ pub fn plan(intent: &Intent, observed: &Observed) -> Vec<Action> {
         }
         for (rev, state) in observed
             .workloads
-            .get(&crate::intent::key(&ns, &wl))
+            .get(&capstan_common::workload_key(&ns, &wl))
             .into_iter()
             .flatten()
         {

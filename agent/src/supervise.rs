@@ -5,13 +5,13 @@
 //! `supervisor`). The decision is re-checked under the namespace's lock right before
 //! acting, so a `stop_workload` that caused the exit always wins.
 //!
-//! [`Driver::watch_exits`]: crate::driver::Driver::watch_exits
+//! [`Driver::watch_exits`]: capstan_driver::Driver::watch_exits
 
-use crate::driver::{BackendState, Exit, RevisionRef};
 use crate::event::{Cause, Event};
 use crate::executor::Executor;
 use crate::intent::RunIntent;
 use crate::log::LogError;
+use capstan_driver::{BackendState, Exit, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -136,7 +136,7 @@ impl Supervisor {
         if !self.wanted(&exit) {
             return Ok(());
         }
-        let key = crate::intent::key(&exit.namespace, &exit.workload);
+        let key = capstan_common::workload_key(&exit.namespace, &exit.workload);
         let attempt = {
             let mut history = self.history.lock().expect("supervisor history");
             let h = history.entry(key.clone()).or_insert(History {

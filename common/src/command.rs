@@ -71,10 +71,12 @@ const KNOWN_OPS: &[&str] = &[
     "retire_revision",
 ];
 
-/// Which driver a revision is meant for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A driver's identity: which driver a revision is meant for (`spec.driver`), which
+/// one an agent runs (`driver` in its config), and what a driver says it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverKind {
+    #[default]
     Sim,
     Docker,
     Systemd,
@@ -89,6 +91,25 @@ impl DriverKind {
             Self::Systemd => "systemd",
             Self::Kube => "kube",
         }
+    }
+
+    pub const ALL: [DriverKind; 4] = [Self::Sim, Self::Docker, Self::Systemd, Self::Kube];
+}
+
+impl std::fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DriverKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown driver {s:?} (sim, docker, systemd or kube)"))
     }
 }
 
@@ -156,6 +177,20 @@ impl Protocol {
             Protocol::Udp => "udp",
         }
     }
+}
+
+/// The key of a workload in per-host maps and indexes: `namespace/workload`.
+pub fn workload_key(namespace: &str, workload: &str) -> String {
+    format!("{namespace}/{workload}")
+}
+
+/// The `id` of a line that failed to parse, when it has a valid one, so that a
+/// rejection can still name the command it rejects.
+pub fn salvage_id(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let id = value.get("id")?.as_str()?;
+    validate::command_id(id).ok()?;
+    Some(id.to_string())
 }
 
 /// A workload's address on a host: `namespace/workload`.

@@ -11,13 +11,15 @@ mod error;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod outcome;
+mod phase;
 pub mod signing;
 pub mod validate;
 pub mod wire;
 
 pub use command::{
-    Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec, WorkloadRef, MAX_COMMAND_BYTES,
-    PROTOCOL_VERSION,
+    salvage_id, workload_key, Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec,
+    WorkloadRef, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};
+pub use phase::Phase;

@@ -8,11 +8,11 @@
 //!   does nothing, so the agent's own cost is measured; sequential vs spread over
 //!   namespaces.
 
-use capstan_agent::driver::{Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef};
 use capstan_agent::event::Event;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogOptions};
 use capstan_common::{Command, DriverKind, Op, Spec};
+use capstan_driver::{Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef};
 use clap::Parser;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -226,12 +226,16 @@ struct NullDriver;
 
 #[async_trait::async_trait]
 impl Driver for NullDriver {
-    fn name(&self) -> &'static str {
-        "null"
+    /// It stands in for the sim driver: the benchmark's specs name `sim`.
+    fn kind(&self) -> capstan_common::DriverKind {
+        capstan_common::DriverKind::Sim
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             manages_lifecycle: false,
+            reports_exits: false,
+            restarts_exits: false,
+            reaps_orphans: false,
         }
     }
     async fn ensure_namespace(&self, _: &str) -> Result<(), DriverError> {

@@ -4,11 +4,11 @@
 //! changes running intent.
 
 use super::Executor;
-use crate::driver::RevisionRef;
 use crate::event::{Cause, Event, Record};
 use crate::log::LogError;
 use crate::plan::{self, Action};
 use capstan_common::{Command, ErrorCode, Outcome, Rejection};
+use capstan_driver::RevisionRef;
 
 /// What startup reconciliation did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -155,9 +155,10 @@ impl Executor {
                     revision,
                 } => {
                     report.drift += 1;
-                    tracing::warn!(%namespace, %workload, %revision, reap = self.reap_orphans, "found a backend labelled ours that intent does not know");
+                    let reap = self.driver.capabilities().reaps_orphans;
+                    tracing::warn!(%namespace, %workload, %revision, reap, "found a backend labelled ours that intent does not know");
                     let mut reaped = false;
-                    if self.reap_orphans {
+                    if reap {
                         let rev = RevisionRef {
                             namespace: &namespace,
                             workload: &workload,

@@ -12,12 +12,12 @@
 //! `before_workload_stop`, and `delete_namespace` `before_namespace_delete`, before the
 //! driver touches anything.
 
-use crate::driver::{Driver, DriverError, LaunchEnv, RevisionRef};
 use crate::event::{Cause, Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError};
 use crate::plan::{self, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
+use capstan_driver::{Driver, DriverError, LaunchEnv, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -37,8 +37,6 @@ pub struct Executor {
     shutdown: CancellationToken,
     /// Commands on one namespace run one at a time; namespaces run in parallel.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Remove drift (backends labelled ours that intent does not know) at startup.
-    reap_orphans: bool,
 }
 
 fn result(
@@ -74,14 +72,6 @@ fn log_failure(id: Option<String>, e: &LogError) -> CommandResult {
     result(id, outcome, false, Some(Rejection::new(code, message)))
 }
 
-/// The id of a line that failed to parse, if it has a usable one.
-pub fn salvage_id(text: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    let id = value.get("id")?.as_str()?;
-    capstan_common::validate::command_id(id).ok()?;
-    Some(id.to_string())
-}
-
 impl Executor {
     pub fn new(host: impl Into<String>, log: Arc<Log>, driver: Arc<dyn Driver>) -> Executor {
         Executor {
@@ -91,14 +81,7 @@ impl Executor {
             hooks: Hooks::none(),
             shutdown: CancellationToken::new(),
             locks: Mutex::new(HashMap::new()),
-            reap_orphans: false,
         }
-    }
-
-    /// Remove drift found by [`Executor::reconcile`] instead of only reporting it.
-    pub fn reap_orphans(mut self, yes: bool) -> Executor {
-        self.reap_orphans = yes;
-        self
     }
 
     /// Uses these hook owners (frozen for the executor's life).
@@ -130,7 +113,10 @@ impl Executor {
     pub async fn submit(&self, text: &str) -> CommandResult {
         match Command::parse(text) {
             Ok(command) => self.execute(command).await,
-            Err(rejection) => self.reject(salvage_id(text), rejection).await,
+            Err(rejection) => {
+                self.reject(capstan_common::salvage_id(text), rejection)
+                    .await
+            }
         }
     }
 

@@ -3,12 +3,12 @@
 //! end to end in `tests/tests/hooks_*.rs`).
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
-use crate::driver::sim::{SimConfig, SimDriver, SimHost};
-use crate::driver::BackendState;
 use crate::event::Event;
 use crate::executor::Executor;
 use crate::log::{Log, LogOptions};
 use capstan_common::{CommandResult, ErrorCode, Outcome};
+use capstan_driver::sim::{SimConfig, SimDriver, SimHost};
+use capstan_driver::BackendState;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -166,7 +166,7 @@ impl Rig {
         SimHost::load(self.dir.path()).unwrap()
     }
 
-    fn r1(&self) -> crate::driver::sim::SimRevision {
+    fn r1(&self) -> capstan_driver::sim::SimRevision {
         self.host().revisions["ns/web@r1"].clone()
     }
 

@@ -2,7 +2,7 @@
 //! `before_workload_start` reply. A rejection says which rule broke, never a name or
 //! a value (a hook chooses both, so either could carry something sensitive).
 
-use crate::driver::LaunchEnv;
+use capstan_driver::LaunchEnv;
 use std::collections::BTreeMap;
 
 /// The most entries a launch environment may hold.

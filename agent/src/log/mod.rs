@@ -339,7 +339,7 @@ impl Log {
                 index.push((true, index_key(id, seq)));
             }
             if let (Some(ns), Some(wl)) = (event.namespace(), event.workload()) {
-                index.push((false, index_key(&crate::intent::key(ns, wl), seq)));
+                index.push((false, index_key(&capstan_common::workload_key(ns, wl), seq)));
             }
             writes.push((seq, bytes, index));
             prev = hash;
@@ -457,7 +457,10 @@ impl Log {
 
     /// Every record about `namespace/workload`, in order.
     pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
-        self.indexed(&self.by_workload, &crate::intent::key(namespace, workload))
+        self.indexed(
+            &self.by_workload,
+            &capstan_common::workload_key(namespace, workload),
+        )
     }
 
     fn indexed(&self, tree: &sled::Tree, prefix: &str) -> Result<Vec<Record>, LogError> {

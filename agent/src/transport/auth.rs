@@ -93,7 +93,7 @@ pub fn admit(
     now: DateTime<Utc>,
     known: impl FnOnce(&str) -> bool,
 ) -> Result<Command, Refusal> {
-    let command = Command::parse(text).map_err(|r| (crate::executor::salvage_id(text), r))?;
+    let command = Command::parse(text).map_err(|r| (capstan_common::salvage_id(text), r))?;
     let sig = signing::sig_field(text);
     match policy.authorize(&command, sig.as_deref(), now) {
         Ok(()) => Ok(command),

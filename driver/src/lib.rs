@@ -3,10 +3,9 @@
 //! their equal. Every operation is idempotent: the executor may repeat any of them
 //! after a crash, and a repeat must converge, never duplicate.
 
-pub mod docker;
 pub mod sim;
 
-use capstan_common::{ErrorCode, Spec};
+use capstan_common::{DriverKind, ErrorCode, Spec};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The launch environment accepted from the `before_workload_start` hooks: a detached,
@@ -36,13 +35,23 @@ impl std::fmt::Display for RevisionRef<'_> {
 }
 
 /// What a driver declares about itself. Behaviour follows these flags, never the
-/// driver's name.
+/// driver's name. Published in the host registry (`capabilities`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Capabilities {
     /// The agent owns its workloads' lifecycle: it stops them on a graceful shutdown
     /// and starts them again on startup. False when something else (systemd, the
     /// cluster) keeps them running without the agent.
     pub manages_lifecycle: bool,
+    /// The driver reports exits through [`Driver::watch_exits`]; each is recorded as
+    /// `workload_exited`.
+    pub reports_exits: bool,
+    /// The agent restarts a running-intent workload that exited (capped backoff).
+    /// False when the backend restarts its own (systemd's `Restart=`, a Deployment):
+    /// the agent then only records what happened.
+    pub restarts_exits: bool,
+    /// Drift found at startup (objects labelled ours that intent does not know) is
+    /// removed, not only reported.
+    pub reaps_orphans: bool,
 }
 
 /// The runtime state of one revision as the backend reports it.
@@ -70,7 +79,7 @@ impl Observed {
         revision: &str,
     ) -> Option<BackendState> {
         self.workloads
-            .get(&crate::intent::key(namespace, workload))?
+            .get(&capstan_common::workload_key(namespace, workload))?
             .get(revision)
             .copied()
     }
@@ -142,8 +151,9 @@ impl DriverError {
 /// One way of running workloads on a host.
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
-    /// `sim`, `docker`, `systemd` or `kube`.
-    fn name(&self) -> &'static str;
+    /// Which driver this is (`sim`, `docker`, `systemd`, `kube`): what a spec's
+    /// `driver` must name for this agent to run it.
+    fn kind(&self) -> DriverKind;
     fn capabilities(&self) -> Capabilities;
 
     /// Prepares tenant infrastructure (network, slice, Namespace object).

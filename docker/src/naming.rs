@@ -1,12 +1,12 @@
 //! The pure half of the docker driver: names, labels, hashes and the container
 //! definition built from a spec. No I/O here, so all of it is unit-tested.
 
-use super::super::RevisionRef;
 use bollard::models::{
     ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountTypeEnum, NetworkingConfig,
     PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 use capstan_common::Spec;
+use capstan_driver::RevisionRef;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -63,7 +63,7 @@ pub fn hashed_name(rev: RevisionRef<'_>) -> String {
 
 /// The first 12 hex digits of the SHA-256 of `bytes`.
 pub fn short_hash(bytes: &[u8]) -> String {
-    crate::event::hex(&Sha256::digest(bytes)[..6])
+    capstan_common::signing::to_hex(&Sha256::digest(bytes)[..6])
 }
 
 /// The hash recorded in [`SPEC_HASH`].
@@ -212,8 +212,8 @@ pub fn container_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::{merged_env, LaunchEnv};
     use capstan_common::{DriverKind, PortMapping, Protocol};
+    use capstan_driver::{merged_env, LaunchEnv};
 
     fn rev<'a>(ns: &'a str, wl: &'a str, r: &'a str) -> RevisionRef<'a> {
         RevisionRef {

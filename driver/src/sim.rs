@@ -3,10 +3,10 @@
 //! scripted from config. It implements the same trait as the real drivers and keeps
 //! the same promises: idempotent operations, exact-revision retire.
 
-use super::{
+use crate::{
     merged_env, BackendState, Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef,
 };
-use capstan_common::Spec;
+use capstan_common::{DriverKind, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -239,13 +239,16 @@ fn start_in(
 
 #[async_trait::async_trait]
 impl Driver for SimDriver {
-    fn name(&self) -> &'static str {
-        "sim"
+    fn kind(&self) -> DriverKind {
+        DriverKind::Sim
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             manages_lifecycle: self.config.manages_lifecycle,
+            reports_exits: false,
+            restarts_exits: false,
+            reaps_orphans: false,
         }
     }
 
@@ -348,7 +351,7 @@ impl Driver for SimDriver {
         for r in host.revisions.values() {
             observed
                 .workloads
-                .entry(crate::intent::key(&r.namespace, &r.workload))
+                .entry(capstan_common::workload_key(&r.namespace, &r.workload))
                 .or_default()
                 .insert(r.revision.clone(), r.state);
         }

@@ -6,10 +6,6 @@
 
 pub mod naming;
 
-use super::{
-    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
-    RevisionRef,
-};
 use bollard::errors::Error as DockerError;
 use bollard::models::{ContainerSummary, NetworkCreateRequest};
 use bollard::query_parameters::{
@@ -18,7 +14,11 @@ use bollard::query_parameters::{
     StopContainerOptionsBuilder,
 };
 use bollard::Docker;
-use capstan_common::{ErrorCode, Spec};
+use capstan_common::{DriverKind, ErrorCode, Spec};
+use capstan_driver::{
+    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
+    RevisionRef,
+};
 use futures::StreamExt;
 use naming::{NAMESPACE, REVISION, WORKLOAD};
 use serde::Deserialize;
@@ -387,13 +387,16 @@ fn label<'a>(c: &'a ContainerSummary, key: &str) -> Option<&'a str> {
 
 #[async_trait::async_trait]
 impl Driver for DockerDriver {
-    fn name(&self) -> &'static str {
-        "docker"
+    fn kind(&self) -> DriverKind {
+        DriverKind::Docker
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             manages_lifecycle: true,
+            reports_exits: true,
+            restarts_exits: true,
+            reaps_orphans: self.config.reap_orphans,
         }
     }
 
@@ -641,7 +644,7 @@ impl Driver for DockerDriver {
             };
             observed
                 .workloads
-                .entry(crate::intent::key(ns, wl))
+                .entry(capstan_common::workload_key(ns, wl))
                 .or_default()
                 .insert(r.to_string(), state);
         }

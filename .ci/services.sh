@@ -50,8 +50,8 @@ done
 if ((${#missing[@]})); then
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  apt-get update -q >&2
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
 # --- 2. private dockerd -----------------------------------------------------

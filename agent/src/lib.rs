@@ -5,6 +5,7 @@
 //! ([`executor`] through a driver: [`capstan_driver`], composed in [`drivers`]), and reported (the log is the outbox).
 
 pub mod config;
+pub mod daemon;
 pub mod drivers;
 pub mod event;
 pub mod executor;
@@ -17,3 +18,5 @@ pub mod transport;
 
 #[cfg(test)]
 mod executor_tests;
+#[cfg(test)]
+mod test_nats;

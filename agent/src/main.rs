@@ -2,13 +2,14 @@
 
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
+use capstan_agent::daemon::{self, Daemon, NatsSettings, Settings};
 use capstan_agent::drivers;
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
-use capstan_agent::supervise::{Backoff, Supervisor};
-use capstan_agent::transport::{HostInfo, Transport};
+use capstan_agent::supervise::Backoff;
+use capstan_agent::transport::HostInfo;
 use capstan_common::Outcome;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -187,34 +188,10 @@ async fn open(ctx: &Context) -> anyhow::Result<Executor> {
     Ok(Executor::new(ctx.host.clone(), log, driver).with_hooks(hooks))
 }
 
-/// Startup: finish what the log shows as begun, reconcile the host.
-async fn startup(executor: &Executor) -> anyhow::Result<()> {
-    if let Some(c) = executor.log().degraded() {
-        tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
-        return Ok(());
-    }
-    let recovered = executor.recover().await?;
-    if recovered > 0 {
-        tracing::info!(
-            recovered,
-            "finished commands left unfinished by the last run"
-        );
-    }
-    let report = executor.reconcile().await?;
-    tracing::info!(
-        started = report.started,
-        stopped = report.stopped,
-        failed = report.failed,
-        drift = report.drift,
-        "startup reconciliation done"
-    );
-    Ok(())
-}
-
 /// [`open`] then [`startup`].
 async fn start(ctx: &Context) -> anyhow::Result<Executor> {
     let executor = open(ctx).await?;
-    startup(&executor).await?;
+    daemon::startup(&executor).await?;
     Ok(executor)
 }
 
@@ -262,62 +239,28 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     // First, so that a SIGTERM during startup is handled after it, not fatal.
     let stopped = stop_signal()?;
     let executor = Arc::new(open(ctx).await?);
-    // Supervise from before startup reconciliation: a container it starts may exit
-    // at once, and that exit must be seen.
-    let supervisor = if executor.log().degraded().is_none() {
-        let supervisor = Supervisor::new(Arc::clone(&executor), Backoff::default());
-        Some(tokio::spawn(supervisor.run()))
-    } else {
-        None
-    };
-    startup(&executor).await?;
-    // Only after recovery and reconciliation: new commands come last.
-    let mut transport = match (&ctx.config.nats, policy) {
-        (Some(nats), Some(policy)) => {
-            let info = host_info(ctx, &executor);
-            Some(Transport::start(nats, policy, Arc::clone(&executor), info).await?)
-        }
+    let nats = match (&ctx.config.nats, policy) {
+        (Some(config), Some(policy)) => Some(NatsSettings {
+            config: config.clone(),
+            policy,
+            info: host_info(ctx, &executor),
+        }),
         _ => None,
     };
-    let mode = if leave_running {
-        ShutdownMode::LeaveRunning
-    } else {
-        ctx.config.shutdown
+    let settings = Settings {
+        nats,
+        shutdown: ctx.config.shutdown,
+        shutdown_concurrency: ctx.config.shutdown_concurrency.unwrap_or(16),
+        backoff: Backoff::default(),
     };
-    tracing::info!(host = %ctx.host, log_seq = executor.log().last_seq(), "capstan-agent ready");
+    let daemon = Daemon::start(executor, settings).await?;
+    tracing::info!(host = %ctx.host, log_seq = daemon.executor().log().last_seq(), "capstan-agent ready");
     stopped.await;
-    // Cancel hooks in flight first (their owners get a fresh budget to compensate), so
-    // the command being carried out ends promptly; then take no more commands.
-    executor.shutdown_token().cancel();
-    if let Some(t) = &mut transport {
-        t.stop_commands().await;
-    }
-    // No restarts from here on: the sweep's own stops must not be undone.
-    if let Some(s) = &supervisor {
-        s.abort();
-    }
-    let mut code = ExitCode::SUCCESS;
-    match mode {
-        ShutdownMode::LeaveRunning => tracing::info!("leaving workloads running (leave-running)"),
-        ShutdownMode::Stop => {
-            let report = executor
-                .shutdown_sweep(ctx.config.shutdown_concurrency.unwrap_or(16))
-                .await?;
-            if report.failed > 0 {
-                tracing::error!(
-                    failed = report.failed,
-                    "some workloads could not be stopped"
-                );
-                code = ExitCode::from(u8::try_from(report.failed.min(100)).unwrap_or(100));
-            }
-        }
-    }
-    if let Some(t) = transport {
-        t.shutdown(std::time::Duration::from_secs(5)).await;
-    }
-    executor.log().flush()?;
+    let report = daemon
+        .stop(leave_running.then_some(ShutdownMode::LeaveRunning))
+        .await?;
     tracing::info!("capstan-agent stopped");
-    Ok(code)
+    Ok(ExitCode::from(report.exit_code()))
 }
 
 fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {

@@ -63,51 +63,9 @@ impl HookRunner for NatsRunner {
 mod tests {
     use super::*;
     use crate::hooks::Phase;
+    use crate::test_nats::server;
     use futures::StreamExt as _;
     use std::time::Duration;
-
-    /// A private nats-server on a free loopback port, killed on drop.
-    struct Server {
-        child: std::process::Child,
-        url: String,
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    async fn server() -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("nats-server is installed");
-        let server = Server {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-        };
-        // Ready when it accepts connections.
-        for attempt in 0.. {
-            assert!(attempt < 500, "nats-server did not come up");
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        server
-    }
 
     fn owner(url: &str, subject: &str) -> HookOwner {
         HookOwner {

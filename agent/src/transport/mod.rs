@@ -37,7 +37,8 @@ pub struct HostInfo {
 pub struct Transport {
     stop_commands: watch::Sender<bool>,
     stop_rest: watch::Sender<bool>,
-    commands: JoinHandle<()>,
+    /// Taken when awaited: a stop may be asked for more than once.
+    commands: Option<JoinHandle<()>>,
     outbox: JoinHandle<()>,
     others: Vec<JoinHandle<()>>,
     published: watch::Receiver<u64>,
@@ -100,7 +101,7 @@ impl Transport {
         Ok(Transport {
             stop_commands,
             stop_rest,
-            commands,
+            commands: Some(commands),
             outbox,
             others,
             published,
@@ -109,10 +110,13 @@ impl Transport {
     }
 
     /// Stops taking commands; the one being carried out, if any, finishes first.
+    /// Idempotent: [`Transport::shutdown`] calls it again.
     pub async fn stop_commands(&mut self) {
         let _ = self.stop_commands.send(true);
-        if let Err(e) = (&mut self.commands).await {
-            tracing::error!(error = %e, "the command task failed");
+        if let Some(task) = self.commands.take() {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "the command task failed");
+            }
         }
     }
 

@@ -1,0 +1,193 @@
+//! Given a daemon with running workloads, when it stops, then the sweep, the exit
+//! status and the stop order hold — with and without NATS.
+
+use super::*;
+use crate::log::{Log, LogOptions};
+use crate::transport::auth::SigningConfig;
+use capstan_common::Outcome;
+use capstan_driver::sim::{ScriptedFailure, SimConfig, SimDriver, SimHost};
+use capstan_driver::BackendState;
+use std::path::Path;
+
+const HOST: &str = "h1";
+
+fn command(id: &str, fields: &str) -> String {
+    format!(
+        r#"{{"v":1,"id":"{id}","host":"{HOST}","issued_at":"{}",{fields}}}"#,
+        chrono::Utc::now().to_rfc3339()
+    )
+}
+
+fn executor(dir: &Path, sim: SimConfig) -> Arc<Executor> {
+    let log = Arc::new(Log::open(&dir.join("log"), LogOptions::default()).unwrap());
+    let driver = Arc::new(SimDriver::open(dir, sim).unwrap());
+    Arc::new(Executor::new(HOST, log, driver))
+}
+
+fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
+    Settings {
+        nats,
+        shutdown,
+        shutdown_concurrency: 4,
+        backoff: Backoff::default(),
+    }
+}
+
+/// Given: namespace `ns` with workloads `web` and `db` running on r1.
+async fn given_two_running(executor: &Executor) {
+    let mut lines = vec![command("ns", r#""op":"ensure_namespace","namespace":"ns""#)];
+    for wl in ["web", "db"] {
+        lines.push(command(&format!("{wl}-p"), &format!(r#""op":"prepare_revision","namespace":"ns","workload":"{wl}","revision":"r1","spec":{{"driver":"sim"}}"#)));
+        lines.push(command(
+            &format!("{wl}-a"),
+            &format!(
+                r#""op":"activate_revision","namespace":"ns","workload":"{wl}","revision":"r1""#
+            ),
+        ));
+    }
+    for line in lines {
+        let r = executor.submit(&line).await;
+        assert_eq!(r.outcome, Outcome::Succeeded, "{line}: {r:?}");
+    }
+}
+
+fn assert_state(dir: &Path, wl: &str, expected: BackendState) {
+    let host = SimHost::load(dir).unwrap();
+    assert_eq!(host.revisions[&format!("ns/{wl}@r1")].state, expected, "{wl}");
+}
+
+#[tokio::test]
+async fn a_graceful_stop_sweeps_without_changing_intent_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let executor = executor(dir.path(), SimConfig::default());
+    given_two_running(&executor).await;
+    let intent = executor.log().intent().workloads;
+
+    let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
+        .await
+        .unwrap();
+    let executor = Arc::clone(daemon.executor());
+    let report = daemon.stop(None).await.unwrap();
+
+    assert_eq!(
+        report.sweep,
+        Some(SweepReport {
+            stopped: 2,
+            failed: 0
+        })
+    );
+    assert_eq!(report.exit_code(), 0);
+    assert_state(dir.path(), "web", BackendState::Stopped);
+    assert_eq!(
+        executor.log().intent().workloads,
+        intent,
+        "intent unchanged"
+    );
+    assert!(
+        executor.shutdown_token().is_cancelled(),
+        "hooks in flight were cancelled"
+    );
+}
+
+#[tokio::test]
+async fn the_exit_status_is_the_number_of_workloads_that_would_not_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimConfig {
+        failures: vec![ScriptedFailure {
+            op: "stop".into(),
+            namespace: None,
+            workload: Some("db".into()),
+            revision: None,
+            times: None,
+        }],
+        ..SimConfig::default()
+    };
+    let executor = executor(dir.path(), sim);
+    given_two_running(&executor).await;
+
+    let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
+        .await
+        .unwrap();
+    let report = daemon.stop(None).await.unwrap();
+
+    assert_eq!(
+        report.sweep,
+        Some(SweepReport {
+            stopped: 1,
+            failed: 1
+        })
+    );
+    assert_eq!(report.exit_code(), 1);
+    assert_state(dir.path(), "db", BackendState::Running);
+}
+
+#[tokio::test]
+async fn leave_running_from_the_operator_overrides_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let executor = executor(dir.path(), SimConfig::default());
+    given_two_running(&executor).await;
+
+    let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
+        .await
+        .unwrap();
+    let report = daemon.stop(Some(ShutdownMode::LeaveRunning)).await.unwrap();
+
+    assert_eq!(report, StopReport { sweep: None });
+    assert_eq!(report.exit_code(), 0);
+    assert_state(dir.path(), "web", BackendState::Running);
+}
+
+#[tokio::test]
+async fn a_driver_that_reports_no_exits_is_not_supervised() {
+    let dir = tempfile::tempdir().unwrap();
+    let executor = executor(dir.path(), SimConfig::default());
+    assert!(!executor.driver().capabilities().reports_exits);
+    let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
+        .await
+        .unwrap();
+    assert!(!daemon.supervising());
+    daemon.stop(None).await.unwrap();
+}
+
+/// The regression: with NATS, stopping awaited the command task twice and panicked
+/// ("JoinHandle polled after completion"), skipping the outbox drain and the flush.
+#[tokio::test]
+async fn a_stop_with_nats_drains_the_outbox_and_returns() {
+    let server = crate::test_nats::server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let executor = executor(dir.path(), SimConfig::default());
+    given_two_running(&executor).await;
+    let nats = NatsSettings {
+        config: capstan_common::nats::NatsConfig {
+            url: server.url.clone(),
+            ..Default::default()
+        },
+        policy: SigningConfig {
+            allow_unsigned: true,
+            ..Default::default()
+        }
+        .policy()
+        .unwrap(),
+        info: HostInfo {
+            host: HOST.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: serde_json::Value::Null,
+        },
+    };
+
+    let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, Some(nats)))
+        .await
+        .unwrap();
+    let executor = Arc::clone(daemon.executor());
+    let report = daemon.stop(None).await.unwrap();
+
+    assert_eq!(report.exit_code(), 0);
+    // Every record reached the event stream before the stop returned.
+    let client = async_nats::connect(&server.url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut stream = capstan_common::nats::evt_stream(&js).await.unwrap();
+    let last = executor.log().last_seq();
+    let published = stream.info().await.unwrap().state.messages;
+    assert_eq!(published, last, "the outbox drained every record");
+}

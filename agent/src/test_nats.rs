@@ -1,0 +1,52 @@
+//! A private nats-server for the agent's unit tests: a free loopback port, JetStream
+//! in its own temporary store, killed (and reaped) on drop. The real server, never a
+//! stand-in; `.ci/services.sh` installs it.
+
+use std::time::Duration;
+
+pub struct Server {
+    child: std::process::Child,
+    pub url: String,
+    _store: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a server and waits until it accepts connections.
+pub async fn server() -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server is installed");
+    let server = Server {
+        child,
+        url: format!("nats://127.0.0.1:{port}"),
+        _store: store,
+    };
+    // Ready when it accepts connections: poll the port, bounded.
+    for attempt in 0.. {
+        assert!(attempt < 500, "nats-server did not come up");
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server
+}

@@ -8,7 +8,7 @@ use capstan_driver::{sim::SimDriver, Driver};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The drivers this build can run.
+/// The drivers this build can run (also in `capstan-agent --version`).
 pub fn compiled() -> Vec<DriverKind> {
     let mut kinds = vec![DriverKind::Sim];
     if cfg!(feature = "docker") {

@@ -17,10 +17,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// `--version`: the release and the drivers compiled into this build (cargo features).
+const VERSION: &str = if cfg!(feature = "docker") {
+    concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker)")
+} else {
+    concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim)")
+};
+
 #[derive(Parser)]
 #[command(
     name = "capstan-agent",
-    version,
+    version = VERSION,
     about = "capstan node agent: an event-sourced lifecycle agent for one host"
 )]
 struct Cli {

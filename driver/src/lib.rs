@@ -4,6 +4,8 @@
 //! after a crash, and a repeat must converge, never duplicate.
 
 pub mod sim;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use std::collections::{BTreeMap, BTreeSet};

@@ -358,3 +358,6 @@ impl Driver for SimDriver {
         Ok(observed)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -17,3 +17,5 @@ pub mod transport;
 
 #[cfg(test)]
 mod executor_tests;
+#[cfg(test)]
+mod testkit;

@@ -63,6 +63,21 @@ fn refuse(code: ErrorCode, message: impl Into<String>) -> Result<Step, Refusal> 
     })
 }
 
+/// Refuses a revision whose spec names another driver than the agent's: one prepared
+/// with it, or (after the agent's driver was changed) one already in the log.
+fn runs_on(driver: DriverKind, revision: &str, spec: &Spec) -> Result<(), Refusal> {
+    if spec.driver == driver {
+        return Ok(());
+    }
+    Err(Refusal {
+        code: ErrorCode::DriverMismatch,
+        message: format!(
+            "revision {revision} is for driver {}; this agent runs {driver}",
+            spec.driver
+        ),
+    })
+}
+
 /// Decides how to carry out `op` given the current intent, on an agent that runs the
 /// `driver` kind of driver.
 pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refusal> {
@@ -98,15 +113,7 @@ pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refu
             revision,
             spec,
         } => {
-            if spec.driver != driver {
-                return refuse(
-                    ErrorCode::DriverMismatch,
-                    format!(
-                        "revision {revision} is for driver {}; this agent runs {driver}",
-                        spec.driver
-                    ),
-                );
-            }
+            runs_on(driver, revision, spec)?;
             if !ns_exists(namespace) {
                 return refuse(
                     ErrorCode::NamespaceNotFound,
@@ -158,6 +165,7 @@ pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refu
                     format!("revision {revision} was retired"),
                 );
             }
+            runs_on(driver, revision, &r.spec)?;
             Ok(Step::Activate {
                 namespace: namespace.clone(),
                 workload: workload.clone(),
@@ -196,6 +204,7 @@ pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refu
                 code: ErrorCode::NoActiveRevision,
                 message: format!("workload {namespace}/{workload} has no active revision to start"),
             })?;
+            runs_on(driver, revision, spec)?;
             Ok(Step::Start {
                 namespace: namespace.clone(),
                 workload: workload.clone(),

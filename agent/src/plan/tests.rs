@@ -88,6 +88,22 @@ fn a_spec_for_another_driver_is_refused() {
 }
 
 #[test]
+fn a_revision_in_the_log_for_another_driver_is_neither_activated_nor_started() {
+    // Given r1 prepared and running on a sim agent, when the agent now runs docker:
+    let intent = web_running_r1();
+    let docker = DriverKind::Docker;
+    let start = Op::StartWorkload {
+        namespace: "ns".into(),
+        workload: "web".into(),
+    };
+    for op in [activate_op("r1"), start] {
+        let refusal = decide(&intent, docker, &op).unwrap_err();
+        assert_eq!(refusal.code, ErrorCode::DriverMismatch, "{op:?}");
+        assert!(decide(&intent, SIM, &op).is_ok(), "{op:?}");
+    }
+}
+
+#[test]
 fn revisions_are_immutable() {
     let intent = web_running_r1();
     assert!(

@@ -4,7 +4,8 @@
 use crate::executor::Executor;
 use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
-use capstan_common::{Command, DriverKind, Op, Spec};
+use crate::testkit::{command, image, records};
+use capstan_common::Op;
 use capstan_driver::sim::{SimConfig, SimDriver};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -13,27 +14,19 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     let ns = prop::sample::select(vec!["a", "b"]).prop_map(String::from);
     let wl = prop::sample::select(vec!["web", "db"]).prop_map(String::from);
     let rev = prop::sample::select(vec!["r1", "r2", "r3"]).prop_map(String::from);
-    let image = prop::sample::select(vec!["img:1", "img:2"]).prop_map(String::from);
+    let images = prop::sample::select(vec!["img:1", "img:2"]).prop_map(String::from);
     prop_oneof![
         ns.clone()
             .prop_map(|namespace| Op::EnsureNamespace { namespace }),
         ns.clone()
             .prop_map(|namespace| Op::DeleteNamespace { namespace }),
-        (ns.clone(), wl.clone(), rev.clone(), image).prop_map(
-            |(namespace, workload, revision, image)| {
+        (ns.clone(), wl.clone(), rev.clone(), images).prop_map(
+            |(namespace, workload, revision, name)| {
                 Op::PrepareRevision {
                     namespace,
                     workload,
                     revision,
-                    spec: Spec {
-                        driver: DriverKind::Sim,
-                        image: Some(image),
-                        command: vec![],
-                        env: Default::default(),
-                        working_dir: None,
-                        mounts: vec![],
-                        ports: vec![],
-                    },
+                    spec: image(&name),
                 }
             }
         ),
@@ -62,8 +55,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 fn replay_from_scratch(log: &Log) -> Intent {
     let mut intent = Intent::default();
-    for r in log.read_since(0) {
-        let r = r.expect("record");
+    for r in records(log) {
         intent.apply(r.seq, &r.event);
     }
     intent
@@ -82,8 +74,7 @@ proptest! {
             let driver = Arc::new(SimDriver::open(dir.path(), SimConfig::default()).unwrap());
             let executor = Executor::new("h1", Arc::clone(&log), driver);
             for (i, op) in ops.into_iter().enumerate() {
-                let command = Command { v: 1, id: format!("c{i}"), host: "h1".into(), issued_at: chrono::Utc::now(), op };
-                executor.execute(command).await;
+                executor.execute(command(&format!("c{i}"), op)).await;
             }
             log.flush().unwrap();
             log.intent()

@@ -235,60 +235,13 @@ impl Intent {
 mod tests {
     //! Given events, when folded, then intent.
     use super::*;
-    use capstan_common::DriverKind;
+    use crate::testkit::{by as cmd, given, ns_ready, retired, spec, started};
 
-    fn spec() -> Spec {
-        Spec {
-            driver: DriverKind::Sim,
-            image: None,
-            command: vec![],
-            env: BTreeMap::new(),
-            working_dir: None,
-            mounts: vec![],
-            ports: vec![],
-        }
-    }
-    fn cmd(id: &str) -> Cause {
-        Cause::Command(id.into())
-    }
-    fn given(events: &[Event]) -> Intent {
-        let mut intent = Intent::default();
-        for (i, e) in events.iter().enumerate() {
-            intent.apply(i as u64 + 1, e);
-        }
-        intent
-    }
-    fn ns_ready() -> Event {
-        Event::NamespaceReady {
-            command_id: "c0".into(),
-            namespace: "ns".into(),
-        }
-    }
     fn prepared(rev: &str) -> Event {
-        Event::RevisionPrepared {
-            command_id: format!("p-{rev}"),
-            namespace: "ns".into(),
-            workload: "web".into(),
-            revision: rev.into(),
-            spec: spec(),
-        }
-    }
-    fn started(cause: Cause, rev: &str, previous: Option<&str>) -> Event {
-        Event::WorkloadStarted {
-            cause,
-            namespace: "ns".into(),
-            workload: "web".into(),
-            revision: rev.into(),
-            previous: previous.map(Into::into),
-        }
+        crate::testkit::prepared(rev, spec())
     }
     fn stopped(cause: Cause) -> Event {
-        Event::WorkloadStopped {
-            cause,
-            namespace: "ns".into(),
-            workload: "web".into(),
-            revision: Some("r1".into()),
-        }
+        crate::testkit::stopped(cause, "r1")
     }
 
     #[test]
@@ -351,12 +304,7 @@ mod tests {
             ns_ready(),
             prepared("r1"),
             started(cmd("a1"), "r1", None),
-            Event::RevisionRetired {
-                command_id: "x".into(),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into(),
-            },
+            retired("r1"),
         ]);
         let w = intent.workload("ns", "web").unwrap();
         assert_eq!(w.active_revision, None);

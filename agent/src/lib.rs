@@ -20,3 +20,5 @@ pub mod transport;
 mod executor_tests;
 #[cfg(test)]
 mod test_nats;
+#[cfg(test)]
+mod testkit;

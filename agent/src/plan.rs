@@ -4,7 +4,7 @@
 //! a graceful stop must stop. The executor performs what these return.
 
 use crate::intent::{Intent, RevisionState, RunIntent};
-use capstan_common::{ErrorCode, Op, Spec};
+use capstan_common::{DriverKind, ErrorCode, Op, Spec};
 use capstan_driver::{BackendState, Observed};
 
 /// The one driver step that carries out an accepted command.
@@ -63,8 +63,24 @@ fn refuse(code: ErrorCode, message: impl Into<String>) -> Result<Step, Refusal> 
     })
 }
 
-/// Decides how to carry out `op` given the current intent.
-pub fn decide(intent: &Intent, op: &Op) -> Result<Step, Refusal> {
+/// Refuses a revision whose spec names another driver than the agent's: one prepared
+/// with it, or (after the agent's driver was changed) one already in the log.
+fn runs_on(driver: DriverKind, revision: &str, spec: &Spec) -> Result<(), Refusal> {
+    if spec.driver == driver {
+        return Ok(());
+    }
+    Err(Refusal {
+        code: ErrorCode::DriverMismatch,
+        message: format!(
+            "revision {revision} is for driver {}; this agent runs {driver}",
+            spec.driver
+        ),
+    })
+}
+
+/// Decides how to carry out `op` given the current intent, on an agent that runs the
+/// `driver` kind of driver.
+pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refusal> {
     let ns_exists = |ns: &str| intent.namespaces.contains_key(ns);
     match op {
         Op::EnsureNamespace { namespace } => Ok(Step::EnsureNamespace {
@@ -97,6 +113,7 @@ pub fn decide(intent: &Intent, op: &Op) -> Result<Step, Refusal> {
             revision,
             spec,
         } => {
+            runs_on(driver, revision, spec)?;
             if !ns_exists(namespace) {
                 return refuse(
                     ErrorCode::NamespaceNotFound,
@@ -148,6 +165,7 @@ pub fn decide(intent: &Intent, op: &Op) -> Result<Step, Refusal> {
                     format!("revision {revision} was retired"),
                 );
             }
+            runs_on(driver, revision, &r.spec)?;
             Ok(Step::Activate {
                 namespace: namespace.clone(),
                 workload: workload.clone(),
@@ -186,6 +204,7 @@ pub fn decide(intent: &Intent, op: &Op) -> Result<Step, Refusal> {
                 code: ErrorCode::NoActiveRevision,
                 message: format!("workload {namespace}/{workload} has no active revision to start"),
             })?;
+            runs_on(driver, revision, spec)?;
             Ok(Step::Start {
                 namespace: namespace.clone(),
                 workload: workload.clone(),
@@ -238,6 +257,15 @@ pub enum Action {
         workload: String,
         revision: String,
     },
+    /// A running-intent workload's active revision is one the backend has given up
+    /// on: it is reported, not started.
+    Failed {
+        namespace: String,
+        workload: String,
+        revision: String,
+        /// The backend's reason.
+        reason: String,
+    },
     /// The backend has something labelled ours that intent does not know.
     Drift {
         namespace: String,
@@ -260,6 +288,12 @@ pub fn plan(intent: &Intent, observed: &Observed) -> Vec<Action> {
                     workload: wl.clone(),
                     revision: active.clone(),
                 }),
+                Some(BackendState::Failed { reason }) => actions.push(Action::Failed {
+                    namespace: ns.clone(),
+                    workload: wl.clone(),
+                    revision: active.clone(),
+                    reason: reason.clone(),
+                }),
                 None => actions.push(Action::Missing {
                     namespace: ns.clone(),
                     workload: wl.clone(),
@@ -275,7 +309,7 @@ pub fn plan(intent: &Intent, observed: &Observed) -> Vec<Action> {
         {
             let should_run =
                 w.intent == RunIntent::Running && w.active_revision.as_ref() == Some(rev);
-            if *state == BackendState::Running && !should_run && w.revisions.contains_key(rev) {
+            if state.is_running() && !should_run && w.revisions.contains_key(rev) {
                 actions.push(Action::Stop {
                     namespace: ns.clone(),
                     workload: wl.clone(),
@@ -312,269 +346,15 @@ pub fn shutdown_sweep(intent: &Intent, observed: &Observed) -> Vec<Action> {
         .filter(|w| w.intent == RunIntent::Running)
         .filter_map(|w| {
             let rev = w.active_revision.as_ref()?;
-            (observed.revision(&w.namespace, &w.workload, rev) == Some(BackendState::Running)).then(
-                || Action::Stop {
+            (observed.revision(&w.namespace, &w.workload, rev) == Some(&BackendState::Running))
+                .then(|| Action::Stop {
                     namespace: w.namespace.clone(),
                     workload: w.workload.clone(),
                     revision: rev.clone(),
-                },
-            )
+                })
         })
         .collect()
 }
 
 #[cfg(test)]
-mod tests {
-    //! Given intent (and an observed host), when planning, then steps/actions.
-    use super::*;
-    use crate::event::{Cause, Event};
-    use capstan_common::DriverKind;
-    use std::collections::BTreeMap;
-
-    fn spec(image: &str) -> Spec {
-        Spec {
-            driver: DriverKind::Sim,
-            image: Some(image.into()),
-            command: vec![],
-            env: BTreeMap::new(),
-            working_dir: None,
-            mounts: vec![],
-            ports: vec![],
-        }
-    }
-
-    fn given(events: Vec<Event>) -> Intent {
-        let mut intent = Intent::default();
-        for (i, e) in events.iter().enumerate() {
-            intent.apply(i as u64 + 1, e);
-        }
-        intent
-    }
-
-    fn web_running_r1() -> Intent {
-        given(vec![
-            Event::NamespaceReady {
-                command_id: "c1".into(),
-                namespace: "ns".into(),
-            },
-            Event::RevisionPrepared {
-                command_id: "c2".into(),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into(),
-                spec: spec("a"),
-            },
-            Event::WorkloadStarted {
-                cause: Cause::Command("c3".into()),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into(),
-                previous: None,
-            },
-        ])
-    }
-
-    fn observed(entries: &[(&str, &str, BackendState)]) -> Observed {
-        let mut o = Observed::default();
-        for (wl, rev, state) in entries {
-            o.workloads
-                .entry(format!("ns/{wl}"))
-                .or_default()
-                .insert((*rev).into(), *state);
-        }
-        o
-    }
-
-    fn op_prepare(rev: &str, image: &str) -> Op {
-        Op::PrepareRevision {
-            namespace: "ns".into(),
-            workload: "web".into(),
-            revision: rev.into(),
-            spec: spec(image),
-        }
-    }
-
-    #[test]
-    fn prepare_needs_a_namespace() {
-        let refusal = decide(&Intent::default(), &op_prepare("r1", "a")).unwrap_err();
-        assert_eq!(refusal.code, ErrorCode::NamespaceNotFound);
-    }
-
-    #[test]
-    fn revisions_are_immutable() {
-        let intent = web_running_r1();
-        assert!(
-            decide(&intent, &op_prepare("r1", "a")).is_ok(),
-            "same spec again is idempotent"
-        );
-        assert_eq!(
-            decide(&intent, &op_prepare("r1", "b")).unwrap_err().code,
-            ErrorCode::RevisionConflict
-        );
-    }
-
-    #[test]
-    fn activating_a_new_revision_names_the_one_it_replaces() {
-        let mut intent = web_running_r1();
-        intent.apply(
-            4,
-            &Event::RevisionPrepared {
-                command_id: "c4".into(),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r2".into(),
-                spec: spec("b"),
-            },
-        );
-        let step = decide(
-            &intent,
-            &Op::ActivateRevision {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r2".into(),
-            },
-        )
-        .unwrap();
-        assert!(
-            matches!(step, Step::Activate { previous: Some(ref p), .. } if p == "r1"),
-            "{step:?}"
-        );
-    }
-
-    #[test]
-    fn activating_an_unprepared_revision_is_refused() {
-        let refusal = decide(
-            &web_running_r1(),
-            &Op::ActivateRevision {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r9".into(),
-            },
-        )
-        .unwrap_err();
-        assert_eq!(refusal.code, ErrorCode::RevisionNotFound);
-    }
-
-    #[test]
-    fn a_namespace_with_workloads_cannot_be_deleted() {
-        let refusal = decide(
-            &web_running_r1(),
-            &Op::DeleteNamespace {
-                namespace: "ns".into(),
-            },
-        )
-        .unwrap_err();
-        assert_eq!(refusal.code, ErrorCode::NamespaceNotEmpty);
-    }
-
-    #[test]
-    fn start_without_an_active_revision_is_refused() {
-        let mut intent = web_running_r1();
-        intent.apply(
-            4,
-            &Event::RevisionRetired {
-                command_id: "c5".into(),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into(),
-            },
-        );
-        let refusal = decide(
-            &intent,
-            &Op::StartWorkload {
-                namespace: "ns".into(),
-                workload: "web".into(),
-            },
-        )
-        .unwrap_err();
-        assert_eq!(refusal.code, ErrorCode::NoActiveRevision);
-    }
-
-    #[test]
-    fn plan_starts_a_stopped_running_intent_workload() {
-        let actions = plan(
-            &web_running_r1(),
-            &observed(&[("web", "r1", BackendState::Stopped)]),
-        );
-        assert_eq!(
-            actions,
-            vec![Action::Start {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn plan_reports_a_missing_backend() {
-        let actions = plan(&web_running_r1(), &Observed::default());
-        assert_eq!(
-            actions,
-            vec![Action::Missing {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn plan_leaves_explicitly_stopped_workloads_stopped() {
-        let mut intent = web_running_r1();
-        intent.apply(
-            4,
-            &Event::WorkloadStopped {
-                cause: Cause::Command("s".into()),
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: Some("r1".into()),
-            },
-        );
-        assert!(plan(&intent, &observed(&[("web", "r1", BackendState::Stopped)])).is_empty());
-        let running = plan(&intent, &observed(&[("web", "r1", BackendState::Running)]));
-        assert_eq!(
-            running,
-            vec![Action::Stop {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn plan_reports_drift_for_unknown_backends() {
-        let actions = plan(
-            &web_running_r1(),
-            &observed(&[
-                ("web", "r1", BackendState::Running),
-                ("ghost", "r1", BackendState::Running),
-            ]),
-        );
-        assert_eq!(
-            actions,
-            vec![Action::Drift {
-                namespace: "ns".into(),
-                workload: "ghost".into(),
-                revision: "r1".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn plan_converges() {
-        let intent = web_running_r1();
-        assert!(plan(&intent, &observed(&[("web", "r1", BackendState::Running)])).is_empty());
-    }
-
-    #[test]
-    fn shutdown_stops_only_running_intent_workloads() {
-        let intent = web_running_r1();
-        let sweep = shutdown_sweep(&intent, &observed(&[("web", "r1", BackendState::Running)]));
-        assert_eq!(sweep.len(), 1);
-        assert!(
-            shutdown_sweep(&intent, &observed(&[("web", "r1", BackendState::Stopped)])).is_empty()
-        );
-    }
-}
+mod tests;

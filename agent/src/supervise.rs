@@ -1,9 +1,13 @@
-//! Supervision: the driver reports exits ([`Driver::watch_exits`]); each one is
-//! recorded (`workload_exited`), and a workload whose intent is running on that very
-//! revision is started again after a capped exponential backoff. Every attempt is
-//! logged, and its outcome recorded (`workload_started`/`workload_failed` with cause
-//! `supervisor`). The decision is re-checked under the namespace's lock right before
-//! acting, so a `stop_workload` that caused the exit always wins.
+//! Supervision, as the driver's capabilities say. A driver that `reports_exits` sends
+//! them through [`Driver::watch_exits`]; each one is recorded (`workload_exited`). Only
+//! when it also declares `restarts_exits` is a workload whose intent is running on that
+//! very revision started again, after a capped exponential backoff; otherwise the
+//! backend restarts its own (systemd's `Restart=`, a Deployment) and the agent only
+//! records what happened. Every restart attempt is logged, and its outcome recorded
+//! (`workload_started`/`workload_failed` with cause `supervisor`; a revision the
+//! backend has given up on is `workload_failed/backend_failed`, not restarted). The
+//! decision is re-checked under the namespace's lock right before acting, so a
+//! `stop_workload` that caused the exit always wins.
 //!
 //! [`Driver::watch_exits`]: capstan_driver::Driver::watch_exits
 
@@ -11,6 +15,7 @@ use crate::event::{Cause, Event};
 use crate::executor::Executor;
 use crate::intent::RunIntent;
 use crate::log::LogError;
+use capstan_common::ErrorCode;
 use capstan_driver::{BackendState, Exit, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -57,6 +62,8 @@ pub struct Supervisor {
     executor: Arc<Executor>,
     backoff: Backoff,
     history: Mutex<HashMap<String, History>>,
+    /// How many exits have been handled to the end (recorded, and restarted if due).
+    handled: tokio::sync::watch::Sender<u64>,
 }
 
 impl Supervisor {
@@ -65,14 +72,26 @@ impl Supervisor {
             executor,
             backoff,
             history: Mutex::new(HashMap::new()),
+            handled: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// The number of exits handled to the end so far: recorded and, when due,
+    /// restarted (or the restart's failure recorded).
+    pub fn handled(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.handled.subscribe()
     }
 
     /// Runs until the task is aborted: subscribes to the driver's exits (again, with
     /// backoff, whenever the feed breaks) and handles each one in its own task. The
     /// handlers live in a `JoinSet` owned here, so aborting `run` aborts them too: no
-    /// restart can race the shutdown sweep.
+    /// restart can race the shutdown sweep. Returns at once when the driver does not
+    /// declare `reports_exits`.
     pub async fn run(self: Arc<Self>) {
+        if !self.executor.driver().capabilities().reports_exits {
+            tracing::info!("the driver reports no exits: nothing to supervise");
+            return;
+        }
         let mut handlers = tokio::task::JoinSet::new();
         let mut failures = 0u32;
         loop {
@@ -99,7 +118,7 @@ impl Supervisor {
             }
             match ended {
                 Ok(()) => {
-                    tracing::info!("the driver reports no exits: nothing to supervise");
+                    tracing::info!("the driver's exit feed ended: nothing more to supervise");
                     while handlers.join_next().await.is_some() {}
                     return;
                 }
@@ -110,11 +129,13 @@ impl Supervisor {
         }
     }
 
-    /// Records one exit and, if intent says so, restarts the revision.
+    /// Records one exit and, if the driver leaves restarts to the agent and intent
+    /// says so, restarts the revision.
     pub async fn handle(&self, exit: Exit) {
         if let Err(e) = self.try_handle(exit).await {
             tracing::error!(error = %e, "supervisor could not write the log");
         }
+        self.handled.send_modify(|n| *n += 1);
     }
 
     async fn try_handle(&self, exit: Exit) -> Result<(), LogError> {
@@ -133,7 +154,7 @@ impl Supervisor {
             exit_code: exit.exit_code,
         }])
         .await?;
-        if !self.wanted(&exit) {
+        if !self.executor.driver().capabilities().restarts_exits || !self.wanted(&exit) {
             return Ok(());
         }
         let key = capstan_common::workload_key(&exit.namespace, &exit.workload);
@@ -165,23 +186,49 @@ impl Supervisor {
             workload: &exit.workload,
             revision: &exit.revision,
         };
-        if let Ok(Some(BackendState::Running)) = driver.state(rev).await {
-            tracing::info!(workload = %key, "restart not needed: it runs again");
-            return Ok(());
-        }
-        let event = match driver.resume(rev).await {
+        let gave_up = match driver.state(rev).await {
+            Ok(Some(BackendState::Running)) => {
+                tracing::info!(workload = %key, "restart not needed: it runs again");
+                return Ok(());
+            }
+            Ok(Some(BackendState::Failed { reason })) => Some(reason),
+            _ => None,
+        };
+        let event = match gave_up {
+            Some(reason) => {
+                tracing::warn!(workload = %key, %reason, "not restarted: the backend gave up on it");
+                Event::WorkloadFailed {
+                    cause: Cause::Supervisor,
+                    namespace: exit.namespace,
+                    workload: exit.workload,
+                    code: ErrorCode::BackendFailed,
+                    message: format!(
+                        "the backend gave up on revision {}: {reason}",
+                        exit.revision
+                    ),
+                }
+            }
+            None => self.restart(rev, &key, attempt).await,
+        };
+        log.append_durable(&[event]).await?;
+        Ok(())
+    }
+
+    /// Resumes `rev` and says what happened.
+    async fn restart(&self, rev: RevisionRef<'_>, key: &str, attempt: u32) -> Event {
+        match self.executor.driver().resume(rev).await {
             Ok(()) => {
                 tracing::info!(workload = %key, attempt = attempt + 1, "restarted");
                 self.history
                     .lock()
                     .expect("supervisor history")
-                    .entry(key)
+                    .entry(key.to_string())
                     .and_modify(|h| h.last_restart = Instant::now());
                 Event::WorkloadStarted {
                     cause: Cause::Supervisor,
-                    namespace: exit.namespace,
-                    workload: exit.workload,
-                    revision: exit.revision,
+                    namespace: rev.namespace.into(),
+                    workload: rev.workload.into(),
+                    revision: rev.revision.into(),
                     previous: None,
                 }
             }
@@ -189,15 +236,13 @@ impl Supervisor {
                 tracing::warn!(workload = %key, attempt = attempt + 1, error = %e.report(), "restart failed");
                 Event::WorkloadFailed {
                     cause: Cause::Supervisor,
-                    namespace: exit.namespace,
-                    workload: exit.workload,
+                    namespace: rev.namespace.into(),
+                    workload: rev.workload.into(),
                     code: e.code(),
                     message: e.report(),
                 }
             }
-        };
-        log.append_durable(&[event]).await?;
-        Ok(())
+        }
     }
 
     /// True when intent wants exactly this revision running.
@@ -215,7 +260,145 @@ impl Supervisor {
 
 #[cfg(test)]
 mod tests {
+    //! The real supervisor, executor and sim driver; the sim declares the capabilities
+    //! under test, and tests wait on the log and on handled exits, never on time.
     use super::*;
+    use crate::testkit::{wait_for, Rig};
+    use capstan_driver::sim::SimConfig;
+    use capstan_driver::Capabilities;
+
+    const R1: RevisionRef<'static> = RevisionRef {
+        namespace: "ns",
+        workload: "web",
+        revision: "r1",
+    };
+
+    /// What docker declares: the agent restarts what exits.
+    const DOCKER: Capabilities = Capabilities {
+        manages_lifecycle: true,
+        reports_exits: true,
+        restarts_exits: true,
+        reaps_orphans: false,
+    };
+
+    /// What systemd declares by default: exits are reported, the backend restarts.
+    const BACKEND_RESTARTS: Capabilities = Capabilities {
+        manages_lifecycle: false,
+        reports_exits: true,
+        restarts_exits: false,
+        reaps_orphans: false,
+    };
+
+    const NOW: Backoff = Backoff {
+        base: Duration::ZERO,
+        cap: Duration::ZERO,
+        reset_after: Duration::from_secs(120),
+    };
+
+    /// A sim declaring `capabilities`, running `web@r1`, supervised.
+    async fn supervised(capabilities: Capabilities) -> (Rig, Arc<Supervisor>) {
+        let rig = Rig::new(SimConfig::declaring(capabilities));
+        rig.running_r1().await;
+        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
+        tokio::spawn(Arc::clone(&supervisor).run());
+        rig.sim.watched().await;
+        (rig, supervisor)
+    }
+
+    async fn handled(supervisor: &Supervisor, n: u64) {
+        let mut handled = supervisor.handled();
+        let wait = handled.wait_for(|h| *h >= n);
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("exits handled in time")
+            .expect("the supervisor lives");
+    }
+
+    fn exited(code: i64) -> impl Fn(&[crate::event::Record]) -> bool {
+        move |records| {
+            records.iter().any(|r| {
+                matches!(r.event, Event::WorkloadExited { exit_code, .. } if exit_code == Some(code))
+            })
+        }
+    }
+
+    fn restarts(rig: &Rig) -> usize {
+        rig.records()
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.event,
+                    Event::WorkloadStarted {
+                        cause: Cause::Supervisor,
+                        ..
+                    }
+                )
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn with_dockers_capabilities_an_exit_is_recorded_and_the_revision_restarted() {
+        let (rig, supervisor) = supervised(DOCKER).await;
+        rig.sim.exit(R1, 137).unwrap();
+        let log = rig.executor.log();
+        wait_for(log, "a restart by the supervisor", |records| {
+            exited(137)(records)
+                && records.iter().any(|r| {
+                    matches!(
+                        r.event,
+                        Event::WorkloadStarted {
+                            cause: Cause::Supervisor,
+                            ..
+                        }
+                    )
+                })
+        })
+        .await;
+        handled(&supervisor, 1).await;
+        let r1 = rig.sim.host().revisions["ns/web@r1"].clone();
+        assert_eq!((r1.state, r1.starts), (BackendState::Running, 2));
+        assert_eq!(restarts(&rig), 1);
+    }
+
+    #[tokio::test]
+    async fn when_the_backend_restarts_its_own_an_exit_is_only_recorded() {
+        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
+        rig.sim.exit(R1, 1).unwrap();
+        wait_for(rig.executor.log(), "workload_exited", exited(1)).await;
+        handled(&supervisor, 1).await;
+        let r1 = rig.sim.host().revisions["ns/web@r1"].clone();
+        assert_eq!((r1.state, r1.starts), (BackendState::Stopped, 1));
+        assert_eq!(restarts(&rig), 0);
+        assert_eq!(rig.kinds().last(), Some(&"workload_exited"));
+    }
+
+    #[tokio::test]
+    async fn a_revision_the_backend_gave_up_on_is_reported_not_restarted() {
+        let (rig, supervisor) = supervised(DOCKER).await;
+        rig.sim.give_up(R1, "crash-loop").unwrap();
+        handled(&supervisor, 1).await;
+        let last = rig.records().pop().unwrap().event;
+        assert!(
+            matches!(
+                &last,
+                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
+                    if message.ends_with("crash-loop")
+            ),
+            "{last:?}"
+        );
+        assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
+        assert_eq!(restarts(&rig), 0);
+    }
+
+    #[tokio::test]
+    async fn without_an_exit_feed_there_is_nothing_to_supervise() {
+        let rig = Rig::new(SimConfig::default());
+        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
+        tokio::time::timeout(Duration::from_secs(10), supervisor.run())
+            .await
+            .expect("run returns at once");
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

@@ -81,6 +81,13 @@ pub enum ErrorCode {
     Expired,
     /// `issued_at` lies further in the future than the allowed clock skew.
     IssuedInFuture,
+    // Execution (`failed`), appended after the authorisation codes for the same reason.
+    /// The backend has given up on the workload's revision and will not start it by
+    /// itself (systemd's `start-limit-hit`, a crash loop); the agent reports it instead
+    /// of starting it. The message carries the backend's reason.
+    BackendFailed,
+    /// The spec names a driver other than the one this agent runs; nothing was done.
+    DriverMismatch,
 }
 
 impl ErrorCode {
@@ -118,6 +125,8 @@ impl ErrorCode {
             Self::BadSignature => "bad_signature",
             Self::Expired => "expired",
             Self::IssuedInFuture => "issued_in_future",
+            Self::BackendFailed => "backend_failed",
+            Self::DriverMismatch => "driver_mismatch",
         }
     }
 
@@ -151,6 +160,23 @@ impl Rejection {
         Self {
             code,
             message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_codes_are_spelt_on_the_wire_as_documented_and_final() {
+        for (code, wire) in [
+            (ErrorCode::BackendFailed, "backend_failed"),
+            (ErrorCode::DriverMismatch, "driver_mismatch"),
+        ] {
+            assert_eq!(code.as_str(), wire);
+            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));
+            assert!(!code.is_retryable(), "{wire}");
         }
     }
 }

@@ -4,6 +4,8 @@
 //! after a crash, and a repeat must converge, never duplicate.
 
 pub mod sim;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,12 +57,24 @@ pub struct Capabilities {
 }
 
 /// The runtime state of one revision as the backend reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendState {
     /// Exists but is not running (created, stopped or exited).
     Stopped,
     Running,
+    /// The backend has given up on it and will not start it again by itself
+    /// (systemd's `failed` with `start-limit-hit`, a pod in a crash loop): the agent
+    /// reports it instead of starting it. `reason` is the backend's own word for it.
+    Failed {
+        reason: String,
+    },
+}
+
+impl BackendState {
+    pub fn is_running(&self) -> bool {
+        matches!(self, BackendState::Running)
+    }
 }
 
 /// What the driver sees on the host: only what it labelled as capstan's.
@@ -77,11 +91,10 @@ impl Observed {
         namespace: &str,
         workload: &str,
         revision: &str,
-    ) -> Option<BackendState> {
+    ) -> Option<&BackendState> {
         self.workloads
             .get(&capstan_common::workload_key(namespace, workload))?
             .get(revision)
-            .copied()
     }
 }
 
@@ -194,7 +207,8 @@ pub trait Driver: Send + Sync {
         Ok(self
             .observe()
             .await?
-            .revision(rev.namespace, rev.workload, rev.revision))
+            .revision(rev.namespace, rev.workload, rev.revision)
+            .cloned())
     }
     /// Sends every exit of this host's workloads to `exits` until the receiver is
     /// dropped (`Ok`) or the backend's feed breaks (`Err`; the caller reconnects).

@@ -193,7 +193,7 @@ async fn apply(args: &Args) -> anyhow::Result<()> {
         let cmds = commands(args.commands, namespaces);
         let (setup, rest) = cmds.split_at(namespaces);
         for c in setup {
-            executor.execute(c.clone()).await;
+            succeeded(&executor, c.clone()).await?;
         }
         let t = Instant::now();
         let tasks: Vec<_> = rest
@@ -202,13 +202,14 @@ async fn apply(args: &Args) -> anyhow::Result<()> {
                 let (executor, chunk) = (Arc::clone(&executor), chunk.to_vec());
                 tokio::spawn(async move {
                     for c in chunk {
-                        executor.execute(c).await;
+                        succeeded(&executor, c).await?;
                     }
+                    anyhow::Ok(())
                 })
             })
             .collect();
         for task in tasks {
-            task.await?;
+            task.await??;
         }
         rates.push(rate(rest.len(), t.elapsed()));
     }
@@ -217,6 +218,17 @@ async fn apply(args: &Args) -> anyhow::Result<()> {
         rates[0],
         rates[1],
         rates[1] / rates[0]
+    );
+    Ok(())
+}
+
+/// Carries `command` out; a refusal is an error, since the benchmark would then measure
+/// refusals (a spec naming another driver than the agent's, …) instead of work.
+async fn succeeded(executor: &Executor, command: Command) -> anyhow::Result<()> {
+    let r = executor.execute(command).await;
+    anyhow::ensure!(
+        r.outcome == capstan_common::Outcome::Succeeded,
+        "a benchmark command did not succeed: {r:?}"
     );
     Ok(())
 }

@@ -2,27 +2,12 @@
 //! status and the stop order hold — with and without NATS.
 
 use super::*;
-use crate::log::{Log, LogOptions};
+use crate::testkit::{command, spec, Rig, HOST};
 use crate::transport::auth::SigningConfig;
-use capstan_common::Outcome;
-use capstan_driver::sim::{ScriptedFailure, SimConfig, SimDriver, SimHost};
+use capstan_common::{Op, Outcome};
+use capstan_driver::sim::{ScriptedFailure, SimConfig, SimHost};
 use capstan_driver::BackendState;
 use std::path::Path;
-
-const HOST: &str = "h1";
-
-fn command(id: &str, fields: &str) -> String {
-    format!(
-        r#"{{"v":1,"id":"{id}","host":"{HOST}","issued_at":"{}",{fields}}}"#,
-        chrono::Utc::now().to_rfc3339()
-    )
-}
-
-fn executor(dir: &Path, sim: SimConfig) -> Arc<Executor> {
-    let log = Arc::new(Log::open(&dir.join("log"), LogOptions::default()).unwrap());
-    let driver = Arc::new(SimDriver::open(dir, sim).unwrap());
-    Arc::new(Executor::new(HOST, log, driver))
-}
 
 fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
     Settings {
@@ -34,33 +19,42 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
 }
 
 /// Given: namespace `ns` with workloads `web` and `db` running on r1.
-async fn given_two_running(executor: &Executor) {
-    let mut lines = vec![command("ns", r#""op":"ensure_namespace","namespace":"ns""#)];
-    for wl in ["web", "db"] {
-        lines.push(command(&format!("{wl}-p"), &format!(r#""op":"prepare_revision","namespace":"ns","workload":"{wl}","revision":"r1","spec":{{"driver":"sim"}}"#)));
-        lines.push(command(
-            &format!("{wl}-a"),
-            &format!(
-                r#""op":"activate_revision","namespace":"ns","workload":"{wl}","revision":"r1""#
-            ),
-        ));
+async fn given_two_running(sim: SimConfig) -> Rig {
+    let rig = Rig::new(sim);
+    rig.running_r1().await;
+    let ops = [
+        Op::PrepareRevision {
+            namespace: "ns".into(),
+            workload: "db".into(),
+            revision: "r1".into(),
+            spec: spec(),
+        },
+        Op::ActivateRevision {
+            namespace: "ns".into(),
+            workload: "db".into(),
+            revision: "r1".into(),
+        },
+    ];
+    for (i, op) in ops.into_iter().enumerate() {
+        let r = rig.executor.execute(command(&format!("db-{i}"), op)).await;
+        assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
     }
-    for line in lines {
-        let r = executor.submit(&line).await;
-        assert_eq!(r.outcome, Outcome::Succeeded, "{line}: {r:?}");
-    }
+    rig
 }
 
 fn assert_state(dir: &Path, wl: &str, expected: BackendState) {
     let host = SimHost::load(dir).unwrap();
-    assert_eq!(host.revisions[&format!("ns/{wl}@r1")].state, expected, "{wl}");
+    assert_eq!(
+        host.revisions[&format!("ns/{wl}@r1")].state,
+        expected,
+        "{wl}"
+    );
 }
 
 #[tokio::test]
 async fn a_graceful_stop_sweeps_without_changing_intent_and_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let executor = executor(dir.path(), SimConfig::default());
-    given_two_running(&executor).await;
+    let rig = given_two_running(SimConfig::default()).await;
+    let (dir, executor) = (&rig.dir, Arc::clone(&rig.executor));
     let intent = executor.log().intent().workloads;
 
     let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
@@ -91,7 +85,6 @@ async fn a_graceful_stop_sweeps_without_changing_intent_and_exits_0() {
 
 #[tokio::test]
 async fn the_exit_status_is_the_number_of_workloads_that_would_not_stop() {
-    let dir = tempfile::tempdir().unwrap();
     let sim = SimConfig {
         failures: vec![ScriptedFailure {
             op: "stop".into(),
@@ -99,11 +92,12 @@ async fn the_exit_status_is_the_number_of_workloads_that_would_not_stop() {
             workload: Some("db".into()),
             revision: None,
             times: None,
+            gives_up: None,
         }],
         ..SimConfig::default()
     };
-    let executor = executor(dir.path(), sim);
-    given_two_running(&executor).await;
+    let rig = given_two_running(sim).await;
+    let (dir, executor) = (&rig.dir, Arc::clone(&rig.executor));
 
     let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
         .await
@@ -123,9 +117,8 @@ async fn the_exit_status_is_the_number_of_workloads_that_would_not_stop() {
 
 #[tokio::test]
 async fn leave_running_from_the_operator_overrides_the_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let executor = executor(dir.path(), SimConfig::default());
-    given_two_running(&executor).await;
+    let rig = given_two_running(SimConfig::default()).await;
+    let (dir, executor) = (&rig.dir, Arc::clone(&rig.executor));
 
     let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
         .await
@@ -139,8 +132,8 @@ async fn leave_running_from_the_operator_overrides_the_config() {
 
 #[tokio::test]
 async fn a_driver_that_reports_no_exits_is_not_supervised() {
-    let dir = tempfile::tempdir().unwrap();
-    let executor = executor(dir.path(), SimConfig::default());
+    let rig = Rig::new(SimConfig::default());
+    let executor = Arc::clone(&rig.executor);
     assert!(!executor.driver().capabilities().reports_exits);
     let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, None))
         .await
@@ -154,9 +147,8 @@ async fn a_driver_that_reports_no_exits_is_not_supervised() {
 #[tokio::test]
 async fn a_stop_with_nats_drains_the_outbox_and_returns() {
     let server = crate::test_nats::server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let executor = executor(dir.path(), SimConfig::default());
-    given_two_running(&executor).await;
+    let rig = given_two_running(SimConfig::default()).await;
+    let executor = Arc::clone(&rig.executor);
     let nats = NatsSettings {
         config: capstan_common::nats::NatsConfig {
             url: server.url.clone(),

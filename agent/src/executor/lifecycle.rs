@@ -60,8 +60,9 @@ impl Executor {
 
     /// Startup reconciliation for drivers that manage lifecycle: starts every
     /// running-intent workload that is not running, leaves explicitly stopped ones
-    /// stopped, and marks the ones whose backend is missing or fails to start as
-    /// failed, carrying on past each failure. Intent never changes here.
+    /// stopped, and marks the ones whose backend is missing, has given up
+    /// (`backend_failed`) or fails to start as failed, carrying on past each failure.
+    /// Intent never changes here.
     pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
         let mut report = ReconcileReport::default();
         if !self.driver.capabilities().manages_lifecycle {
@@ -100,13 +101,7 @@ impl Executor {
                         }
                         Err(e) => {
                             report.failed += 1;
-                            Event::WorkloadFailed {
-                                cause: Cause::AgentStartup,
-                                namespace,
-                                workload,
-                                code: e.code(),
-                                message: e.report(),
-                            }
+                            startup_failure(namespace, workload, e.code(), e.report())
                         }
                     };
                     self.log.append(&[event])?;
@@ -141,13 +136,21 @@ impl Executor {
                 } => {
                     report.failed += 1;
                     let message = format!("revision {revision} has no backend on this host");
-                    self.log.append(&[Event::WorkloadFailed {
-                        cause: Cause::AgentStartup,
-                        namespace,
-                        workload,
-                        code: ErrorCode::BackendMissing,
-                        message,
-                    }])?;
+                    let code = ErrorCode::BackendMissing;
+                    self.log
+                        .append(&[startup_failure(namespace, workload, code, message)])?;
+                }
+                Action::Failed {
+                    namespace,
+                    workload,
+                    revision,
+                    reason,
+                } => {
+                    report.failed += 1;
+                    let message = format!("the backend gave up on revision {revision}: {reason}");
+                    let code = ErrorCode::BackendFailed;
+                    self.log
+                        .append(&[startup_failure(namespace, workload, code, message)])?;
                 }
                 Action::Drift {
                     namespace,
@@ -182,6 +185,17 @@ impl Executor {
         }
         self.log.durable(self.log.last_seq()).await?;
         Ok(report)
+    }
+}
+
+/// A workload startup reconciliation could not bring to intent.
+fn startup_failure(namespace: String, workload: String, code: ErrorCode, message: String) -> Event {
+    Event::WorkloadFailed {
+        cause: Cause::AgentStartup,
+        namespace,
+        workload,
+        code,
+        message,
     }
 }
 

@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 mod lifecycle;
 pub use lifecycle::{ReconcileReport, SweepReport};
+#[cfg(test)]
+mod tests;
 
 /// Carries commands out against one driver, recording everything in one log.
 pub struct Executor {
@@ -231,7 +233,7 @@ impl Executor {
         }
         let step = match self
             .log
-            .with_intent(|intent| plan::decide(intent, &command.op))
+            .with_intent(|intent| plan::decide(intent, self.driver.kind(), &command.op))
         {
             Ok(step) => step,
             Err(refusal) => {

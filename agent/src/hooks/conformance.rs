@@ -4,10 +4,9 @@
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;
-use crate::executor::Executor;
-use crate::log::{Log, LogOptions};
+use crate::testkit::{self, line as cmd};
 use capstan_common::{CommandResult, ErrorCode, Outcome};
-use capstan_driver::sim::{SimConfig, SimDriver, SimHost};
+use capstan_driver::sim::{SimConfig, SimHost};
 use capstan_driver::BackendState;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -87,9 +86,8 @@ impl HookRunner for Fake {
 }
 
 struct Rig {
-    dir: tempfile::TempDir,
+    base: testkit::Rig,
     fake: Arc<Fake>,
-    executor: Executor,
 }
 
 fn owner(name: &str, timeout: Duration) -> HookOwner {
@@ -104,17 +102,10 @@ fn owner(name: &str, timeout: Duration) -> HookOwner {
 }
 
 fn rig_with(owners: Vec<HookOwner>, budget: Duration) -> Rig {
-    let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(Log::open(&dir.path().join("log"), LogOptions::default()).unwrap());
-    let driver = Arc::new(SimDriver::open(dir.path(), SimConfig::default()).unwrap());
     let fake = Arc::new(Fake::default());
     let hooks = Hooks::new(owners, fake.clone()).with_cleanup_budget(budget);
-    let executor = Executor::new("h1", log, driver).with_hooks(hooks);
-    Rig {
-        dir,
-        fake,
-        executor,
-    }
+    let base = testkit::Rig::with(SimConfig::default(), |e| e.with_hooks(hooks));
+    Rig { base, fake }
 }
 
 fn rig(names: &[&str]) -> Rig {
@@ -123,12 +114,6 @@ fn rig(names: &[&str]) -> Rig {
         .map(|n| owner(n, Duration::from_secs(30)))
         .collect();
     rig_with(owners, Duration::from_secs(5))
-}
-
-fn cmd(id: &str, op: &str, fields: &str) -> String {
-    format!(
-        r#"{{"v":1,"id":"{id}","host":"h1","issued_at":"2026-01-01T00:00:00Z","op":"{op}",{fields}}}"#
-    )
 }
 
 const W: &str = r#""namespace":"ns","workload":"web""#;
@@ -141,7 +126,7 @@ fn prepare(rev: &str, spec_env: &str) -> String {
 
 impl Rig {
     async fn run(&self, id: &str, op: &str, fields: &str) -> CommandResult {
-        self.executor.submit(&cmd(id, op, fields)).await
+        self.base.executor.submit(&cmd(id, op, fields)).await
     }
 
     async fn ok(&self, id: &str, op: &str, fields: &str) {
@@ -163,7 +148,7 @@ impl Rig {
     }
 
     fn host(&self) -> SimHost {
-        SimHost::load(self.dir.path()).unwrap()
+        SimHost::load(self.base.dir.path()).unwrap()
     }
 
     fn r1(&self) -> capstan_driver::sim::SimRevision {
@@ -171,12 +156,9 @@ impl Rig {
     }
 
     fn log_text(&self) -> String {
-        self.executor
-            .log()
-            .read_since(0)
-            .map(|r| r.unwrap().to_json().to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
+        let records = self.base.records();
+        let lines: Vec<String> = records.iter().map(|r| r.to_json().to_string()).collect();
+        lines.join("\n")
     }
 }
 
@@ -276,7 +258,7 @@ async fn namespace_preparation_failure_rolls_back_completed_owners_in_reverse() 
         .iter()
         .all(|o| o != "c"));
     assert!(
-        rig.executor.log().intent().namespaces.is_empty(),
+        rig.base.executor.log().intent().namespaces.is_empty(),
         "not ready"
     );
 }
@@ -415,7 +397,7 @@ async fn cancelling_mid_preparation_revokes_every_completed_owner_under_a_fresh_
         &format!(r#"{W},"revision":"r1""#),
     ))
     .unwrap();
-    let run = rig.executor.execute_until(command, &cancel);
+    let run = rig.base.executor.execute_until(command, &cancel);
     tokio::pin!(run);
     // Cancel once c is in its call.
     loop {
@@ -497,6 +479,7 @@ async fn a_hook_that_hangs_is_cut_at_its_timeout_and_counts_as_failed() {
         .starts_with("before_workload_start hook of owner slow timed out"));
     assert_eq!(rig.fake.calls_in(BeforeWorkloadStop), names(&["a"]));
     let failed = rig
+        .base
         .executor
         .log()
         .for_command("a1")
@@ -517,6 +500,7 @@ async fn hook_progress_is_recorded_without_values() {
     );
     assert_eq!(rig.activate("a1").await.outcome, Outcome::Succeeded);
     let kinds: Vec<String> = rig
+        .base
         .executor
         .log()
         .for_command("a1")

@@ -1,0 +1,78 @@
+//! The executor against the real log and sim driver: refusals before any effect, and
+//! startup reconciliation of a backend that gave up.
+
+use crate::event::{Cause, Event};
+use crate::testkit::{prepare_op, spec_for, Rig};
+use capstan_common::{DriverKind, ErrorCode, Op, Outcome};
+use capstan_driver::sim::SimConfig;
+use capstan_driver::{BackendState, RevisionRef};
+
+const R1: RevisionRef<'static> = RevisionRef {
+    namespace: "ns",
+    workload: "web",
+    revision: "r1",
+};
+
+#[tokio::test]
+async fn a_spec_for_another_driver_is_refused_before_any_effect() {
+    let rig = Rig::new(SimConfig::default());
+    let ns = Op::EnsureNamespace {
+        namespace: "ns".into(),
+    };
+    rig.ok("ns", ns).await;
+    let docker = spec_for(DriverKind::Docker, Some("shop/web:2"));
+    let command = crate::testkit::command("p1", prepare_op("r1", docker));
+    let r = rig.executor.execute(command).await;
+    assert_eq!(r.outcome, Outcome::Failed, "{r:?}");
+    assert!(!r.retryable);
+    let error = r.error.unwrap();
+    assert_eq!(error.code, ErrorCode::DriverMismatch);
+    assert!(error.message.contains("this agent runs sim"), "{error:?}");
+    let kinds: Vec<&str> = (rig.executor.log().for_command("p1").unwrap())
+        .iter()
+        .map(|r| r.event.kind())
+        .collect();
+    assert_eq!(kinds, ["command_received", "command_completed"]);
+    assert!(
+        rig.sim.host().revisions.is_empty(),
+        "the driver was not called"
+    );
+    assert!(rig.executor.log().intent().workloads.is_empty());
+}
+
+#[tokio::test]
+async fn startup_reports_a_backend_that_gave_up_and_does_not_start_it() {
+    let rig = Rig::new(SimConfig::default());
+    rig.running_r1().await;
+    rig.sim.give_up(R1, "start-limit-hit").unwrap();
+    let report = rig.executor.reconcile().await.unwrap();
+    assert_eq!((report.started, report.failed), (0, 1), "{report:?}");
+    let last = rig.records().pop().unwrap().event;
+    let Event::WorkloadFailed {
+        cause,
+        code,
+        message,
+        ..
+    } = last
+    else {
+        panic!("{last:?}")
+    };
+    assert_eq!(
+        (cause, code),
+        (Cause::AgentStartup, ErrorCode::BackendFailed)
+    );
+    assert_eq!(
+        message,
+        "the backend gave up on revision r1: start-limit-hit"
+    );
+    let r1 = rig.sim.host().revisions["ns/web@r1"].clone();
+    assert_eq!(r1.starts, 1, "not started again");
+    assert!(matches!(r1.state, BackendState::Failed { .. }));
+    let w = rig.executor.log().intent();
+    let w = w.workload("ns", "web").unwrap();
+    assert_eq!(
+        w.intent,
+        crate::intent::RunIntent::Running,
+        "intent unchanged"
+    );
+}

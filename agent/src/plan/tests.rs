@@ -1,0 +1,266 @@
+//! Given intent (and an observed host), when deciding or planning, then steps/actions.
+
+use super::*;
+use crate::event::Cause;
+use crate::testkit::{activate_op, by, given, image, prepare_op, prepared, retired, running};
+use crate::testkit::{spec_for, started, stopped};
+
+const SIM: DriverKind = DriverKind::Sim;
+
+fn web_running_r1() -> Intent {
+    given(&running("r1", image("a")))
+}
+
+fn observed(entries: &[(&str, &str, BackendState)]) -> Observed {
+    let mut o = Observed::default();
+    for (wl, rev, state) in entries {
+        o.workloads
+            .entry(format!("ns/{wl}"))
+            .or_default()
+            .insert((*rev).into(), state.clone());
+    }
+    o
+}
+
+fn gave_up(reason: &str) -> BackendState {
+    BackendState::Failed {
+        reason: reason.into(),
+    }
+}
+
+/// `web@rev`'s action `to` (`Start`, `Stop`, `Missing`).
+fn web(to: fn(String, String, String) -> Action, rev: &str) -> Action {
+    to("ns".into(), "web".into(), rev.into())
+}
+
+fn start(namespace: String, workload: String, revision: String) -> Action {
+    Action::Start {
+        namespace,
+        workload,
+        revision,
+    }
+}
+
+fn stop(namespace: String, workload: String, revision: String) -> Action {
+    Action::Stop {
+        namespace,
+        workload,
+        revision,
+    }
+}
+
+fn missing(namespace: String, workload: String, revision: String) -> Action {
+    Action::Missing {
+        namespace,
+        workload,
+        revision,
+    }
+}
+
+#[test]
+fn prepare_needs_a_namespace() {
+    let refusal = decide(&Intent::default(), SIM, &prepare_op("r1", image("a"))).unwrap_err();
+    assert_eq!(refusal.code, ErrorCode::NamespaceNotFound);
+}
+
+#[test]
+fn a_spec_for_another_driver_is_refused() {
+    let intent = web_running_r1();
+    let docker = spec_for(DriverKind::Docker, Some("shop/web:2"));
+    let refusal = decide(&intent, SIM, &prepare_op("r2", docker.clone())).unwrap_err();
+    assert_eq!(refusal.code, ErrorCode::DriverMismatch);
+    assert_eq!(
+        refusal.message,
+        "revision r2 is for driver docker; this agent runs sim"
+    );
+    assert!(decide(&intent, DriverKind::Docker, &prepare_op("r2", docker)).is_ok());
+    let refusal = decide(
+        &Intent::default(),
+        DriverKind::Docker,
+        &prepare_op("r1", image("a")),
+    )
+    .unwrap_err();
+    assert_eq!(
+        refusal.code,
+        ErrorCode::DriverMismatch,
+        "decided before anything about the host"
+    );
+}
+
+#[test]
+fn a_revision_in_the_log_for_another_driver_is_neither_activated_nor_started() {
+    // Given r1 prepared and running on a sim agent, when the agent now runs docker:
+    let intent = web_running_r1();
+    let docker = DriverKind::Docker;
+    let start = Op::StartWorkload {
+        namespace: "ns".into(),
+        workload: "web".into(),
+    };
+    for op in [activate_op("r1"), start] {
+        let refusal = decide(&intent, docker, &op).unwrap_err();
+        assert_eq!(refusal.code, ErrorCode::DriverMismatch, "{op:?}");
+        assert!(decide(&intent, SIM, &op).is_ok(), "{op:?}");
+    }
+}
+
+#[test]
+fn revisions_are_immutable() {
+    let intent = web_running_r1();
+    assert!(
+        decide(&intent, SIM, &prepare_op("r1", image("a"))).is_ok(),
+        "same spec again is idempotent"
+    );
+    assert_eq!(
+        decide(&intent, SIM, &prepare_op("r1", image("b")))
+            .unwrap_err()
+            .code,
+        ErrorCode::RevisionConflict
+    );
+}
+
+#[test]
+fn activating_a_new_revision_names_the_one_it_replaces() {
+    let mut intent = web_running_r1();
+    intent.apply(4, &prepared("r2", image("b")));
+    let step = decide(&intent, SIM, &activate_op("r2")).unwrap();
+    assert!(
+        matches!(step, Step::Activate { previous: Some(ref p), .. } if p == "r1"),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn activating_an_unprepared_revision_is_refused() {
+    let refusal = decide(&web_running_r1(), SIM, &activate_op("r9")).unwrap_err();
+    assert_eq!(refusal.code, ErrorCode::RevisionNotFound);
+}
+
+#[test]
+fn a_namespace_with_workloads_cannot_be_deleted() {
+    let refusal = decide(
+        &web_running_r1(),
+        SIM,
+        &Op::DeleteNamespace {
+            namespace: "ns".into(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(refusal.code, ErrorCode::NamespaceNotEmpty);
+}
+
+#[test]
+fn start_without_an_active_revision_is_refused() {
+    let mut intent = web_running_r1();
+    intent.apply(4, &retired("r1"));
+    let refusal = decide(
+        &intent,
+        SIM,
+        &Op::StartWorkload {
+            namespace: "ns".into(),
+            workload: "web".into(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(refusal.code, ErrorCode::NoActiveRevision);
+}
+
+#[test]
+fn plan_starts_a_stopped_running_intent_workload() {
+    let actions = plan(
+        &web_running_r1(),
+        &observed(&[("web", "r1", BackendState::Stopped)]),
+    );
+    assert_eq!(actions, vec![web(start, "r1")]);
+}
+
+#[test]
+fn plan_reports_a_missing_backend() {
+    let actions = plan(&web_running_r1(), &Observed::default());
+    assert_eq!(actions, vec![web(missing, "r1")]);
+}
+
+#[test]
+fn plan_reports_a_revision_the_backend_gave_up_on_instead_of_starting_it() {
+    let actions = plan(
+        &web_running_r1(),
+        &observed(&[("web", "r1", gave_up("start-limit-hit"))]),
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Failed {
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: "r1".into(),
+            reason: "start-limit-hit".into()
+        }]
+    );
+}
+
+#[test]
+fn a_given_up_revision_that_should_not_run_needs_nothing() {
+    let mut intent = web_running_r1();
+    intent.apply(4, &stopped(by("s"), "r1"));
+    assert!(plan(&intent, &observed(&[("web", "r1", gave_up("crash-loop"))])).is_empty());
+    let mut replaced = web_running_r1();
+    replaced.apply(4, &prepared("r2", image("b")));
+    replaced.apply(5, &started(by("a2"), "r2", Some("r1")));
+    let host = observed(&[
+        ("web", "r1", gave_up("crash-loop")),
+        ("web", "r2", BackendState::Running),
+    ]);
+    assert!(plan(&replaced, &host).is_empty());
+}
+
+#[test]
+fn plan_leaves_explicitly_stopped_workloads_stopped() {
+    let mut intent = web_running_r1();
+    intent.apply(4, &stopped(by("s"), "r1"));
+    assert!(plan(&intent, &observed(&[("web", "r1", BackendState::Stopped)])).is_empty());
+    let running = plan(&intent, &observed(&[("web", "r1", BackendState::Running)]));
+    assert_eq!(running, vec![web(stop, "r1")]);
+}
+
+#[test]
+fn plan_reports_drift_for_unknown_backends() {
+    let actions = plan(
+        &web_running_r1(),
+        &observed(&[
+            ("web", "r1", BackendState::Running),
+            ("ghost", "r1", BackendState::Running),
+        ]),
+    );
+    assert_eq!(
+        actions,
+        vec![Action::Drift {
+            namespace: "ns".into(),
+            workload: "ghost".into(),
+            revision: "r1".into()
+        }]
+    );
+}
+
+#[test]
+fn plan_converges() {
+    let intent = web_running_r1();
+    assert!(plan(&intent, &observed(&[("web", "r1", BackendState::Running)])).is_empty());
+}
+
+#[test]
+fn shutdown_stops_only_running_intent_workloads_that_run() {
+    let intent = web_running_r1();
+    let sweep = shutdown_sweep(&intent, &observed(&[("web", "r1", BackendState::Running)]));
+    assert_eq!(sweep.len(), 1);
+    for state in [BackendState::Stopped, gave_up("crash-loop")] {
+        assert!(shutdown_sweep(&intent, &observed(&[("web", "r1", state)])).is_empty());
+    }
+    let mut after_shutdown = intent.clone();
+    after_shutdown.apply(4, &stopped(Cause::AgentShutdown, "r1"));
+    assert_eq!(
+        shutdown_sweep(
+            &after_shutdown,
+            &observed(&[("web", "r1", BackendState::Running)])
+        ),
+        sweep,
+        "an agent shutdown leaves intent running"
+    );
+}

@@ -1,0 +1,215 @@
+//! Builders the agent's unit tests share: specs, events (namespace `ns`, workload
+//! `web`), intent folded from events, commands, and a rig of the real log, sim driver
+//! and executor, with a way to wait on the log instead of sleeping.
+
+use crate::event::{Cause, Event, Record};
+use crate::executor::Executor;
+use crate::intent::Intent;
+use crate::log::{Log, LogOptions};
+use capstan_common::{Command, DriverKind, Op, Spec};
+use capstan_driver::sim::{SimConfig, SimDriver};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The host every test command is for.
+pub const HOST: &str = "h1";
+
+/// A sim spec without an image.
+pub fn spec() -> Spec {
+    spec_for(DriverKind::Sim, None)
+}
+
+/// A sim spec running `image` (specs differing only by image are different specs).
+pub fn image(image: &str) -> Spec {
+    spec_for(DriverKind::Sim, Some(image))
+}
+
+/// A spec for `driver`.
+pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
+    Spec {
+        driver,
+        image: image.map(Into::into),
+        command: vec![],
+        env: BTreeMap::new(),
+        working_dir: None,
+        mounts: vec![],
+        ports: vec![],
+    }
+}
+
+/// Intent folded from `events`, numbered from seq 1.
+pub fn given(events: &[Event]) -> Intent {
+    let mut intent = Intent::default();
+    for (i, e) in events.iter().enumerate() {
+        intent.apply(i as u64 + 1, e);
+    }
+    intent
+}
+
+/// Caused by command `id`.
+pub fn by(id: &str) -> Cause {
+    Cause::Command(id.into())
+}
+
+pub fn ns_ready() -> Event {
+    Event::NamespaceReady {
+        command_id: "c0".into(),
+        namespace: "ns".into(),
+    }
+}
+
+pub fn prepared(rev: &str, spec: Spec) -> Event {
+    Event::RevisionPrepared {
+        command_id: format!("p-{rev}"),
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: rev.into(),
+        spec,
+    }
+}
+
+pub fn started(cause: Cause, rev: &str, previous: Option<&str>) -> Event {
+    Event::WorkloadStarted {
+        cause,
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: rev.into(),
+        previous: previous.map(Into::into),
+    }
+}
+
+pub fn stopped(cause: Cause, rev: &str) -> Event {
+    Event::WorkloadStopped {
+        cause,
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: Some(rev.into()),
+    }
+}
+
+pub fn retired(rev: &str) -> Event {
+    Event::RevisionRetired {
+        command_id: format!("x-{rev}"),
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: rev.into(),
+    }
+}
+
+/// `ns` ready and `web` running `rev` (prepared with `spec`), by command.
+pub fn running(rev: &str, spec: Spec) -> Vec<Event> {
+    vec![
+        ns_ready(),
+        prepared(rev, spec),
+        started(by(&format!("a-{rev}")), rev, None),
+    ]
+}
+
+pub fn prepare_op(rev: &str, spec: Spec) -> Op {
+    Op::PrepareRevision {
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: rev.into(),
+        spec,
+    }
+}
+
+pub fn activate_op(rev: &str) -> Op {
+    Op::ActivateRevision {
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: rev.into(),
+    }
+}
+
+/// Command `id` for [`HOST`].
+pub fn command(id: &str, op: Op) -> Command {
+    Command {
+        v: 1,
+        id: id.into(),
+        host: HOST.into(),
+        issued_at: chrono::Utc::now(),
+        op,
+    }
+}
+
+/// Command `id` for [`HOST`] as an input line: `op` with its JSON `fields`.
+pub fn line(id: &str, op: &str, fields: &str) -> String {
+    format!(
+        r#"{{"v":1,"id":"{id}","host":"{HOST}","issued_at":"2026-01-01T00:00:00Z","op":"{op}",{fields}}}"#
+    )
+}
+
+/// A log and a sim driver in a fresh data dir, and an executor over them.
+pub struct Rig {
+    pub dir: tempfile::TempDir,
+    pub sim: Arc<SimDriver>,
+    pub executor: Arc<Executor>,
+}
+
+impl Rig {
+    pub fn new(config: SimConfig) -> Rig {
+        Rig::with(config, |e| e)
+    }
+
+    /// [`Rig::new`], with the executor finished by `build` (hooks, …).
+    pub fn with(config: SimConfig, build: impl FnOnce(Executor) -> Executor) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(Log::open(&dir.path().join("log"), LogOptions::default()).unwrap());
+        let sim = Arc::new(SimDriver::open(dir.path(), config).unwrap());
+        let executor = Arc::new(build(Executor::new(HOST, log, sim.clone())));
+        Rig { dir, sim, executor }
+    }
+
+    /// Carries `op` out as command `id`, which must succeed.
+    pub async fn ok(&self, id: &str, op: Op) {
+        let r = self.executor.execute(command(id, op)).await;
+        assert_eq!(r.outcome, capstan_common::Outcome::Succeeded, "{id}: {r:?}");
+    }
+
+    /// `ns` ready and `web` running `r1`, by commands.
+    pub async fn running_r1(&self) {
+        let ns = Op::EnsureNamespace {
+            namespace: "ns".into(),
+        };
+        self.ok("ns", ns).await;
+        self.ok("p1", prepare_op("r1", spec())).await;
+        self.ok("a1", activate_op("r1")).await;
+    }
+
+    pub fn records(&self) -> Vec<Record> {
+        records(self.executor.log())
+    }
+
+    /// The kinds of every record, in order.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.records().iter().map(|r| r.event.kind()).collect()
+    }
+}
+
+pub fn records(log: &Log) -> Vec<Record> {
+    log.read_since(0).map(|r| r.unwrap()).collect()
+}
+
+/// Waits (at most 10 s, then fails) until the log's records satisfy `done`,
+/// re-checking on every append.
+pub async fn wait_for(log: &Log, what: &str, done: impl Fn(&[Record]) -> bool) {
+    let mut appended = log.subscribe();
+    let wait = async {
+        loop {
+            appended.borrow_and_update();
+            if done(&records(log)) {
+                return;
+            }
+            appended.changed().await.expect("the log is open");
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .is_err()
+    {
+        let kinds: Vec<_> = records(log).iter().map(|r| r.event.kind()).collect();
+        panic!("the log never showed {what}: {kinds:?}");
+    }
+}

@@ -58,16 +58,17 @@ impl Executor {
         Ok(in_flight.len())
     }
 
-    /// Startup reconciliation for drivers that manage lifecycle: starts every
-    /// running-intent workload that is not running, leaves explicitly stopped ones
-    /// stopped, and marks the ones whose backend is missing, has given up
-    /// (`backend_failed`) or fails to start as failed, carrying on past each failure.
-    /// Intent never changes here.
+    /// Startup reconciliation: starts every running-intent workload that is not
+    /// running, leaves explicitly stopped ones stopped, and marks the ones whose
+    /// backend is missing, has given up (`backend_failed`) or fails to start as failed,
+    /// carrying on past each failure. Intent never changes here.
+    ///
+    /// A driver that does not manage lifecycle (its backend keeps workloads running:
+    /// systemd, a cluster) gets the same look but no starts or stops: what is missing,
+    /// given up on or drifted is still recorded, so the log says what the agent found.
     pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
         let mut report = ReconcileReport::default();
-        if !self.driver.capabilities().manages_lifecycle {
-            return Ok(report);
-        }
+        let manages = self.driver.capabilities().manages_lifecycle;
         let observed = match self.driver.observe().await {
             Ok(o) => o,
             Err(e) => {
@@ -76,7 +77,10 @@ impl Executor {
             }
         };
         let intent = self.log.intent();
-        for action in plan::plan(&intent, &observed) {
+        let actions = plan::plan(&intent, &observed)
+            .into_iter()
+            .filter(|a| manages || !matches!(a, Action::Start { .. } | Action::Stop { .. }));
+        for action in actions {
             match action {
                 Action::Start {
                     namespace,

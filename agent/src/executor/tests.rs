@@ -76,3 +76,43 @@ async fn startup_reports_a_backend_that_gave_up_and_does_not_start_it() {
         "intent unchanged"
     );
 }
+
+#[tokio::test]
+async fn without_lifecycle_startup_only_records_what_it_finds() {
+    let rig = Rig::new(SimConfig {
+        manages_lifecycle: false,
+        ..SimConfig::default()
+    });
+    rig.running_r1().await;
+    rig.sim.give_up(R1, "start-limit-hit").unwrap();
+    let before = rig.records().len();
+
+    let report = rig.executor.reconcile().await.unwrap();
+
+    assert_eq!((report.started, report.failed), (0, 1), "{report:?}");
+    let new: Vec<_> = rig.records().split_off(before);
+    assert!(
+        matches!(
+            &new[..],
+            [crate::event::Record {
+                event: Event::WorkloadFailed {
+                    code: ErrorCode::BackendFailed,
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{new:?}"
+    );
+    assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
+
+    // A stopped revision of a running-intent workload is the backend's to restart.
+    rig.ok("a1-again", crate::testkit::activate_op("r1")).await;
+    rig.sim.exit(R1, 1).unwrap();
+    let report = rig.executor.reconcile().await.unwrap();
+    assert_eq!((report.started, report.failed), (0, 0), "{report:?}");
+    assert_eq!(
+        rig.sim.host().revisions["ns/web@r1"].state,
+        BackendState::Stopped
+    );
+}

@@ -13,6 +13,7 @@
 
 mod codec;
 mod flusher;
+mod release;
 
 use crate::event::{Event, Record};
 use crate::intent::Intent;
@@ -142,6 +143,9 @@ pub struct Log {
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
     degraded: Option<Corruption>,
+    /// Last: dropped after every sled handle above, it waits until sled has let go of
+    /// the database, so the log can be opened again as soon as this one is dropped.
+    _released: release::Released,
 }
 
 fn seq_key(seq: u64) -> [u8; 8] {
@@ -247,6 +251,7 @@ impl Log {
             flusher,
             appended,
             degraded,
+            _released: release::Released::new(dir),
         })
     }
 
@@ -528,6 +533,8 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
         .insert(seq_key(seq), value)
         .map_err(LogError::Storage)?;
     db.flush().map_err(LogError::Storage)?;
+    drop((records, db));
+    release::wait_until_released(&dir.join("db"));
     Ok(())
 }
 

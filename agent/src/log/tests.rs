@@ -139,3 +139,28 @@ fn concurrent_writers_share_flushes() {
     });
     assert_eq!(log.verify().unwrap(), 64);
 }
+
+#[test]
+fn a_dropped_log_can_be_reopened_at_once() {
+    // sled's IO threads may hold the database file (and its lock) for a moment after
+    // the last handle is dropped, longer when they are busy: several logs cycle at
+    // once. Dropping a Log waits for them, so every reopen finds the lock free.
+    let cycles: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let opts = LogOptions { snapshot_every: 2 };
+                for round in 0..100 {
+                    let log = Log::open(dir.path(), opts)
+                        .unwrap_or_else(|e| panic!("log {t}, reopen {round}: {e:?}"));
+                    log.append(&[ready(&format!("n{round}")), ready("x")])
+                        .unwrap();
+                    rt().block_on(log.durable(log.last_seq())).unwrap();
+                }
+            })
+        })
+        .collect();
+    for cycle in cycles {
+        cycle.join().unwrap();
+    }
+}

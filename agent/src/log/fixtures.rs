@@ -209,3 +209,20 @@ fn a_format_1_log_opens_reads_and_grows() {
         assert_eq!(&record.unwrap().to_json().to_string(), line);
     }
 }
+
+#[test]
+fn a_format_2_log_opens_reads_and_grows() {
+    let fx = Fixture::unpack("log-v2.tar.gz");
+    let log = reads_as_written(&fx);
+    assert!(versions(&log).iter().all(|v| *v == 2));
+    // Its own snapshots are used: only the tail after the newest was replayed.
+    let newest = snapshots(&log).last().copied().unwrap();
+    assert_eq!(newest.1, super::snapshot::VERSION);
+    assert!(newest.0 < log.last_seq());
+    let replayed = log.tail.lock().unwrap().since_snapshot;
+    assert_eq!(replayed, log.last_seq() - newest.0);
+    let after = takes_new_commands(&fx, log);
+    let log = fx.open();
+    assert_eq!(log.intent(), after);
+    assert_eq!(replay(&log), after);
+}

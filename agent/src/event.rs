@@ -2,7 +2,7 @@
 //! and the host's audit record, so an event says what was decided or what happened,
 //! never what to do. Events never carry hook values or secrets.
 
-use crate::hooks::Phase;
+use capstan_common::Phase;
 use capstan_common::{ErrorCode, Outcome, Spec};
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +30,9 @@ impl Cause {
     }
 }
 
-/// One thing that happened on this host.
-// New variants go at the end: the binary log stores the variant index.
+/// One thing that happened on this host. Its JSON is the wire form (the event stream,
+/// `log --json`). How the log stores it is the log's business (`log/stored/`): see
+/// "How to add an event kind" and "How to add a field" in `docs/architecture.md`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
@@ -237,7 +238,7 @@ impl Event {
 }
 
 /// One entry of the log: an event with its place in the hash chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub seq: u64,
     /// Unix time in milliseconds when it was appended.

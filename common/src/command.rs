@@ -117,8 +117,10 @@ impl std::str::FromStr for DriverKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spec {
     pub driver: DriverKind,
-    // No `skip_serializing_if` here: specs are also stored in the agent's binary log,
-    // whose format needs every field present.
+    // Every field is serialised, empty ones too (no `skip_serializing_if`): the JSON
+    // of recorded commands and specs (`capstan-agent log --json`) keeps its shape.
+    // A field added later must be `#[serde(default)]`: the agent's log stores a spec
+    // as its JSON, so records written before the field existed decode with the default.
     #[serde(default)]
     pub image: Option<String>,
     /// argv; empty means the image's default.

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A stable, machine-readable reason. The `snake_case` spelling is the wire form and
-/// never changes meaning once released; new codes may be added.
+/// A stable, machine-readable reason. The `snake_case` spelling is the wire form (and
+/// the form the agent's log stores) and never changes meaning once released; new codes
+/// may be added anywhere, and variants may be reordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -55,7 +56,6 @@ pub enum ErrorCode {
     LogDegraded,
     /// The local log could not be written.
     LogFailed,
-    // Appended, not grouped: the binary log stores codes by position.
     /// The revision's image is not on the host and the pull policy forbids (or the
     /// registry refused) pulling it.
     ImageNotFound,
@@ -71,8 +71,7 @@ pub enum ErrorCode {
     /// A crash interrupted the command's preparing hooks; on restart the owners that
     /// had begun were compensated. Retryable.
     Interrupted,
-    // Authorisation (outcome `rejected`), appended after ImageNotFound for the same
-    // reason.
+    // -- authorisation: the command is not trusted (outcome `rejected`) --
     /// The command carries no `sig` and this agent requires signed commands.
     Unsigned,
     /// `sig` is malformed or does not verify against any configured public key.

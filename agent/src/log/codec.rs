@@ -1,34 +1,28 @@
-//! The stored form of records and snapshots:
-//! `[format version][bincode body][SHA-256 of version+body]`.
-//! A record's body carries the previous record's hash, which chains the log.
+//! The sealed form of records and snapshots: `[format version][body][SHA-256 of
+//! version+body]`. A record's body carries the previous record's hash, which chains the
+//! log. The hash covers the stored bytes, so a record keeps its hash for ever, whatever
+//! format version it was written in (see [`super::stored`]).
 
+use super::stored::{self, StoredError};
 use super::{Corruption, Defect};
-use serde::{de::DeserializeOwned, Serialize};
+use crate::event::{Event, Record};
 use sha2::{Digest, Sha256};
 
-/// The format version byte written in front of every stored value.
-pub const FORMAT_VERSION: u8 = 1;
 const HASH_LEN: usize = 32;
 
 /// A 32-byte SHA-256.
 pub type Hash = [u8; HASH_LEN];
 
-fn config() -> bincode::config::Configuration {
-    bincode::config::standard()
+/// Appends the hash of `content` (`[version][body]`) to it.
+pub fn seal(mut content: Vec<u8>) -> (Vec<u8>, Hash) {
+    let hash: Hash = Sha256::digest(&content).into();
+    content.extend_from_slice(&hash);
+    (content, hash)
 }
 
-/// Encodes `value`, returning the stored bytes and their hash.
-pub fn seal<T: Serialize>(value: &T) -> Result<(Vec<u8>, Hash), bincode::error::EncodeError> {
-    let mut bytes = vec![FORMAT_VERSION];
-    bytes.extend(bincode::serde::encode_to_vec(value, config())?);
-    let hash: Hash = Sha256::digest(&bytes).into();
-    bytes.extend_from_slice(&hash);
-    Ok((bytes, hash))
-}
-
-/// Checks the stored bytes against their hash and decodes them. `seq` names the
-/// record in the error.
-pub fn open<T: DeserializeOwned>(seq: u64, stored: &[u8]) -> Result<(T, Hash), Corruption> {
+/// Checks the stored bytes against their hash; returns `[version][body]` and the hash.
+/// `seq` names the record in the error.
+pub fn unseal(seq: u64, stored: &[u8]) -> Result<(&[u8], Hash), Corruption> {
     let bad = |defect| Corruption { seq, defect };
     if stored.len() < 1 + HASH_LEN {
         return Err(bad(Defect::Truncated));
@@ -38,13 +32,26 @@ pub fn open<T: DeserializeOwned>(seq: u64, stored: &[u8]) -> Result<(T, Hash), C
     if expected != hash {
         return Err(bad(Defect::HashMismatch));
     }
-    if content[0] != FORMAT_VERSION {
-        return Err(bad(Defect::UnknownFormat(content[0])));
-    }
-    let (value, used) = bincode::serde::decode_from_slice::<T, _>(&content[1..], config())
-        .map_err(|_| bad(Defect::Undecodable))?;
-    if used != content.len() - 1 {
-        return Err(bad(Defect::Undecodable));
-    }
-    Ok((value, expected))
+    Ok((content, expected))
+}
+
+/// A new record, sealed in the current format.
+pub fn seal_record(
+    seq: u64,
+    at_ms: i64,
+    prev_hash: Hash,
+    event: &Event,
+) -> Result<(Vec<u8>, Hash), StoredError> {
+    Ok(seal(stored::encode(seq, at_ms, prev_hash, event)?))
+}
+
+/// A stored record of any known format, checked against its hash.
+pub fn open_record(seq: u64, stored: &[u8]) -> Result<(Record, Hash), Corruption> {
+    let (content, hash) = unseal(seq, stored)?;
+    let defect = match stored::decode(content) {
+        Ok(record) => return Ok((record, hash)),
+        Err(StoredError::UnknownFormat(v)) => Defect::UnknownFormat(v),
+        Err(_) => Defect::Undecodable,
+    };
+    Err(Corruption { seq, defect })
 }

@@ -2,10 +2,11 @@
 //! record. This module is the only one that names sled or bincode.
 //!
 //! Layout (one sled database under `<data-dir>/log`):
-//! - `records`: big-endian seq → sealed [`Record`] (see [`codec`]);
+//! - `records`: big-endian seq → sealed [`Record`] (see [`codec`]), in the stored
+//!   shape of its format version (see [`stored`]);
 //! - `by_command`: `id \0 seq` → ∅, every record that carries a command id;
 //! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
-//! - `snapshots`: seq → sealed [`Snapshot`] of the folded intent, every
+//! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
 //!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
 //!
 //! A batch of records and their index entries are written in one sled transaction; a
@@ -13,11 +14,16 @@
 
 mod codec;
 mod flusher;
+mod release;
+mod snapshot;
+mod stored;
+
+#[cfg(test)]
+mod fixtures;
 
 use crate::event::{Event, Record};
 use crate::intent::Intent;
 use codec::Hash;
-use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -92,7 +98,9 @@ pub enum LogError {
     #[error("log storage failed")]
     Storage(#[source] sled::Error),
     #[error("cannot encode a log record")]
-    Encode(#[source] bincode::error::EncodeError),
+    Encode(#[source] stored::StoredError),
+    #[error("cannot encode a snapshot")]
+    Snapshot(#[source] serde_json::Error),
     #[error("the log could not be made durable: {0}")]
     Flush(String),
 }
@@ -104,22 +112,6 @@ impl From<TransactionError<()>> for LogError {
             TransactionError::Abort(()) => unreachable!("log transactions never abort"),
         }
     }
-}
-
-/// The folded intent at a seq, with the hash of the record at that seq as its anchor.
-#[derive(Deserialize)]
-struct Snapshot {
-    seq: u64,
-    anchor: Hash,
-    intent: Intent,
-}
-
-/// [`Snapshot`]'s stored form, written without copying the intent.
-#[derive(Serialize)]
-struct SnapshotRef<'a> {
-    seq: u64,
-    anchor: Hash,
-    intent: &'a Intent,
 }
 
 struct Tail {
@@ -142,6 +134,9 @@ pub struct Log {
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
     degraded: Option<Corruption>,
+    /// Last: dropped after every sled handle above, it waits until sled has let go of
+    /// the database, so the log can be opened again as soon as this one is dropped.
+    _released: release::Released,
 }
 
 fn seq_key(seq: u64) -> [u8; 8] {
@@ -194,26 +189,17 @@ impl Log {
             since_snapshot: 0,
         };
         let mut degraded = None;
-        // The newest snapshot whose anchor matches the record it names.
+        // The newest usable snapshot, anchored to the record it names.
+        let anchor_of = |seq: u64| {
+            let stored = records.get(seq_key(seq))?;
+            Ok(stored.and_then(|s| codec::unseal(seq, &s).ok().map(|(_, hash)| hash)))
+        };
         let mut start_after = 0;
-        for entry in snapshots.iter().rev() {
-            let (key, value) = entry.map_err(LogError::Storage)?;
-            let seq = key_seq(&key).unwrap_or(0);
-            let Ok((snap, _)) = codec::open::<Snapshot>(seq, &value) else {
-                continue;
-            };
-            let anchored = records
-                .get(seq_key(snap.seq))
-                .map_err(LogError::Storage)?
-                .and_then(|stored| codec::open::<Record>(snap.seq, &stored).ok())
-                .is_some_and(|(_, hash)| hash == snap.anchor);
-            if anchored {
-                start_after = snap.seq;
-                tail.next_seq = snap.seq + 1;
-                tail.last_hash = snap.anchor;
-                tail.intent = snap.intent;
-                break;
-            }
+        if let Some(snap) = snapshot::newest(&snapshots, anchor_of).map_err(LogError::Storage)? {
+            start_after = snap.seq;
+            tail.next_seq = snap.seq + 1;
+            tail.last_hash = snap.anchor;
+            tail.intent = snap.intent;
         }
         for item in Self::scan(&records, start_after, tail.next_seq, tail.last_hash) {
             match item {
@@ -236,6 +222,12 @@ impl Log {
             flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
         });
         let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
+        // A long replay (no usable snapshot: a new snapshot format, or none yet) is
+        // not repeated on the next open.
+        if degraded.is_none() && tail.since_snapshot >= options.snapshot_every {
+            snapshot::write(&snapshots, tail.next_seq - 1, tail.last_hash, &tail.intent)?;
+            tail.since_snapshot = 0;
+        }
         Ok(Log {
             db,
             records,
@@ -247,6 +239,7 @@ impl Log {
             flusher,
             appended,
             degraded,
+            _released: release::Released::new(dir),
         })
     }
 
@@ -272,8 +265,7 @@ impl Log {
                         defect: Defect::OutOfSequence,
                     }));
                 }
-                let (record, hash) =
-                    codec::open::<Record>(seq, &value).map_err(ScanError::Corrupt)?;
+                let (record, hash) = codec::open_record(seq, &value).map_err(ScanError::Corrupt)?;
                 if record.seq != seq {
                     return Err(corrupt(Defect::OutOfSequence));
                 }
@@ -327,13 +319,8 @@ impl Log {
         let mut writes = Vec::with_capacity(events.len());
         let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
         for event in events {
-            let record = Record {
-                seq,
-                at_ms,
-                prev_hash: prev,
-                event: event.clone(),
-            };
-            let (bytes, hash) = codec::seal(&record).map_err(LogError::Encode)?;
+            let (bytes, hash) =
+                codec::seal_record(seq, at_ms, prev, event).map_err(LogError::Encode)?;
             let mut index = Vec::new();
             if let Some(id) = event.command_id() {
                 index.push((true, index_key(id, seq)));
@@ -368,36 +355,13 @@ impl Log {
         if tail.since_snapshot >= self.options.snapshot_every {
             // Anchored to the batch's last record. Not part of the records'
             // transaction: a snapshot lost to a crash only lengthens the next replay.
-            self.write_snapshot(last, prev, &tail.intent)?;
+            snapshot::write(&self.snapshots, last, prev, &tail.intent)?;
             tail.since_snapshot = 0;
         }
         self.flusher.written(last);
         drop(tail);
         self.appended.send_replace(last);
         Ok(last)
-    }
-
-    fn write_snapshot(&self, seq: u64, anchor: Hash, intent: &Intent) -> Result<(), LogError> {
-        let (sealed, _) = codec::seal(&SnapshotRef {
-            seq,
-            anchor,
-            intent,
-        })
-        .map_err(LogError::Encode)?;
-        self.snapshots
-            .insert(seq_key(seq), sealed)
-            .map_err(LogError::Storage)?;
-        // Keep this one and the previous one (a fallback); drop the rest.
-        let keys: Vec<sled::IVec> = self
-            .snapshots
-            .iter()
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(LogError::Storage)?;
-        for old in keys.iter().rev().skip(2) {
-            self.snapshots.remove(old).map_err(LogError::Storage)?;
-        }
-        Ok(())
     }
 
     /// Waits until every record up to `seq` is on disk. Concurrent callers share one
@@ -429,7 +393,7 @@ impl Log {
     /// One record by seq.
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
         match self.records.get(seq_key(seq)).map_err(LogError::Storage)? {
-            Some(stored) => codec::open::<Record>(seq, &stored)
+            Some(stored) => codec::open_record(seq, &stored)
                 .map(|(r, _)| Some(r))
                 .map_err(LogError::Corrupt),
             None => Ok(None),
@@ -444,7 +408,7 @@ impl Log {
             .map(|entry| {
                 let (key, value) = entry.map_err(LogError::Storage)?;
                 let seq = key_seq(&key).unwrap_or(0);
-                codec::open::<Record>(seq, &value)
+                codec::open_record(seq, &value)
                     .map(|(r, _)| r)
                     .map_err(LogError::Corrupt)
             })
@@ -528,6 +492,8 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
         .insert(seq_key(seq), value)
         .map_err(LogError::Storage)?;
     db.flush().map_err(LogError::Storage)?;
+    drop((records, db));
+    release::wait_until_released(&dir.join("db"));
     Ok(())
 }
 

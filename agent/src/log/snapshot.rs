@@ -1,0 +1,99 @@
+//! Snapshots: the folded intent at a seq, anchored to the hash of the record at that
+//! seq, sealed like records (`[version][body][hash]`, see [`super::codec`]).
+//!
+//! A snapshot is a cache, never the truth: the records are. A snapshot that is damaged,
+//! of another format version, undecodable, or whose anchor does not match its record
+//! is ignored, and opening replays from an older one or from seq 1 (and then writes a
+//! fresh one when that replay was long). So the snapshot format may change at any time
+//! by bumping [`VERSION`]; no upcaster, no fixture.
+//!
+//! The body is the intent's JSON (self-describing): a field added to `Spec` (or a
+//! `#[serde(default)]` field added to the intent) does not invalidate snapshots.
+
+use super::codec::{self, Hash};
+use super::{key_seq, seq_key, LogError};
+use crate::intent::Intent;
+use serde::{Deserialize, Serialize};
+
+/// The snapshot format this build writes and reads. 1 was bincode of the intent
+/// (ignored since: its spec was positional).
+pub const VERSION: u8 = 2;
+
+/// How many snapshots are kept (the newest, and one to fall back to).
+const KEEP: usize = 2;
+
+/// The folded intent at `seq`, with the hash of the record at `seq` as its anchor.
+#[derive(Deserialize)]
+pub struct Snapshot {
+    pub seq: u64,
+    pub anchor: Hash,
+    pub intent: Intent,
+}
+
+/// [`Snapshot`]'s stored form, written without copying the intent.
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    seq: u64,
+    anchor: Hash,
+    intent: &'a Intent,
+}
+
+/// A stored snapshot, if it is intact and of this build's version.
+fn open(key_seq: u64, stored: &[u8]) -> Option<Snapshot> {
+    let (content, _) = codec::unseal(key_seq, stored).ok()?;
+    let (&version, body) = content.split_first()?;
+    if version != VERSION {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
+}
+
+/// The newest usable snapshot: intact, of this version, and anchored to its record
+/// (`anchor_of(seq)` is the hash of the stored record at `seq`, if it has one).
+pub fn newest(
+    snapshots: &sled::Tree,
+    anchor_of: impl Fn(u64) -> Result<Option<Hash>, sled::Error>,
+) -> Result<Option<Snapshot>, sled::Error> {
+    for entry in snapshots.iter().rev() {
+        let (key, value) = entry?;
+        let Some(snap) = open(key_seq(&key).unwrap_or(0), &value) else {
+            continue;
+        };
+        if anchor_of(snap.seq)? == Some(snap.anchor) {
+            return Ok(Some(snap));
+        }
+    }
+    Ok(None)
+}
+
+/// Stores a snapshot of `intent` at `seq` and prunes all but the newest [`KEEP`].
+pub fn write(
+    snapshots: &sled::Tree,
+    seq: u64,
+    anchor: Hash,
+    intent: &Intent,
+) -> Result<(), LogError> {
+    let mut content = vec![VERSION];
+    serde_json::to_writer(
+        &mut content,
+        &SnapshotRef {
+            seq,
+            anchor,
+            intent,
+        },
+    )
+    .map_err(LogError::Snapshot)?;
+    let (sealed, _) = codec::seal(content);
+    snapshots
+        .insert(seq_key(seq), sealed)
+        .map_err(LogError::Storage)?;
+    let keys: Vec<sled::IVec> = snapshots
+        .iter()
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(LogError::Storage)?;
+    for old in keys.iter().rev().skip(KEEP) {
+        snapshots.remove(old).map_err(LogError::Storage)?;
+    }
+    Ok(())
+}

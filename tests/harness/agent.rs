@@ -1,46 +1,219 @@
-//! One agent's data dir and its CLI.
+//! The one way a test gets a `capstan-agent`: [`Agent::builder`] writes its config
+//! (driver, hooks, NATS, signing) into its own temp dir; the [`Agent`] runs the CLI
+//! (`apply`, `log`, `intent`, `log verify`) and `run` daemons against it.
+//!
+//! The temp dir holds `agent.toml`, the data dir `data/`, hook scripts and the files
+//! they write, `apply` inputs, and each daemon's stderr (`run-<n>.log`).
 
+use crate::command::Commands;
+use crate::hooks::Hook;
+use crate::process::{Exit, Process};
 use serde_json::Value;
-use std::io::Write;
+use std::cell::Cell;
+use std::fmt::Display;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-/// A `capstan-agent` with its own temporary data dir and host name.
+/// The agent's driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Driver {
+    Sim,
+    /// The test engine (`CAPSTAN_TEST_DOCKER_HOST`), `pull_policy = "never"`.
+    Docker {
+        reap_orphans: bool,
+    },
+}
+
+/// An agent's configuration; [`AgentBuilder::build`] writes it.
+#[derive(Debug, Clone)]
+pub struct AgentBuilder {
+    host: String,
+    driver: Driver,
+    hooks: Vec<Hook>,
+    /// The NATS server's URL.
+    nats: Option<String>,
+    /// `[nats]` credential lines.
+    nats_auth: String,
+    /// The coordinator's public key.
+    signing: Option<String>,
+}
+
+impl AgentBuilder {
+    /// The docker driver on the test engine.
+    pub fn docker(mut self) -> AgentBuilder {
+        self.driver = Driver::Docker {
+            reap_orphans: false,
+        };
+        self
+    }
+
+    /// `reap_orphans` for the docker driver.
+    pub fn reap_orphans(mut self, reap: bool) -> AgentBuilder {
+        assert!(
+            matches!(self.driver, Driver::Docker { .. }),
+            "reap_orphans is a docker setting"
+        );
+        self.driver = Driver::Docker { reap_orphans: reap };
+        self
+    }
+
+    /// Adds an exec hook owner (called in the order added).
+    pub fn hook(mut self, hook: Hook) -> AgentBuilder {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// No hook owners.
+    pub fn without_hooks(mut self) -> AgentBuilder {
+        self.hooks.clear();
+        self
+    }
+
+    /// A `[nats]` section: `run` takes commands from the server at `url`.
+    pub fn nats(mut self, url: &str) -> AgentBuilder {
+        self.nats = Some(url.to_string());
+        self
+    }
+
+    /// NATS credentials (after [`AgentBuilder::nats`]).
+    pub fn nats_user(mut self, user: &str, password: &str) -> AgentBuilder {
+        assert!(self.nats.is_some(), "nats() first");
+        self.nats_auth = format!("user = {user:?}\npassword = {password:?}\n");
+        self
+    }
+
+    /// A `[signing]` section trusting `public_key` (commands up to 10 min old).
+    pub fn signing(mut self, public_key: &str) -> AgentBuilder {
+        self.signing = Some(public_key.to_string());
+        self
+    }
+
+    /// Creates the agent's temp dir and writes its config and hook scripts.
+    pub fn build(self) -> Agent {
+        let agent = Agent {
+            dir: tempfile::tempdir().expect("temp dir"),
+            host: self.host.clone(),
+            config: self.clone(),
+            runs: Cell::new(0),
+            inputs: Cell::new(0),
+        };
+        agent.write_config();
+        agent
+    }
+
+    fn toml(&self, dir: &Path) -> String {
+        let mut toml = String::new();
+        let mut add = |text: &str| toml.push_str(text);
+        match &self.driver {
+            Driver::Sim => add("driver = \"sim\"\n"),
+            Driver::Docker { reap_orphans } => add(&format!(
+                "driver = \"docker\"\n[docker]\nsocket = {:?}\npull_policy = \"never\"\n\
+                 reap_orphans = {reap_orphans}\nstop_timeout_secs = 10\n",
+                crate::docker::docker_host()
+            )),
+        }
+        for hook in &self.hooks {
+            add(&hook.install(dir));
+        }
+        if let Some(url) = &self.nats {
+            add(&format!("[nats]\nurl = {url:?}\n{}", self.nats_auth));
+        }
+        if let Some(key) = &self.signing {
+            add(&format!(
+                "[signing]\npublic_keys = [{key:?}]\nmax_age_secs = 600\n"
+            ));
+        }
+        toml
+    }
+}
+
+/// A `capstan-agent` with its own temp dir (config, data dir, …) and host name.
+/// Dropping it removes the dir, and for the docker driver every container and network
+/// labelled with its host.
 pub struct Agent {
     dir: tempfile::TempDir,
     pub host: String,
+    config: AgentBuilder,
+    runs: Cell<u32>,
+    inputs: Cell<u32>,
+}
+
+/// What an `apply` did.
+#[derive(Debug)]
+pub struct Applied {
+    pub exit: Exit,
+    /// Its result lines.
+    pub results: Vec<Value>,
+    pub stderr: String,
 }
 
 impl Agent {
-    pub fn new(host: &str) -> Agent {
-        Agent {
-            dir: tempfile::tempdir().expect("temp dir"),
+    /// An agent for `host` on the sim driver; add the rest, then `build()`.
+    pub fn builder(host: &str) -> AgentBuilder {
+        AgentBuilder {
             host: host.to_string(),
+            driver: Driver::Sim,
+            hooks: Vec::new(),
+            nats: None,
+            nats_auth: String::new(),
+            signing: None,
         }
     }
 
-    pub fn data_dir(&self) -> &Path {
-        self.dir.path()
+    /// Changes the config (for the next process started): `change` gets the current
+    /// one.
+    pub fn reconfigure(&mut self, change: impl FnOnce(AgentBuilder) -> AgentBuilder) {
+        self.config = change(self.config.clone());
+        assert_eq!(self.config.host, self.host, "the host stays");
+        self.write_config();
+    }
+
+    fn write_config(&self) {
+        std::fs::write(self.config_file(), self.config.toml(self.dir.path()))
+            .expect("write agent.toml");
+    }
+
+    /// `name` in the agent's temp dir (where hook scripts write their files).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.path("agent.toml")
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path("data")
     }
 
     pub fn log_dir(&self) -> PathBuf {
-        self.dir.path().join("log")
+        self.data_dir().join("log")
     }
 
-    /// `capstan-agent --data-dir … --host …` ready for a subcommand.
+    /// Commands for this host in namespace `ns`.
+    pub fn commands(&self, ns: &str) -> Commands {
+        Commands::new(&self.host, ns)
+    }
+
+    /// `capstan-agent --config … --data-dir … --host …` ready for a subcommand
+    /// (diagnostics at info).
     pub fn command(&self) -> Command {
         let mut c = Command::new(crate::binary("capstan-agent"));
-        c.arg("--data-dir")
-            .arg(self.dir.path())
+        c.arg("--config")
+            .arg(self.config_file())
+            .arg("--data-dir")
+            .arg(self.data_dir())
             .arg("--host")
-            .arg(&self.host);
-        c.env("RUST_LOG", "warn");
+            .arg(&self.host)
+            .env("RUST_LOG", "info,sled=warn,async_nats=warn");
         c
     }
 
-    /// Writes `lines` to a file in the data dir and returns its path.
-    pub fn write_input(&self, name: &str, lines: &[String]) -> PathBuf {
-        let path = self.dir.path().join(name);
+    /// Writes `lines` to a new file in the temp dir and returns its path.
+    pub fn write_input(&self, lines: &[impl Display]) -> PathBuf {
+        self.inputs.set(self.inputs.get() + 1);
+        let path = self.path(&format!("input-{}.jsonl", self.inputs.get()));
         let mut f = std::fs::File::create(&path).expect("input file");
         for l in lines {
             writeln!(f, "{l}").expect("write input");
@@ -48,32 +221,100 @@ impl Agent {
         path
     }
 
-    /// Runs `apply` on the file; returns the output and its parsed result lines.
-    pub fn apply(&self, file: &Path) -> (Output, Vec<Value>) {
+    /// Runs `apply` on `lines`.
+    pub fn apply(&self, lines: &[impl Display]) -> Applied {
+        let input = self.write_input(lines);
         let out = self
             .command()
             .arg("apply")
-            .arg(file)
+            .arg(&input)
             .stdin(Stdio::null())
             .output()
             .expect("run apply");
-        let results = parse_lines(&out.stdout);
-        (out, results)
+        Applied {
+            exit: Exit::of(out.status),
+            results: crate::parse_lines(&out.stdout),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
     }
 
-    /// The whole log as JSON objects.
-    pub fn log_json(&self) -> Vec<Value> {
+    /// `apply` with no commands: the agent opens its log and recovers (finishes what a
+    /// crash interrupted), then exits.
+    pub fn recover(&self) -> Applied {
+        let nothing: &[&str] = &[];
+        self.apply(nothing)
+    }
+
+    /// Runs `apply` and asserts every command succeeded.
+    #[track_caller]
+    pub fn apply_ok(&self, lines: &[impl Display]) -> Applied {
+        let applied = self.apply(lines);
+        for r in &applied.results {
+            assert_eq!(r["outcome"], "succeeded", "{r}");
+        }
+        assert_eq!(applied.results.len(), lines.len(), "{applied}");
+        assert_eq!(applied.exit, Exit::OK, "{applied}");
+        applied
+    }
+
+    /// `apply` started on `input` (a file, or `None` for its stdin, piped), its stdout
+    /// piped: for tests that crash it or talk to it.
+    pub fn start_apply(&self, input: Option<&Path>) -> Process {
+        let mut c = self.command();
+        c.arg("apply");
+        match input {
+            Some(file) => c.arg(file).stdin(Stdio::null()),
+            None => c.arg("-").stdin(Stdio::piped()),
+        };
+        c.stdout(Stdio::piped());
+        let n = self.next_run();
+        Process::spawn(
+            format!("capstan-agent apply ({}, run {n})", self.host),
+            c,
+            &self.path(&format!("run-{n}.log")),
+        )
+    }
+
+    /// The whole log as JSON objects (asserting `log --json` succeeded).
+    pub fn log(&self) -> Vec<Value> {
+        self.log_args(&[])
+    }
+
+    /// The records of command `id`.
+    pub fn log_of(&self, id: &str) -> Vec<Value> {
+        self.log_args(&["--command", id])
+    }
+
+    fn log_args(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["log", "--json"];
+        all.extend(args);
+        crate::parse_lines(&self.cli_ok(&all))
+    }
+
+    /// Runs the CLI with `args`, asserting it succeeded; returns its stdout.
+    #[track_caller]
+    pub fn cli_ok(&self, args: &[&str]) -> Vec<u8> {
         let out = self
             .command()
-            .args(["log", "--json"])
+            .args(args)
             .output()
-            .expect("run log");
+            .expect("run capstan-agent");
         assert!(
             out.status.success(),
-            "log --json failed: {}",
+            "capstan-agent {args:?} failed ({}): {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        parse_lines(&out.stdout)
+        out.stdout
+    }
+
+    /// The log's records of `kind`. The log is exclusive to one process: only while no
+    /// daemon runs.
+    pub fn events(&self, kind: &str) -> Vec<Value> {
+        self.log()
+            .into_iter()
+            .filter(|r| r["kind"] == kind)
+            .collect()
     }
 
     /// `log verify`: (exit success, stdout).
@@ -91,33 +332,92 @@ impl Agent {
 
     /// `intent --json`.
     pub fn intent(&self) -> Value {
-        let out = self
-            .command()
-            .args(["intent", "--json"])
-            .output()
-            .expect("run intent");
-        assert!(
-            out.status.success(),
-            "intent failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("intent JSON")
+        serde_json::from_slice(&self.cli_ok(&["intent", "--json"])).expect("intent JSON")
+    }
+
+    /// The sim driver's host state (`{}` before it wrote any).
+    pub fn sim_host(&self) -> Value {
+        match std::fs::read_to_string(self.data_dir().join("sim-host.json")) {
+            Ok(text) => serde_json::from_str(&text).expect("sim host JSON"),
+            Err(_) => serde_json::json!({}),
+        }
+    }
+
+    /// The calls hook owner `name` recorded: `"<phase> <compensating>"` lines.
+    pub fn calls(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(&crate::hooks::calls_file(name)))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn next_run(&self) -> u32 {
+        self.runs.set(self.runs.get() + 1);
+        self.runs.get()
+    }
+
+    /// Starts `capstan-agent run` (JSON diagnostics) and waits until it is ready: it
+    /// takes commands from NATS with a `[nats]` section, else says "capstan-agent ready".
+    #[track_caller]
+    pub fn run(&self) -> Process {
+        self.run_with(&[], &[])
+    }
+
+    /// [`Agent::run`] with extra `run` args and env vars.
+    #[track_caller]
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Process {
+        let daemon = self.start(args, env);
+        let ready = if self.config.nats.is_some() {
+            "taking commands"
+        } else {
+            "capstan-agent ready"
+        };
+        daemon.wait_for_text(ready);
+        daemon
+    }
+
+    /// Starts `capstan-agent run` without waiting for it.
+    pub fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Process {
+        let mut c = self.command();
+        c.args(["--log-format", "json", "run"])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let n = self.next_run();
+        Process::spawn(
+            format!("capstan-agent run ({}, run {n})", self.host),
+            c,
+            &self.path(&format!("run-{n}.log")),
+        )
     }
 }
 
-/// Parses JSON lines, panicking on any line that is not JSON.
-pub fn parse_lines(bytes: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(bytes)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
-        .collect()
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if matches!(self.config.driver, Driver::Docker { .. }) {
+            crate::docker::remove_host(&self.host);
+        }
+    }
 }
 
-/// A command line for `host` with id `id` and the given op fields (a JSON object's
-/// inner text, e.g. `"op":"ensure_namespace","namespace":"a"`).
-pub fn command(host: &str, id: &str, op_fields: &str) -> String {
-    format!(
-        r#"{{"v":1,"id":"{id}","host":"{host}","issued_at":"2026-11-29T10:00:00Z",{op_fields}}}"#
-    )
+impl Display for Applied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "apply ended with {}", self.exit)?;
+        for r in &self.results {
+            writeln!(f, "{r}")?;
+        }
+        f.write_str(&self.stderr)
+    }
+}
+
+impl Applied {
+    /// The result line of the command `id` (panics if there is none).
+    pub fn result(&self, id: &str) -> &Value {
+        self.results
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id}: {self}"))
+    }
 }

@@ -1,12 +1,74 @@
-//! Harness for capstan's end-to-end tests: find the built binaries, give each test its
-//! own data dir, run the agent CLI and read what it says.
+//! Harness for capstan's end-to-end tests (the `e2e` test binary, `tests/e2e/`).
+//!
+//! - [`agent::Agent`]: the one way a test gets an agent — its own temp dir, config
+//!   (driver, [`hooks::Hook`] scripts, NATS, signing) written by
+//!   [`agent::AgentBuilder`], the CLI (`apply`, `log`, `intent`) and `run` daemons.
+//! - [`command`]: the JSON command lines (`Commands::ensure_namespace`, `prepare` with
+//!   a [`command::Spec`], `activate`, …).
+//! - [`process::Process`]: every long-running child (agent daemons, nats-server,
+//!   coordinators). Its `stop()`/`kill()` assert how the child exited; dropping it
+//!   SIGKILLs a child that still runs, without asserting.
+//! - [`wait_until`]: the one readiness wait (a log line, a file, a record, a port).
+//! - [`docker`], [`nats`]: the real dockerd and nats-server the tests drive.
 
 pub mod agent;
+pub mod command;
 pub mod docker;
 pub mod hooks;
 pub mod nats;
+pub mod process;
 
+use std::collections::HashSet;
+use std::fmt::Display;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long any readiness wait may take before the test fails: a guard against
+/// hanging for ever on a broken build, never a timing assertion.
+pub const READY: Duration = Duration::from_secs(120);
+
+/// What a [`wait_until`] condition returns: `true`/`Some(v)` once it holds.
+pub trait Ready {
+    type Output;
+    fn ready(self) -> Option<Self::Output>;
+}
+
+impl Ready for bool {
+    type Output = ();
+    fn ready(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Ready for Option<T> {
+    type Output = T;
+    fn ready(self) -> Option<T> {
+        self
+    }
+}
+
+/// Polls `condition` until it holds (`true`, or `Some(v)`: then returns `v`); panics
+/// naming `what` once `timeout` has passed. `what` is formatted only then, so it can
+/// show the state at that moment (see `process::Process`).
+#[track_caller]
+pub fn wait_until<R: Ready>(
+    what: impl Display,
+    timeout: Duration,
+    mut condition: impl FnMut() -> R,
+) -> R::Output {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = condition().ready() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 /// The directory holding the workspace's built binaries (`target/<profile>`).
 pub fn bin_dir() -> PathBuf {
@@ -19,7 +81,7 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The path of workspace binary `name`, which must have been built
-/// (`cargo build --workspace --bins`; `.ci/run` does it).
+/// (`cargo build --workspace --bins`; `scripts/test.sh` does it).
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(
@@ -28,6 +90,28 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// `name` made unique on this machine (`<name><pid>`: a DNS label when `name` is one),
+/// for anything shared between tests and test runs: docker hosts, namespaces,
+/// containers. Panics when two tests of this binary ask for the same name.
+pub fn unique(name: &str) -> String {
+    static TAKEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let fresh = taken
+        .get_or_insert_with(HashSet::new)
+        .insert(name.to_string());
+    assert!(fresh, "two tests use the unique name {name:?}");
+    format!("{name}{}", std::process::id())
+}
+
+/// Parses JSON lines, panicking on any line that is not JSON.
+pub fn parse_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
 }
 
 /// A small deterministic PRNG (xorshift64*), seeded per test and printed so that a

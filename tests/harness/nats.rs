@@ -1,45 +1,13 @@
-//! NATS-side harness: a private nats-server per test, coordinators and NATS-connected
-//! agents as real processes, the `capstan` CLI, and readiness waits on log lines.
+//! The NATS side: a private nats-server per test, signing keys, coordinators as real
+//! processes and the `capstan` CLI. Agents that take commands from NATS are ordinary
+//! [`crate::agent::Agent`]s built with `.nats(url).signing(key)`.
 
-use crate::agent::Agent;
+use crate::command::Cmd;
+use crate::process::{Exit, Process};
 use serde_json::Value;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// How long any readiness wait may take before the test fails (not a timing
-/// assertion: a guard against hanging for ever on a broken build).
-pub const READY_LIMIT: Duration = Duration::from_secs(90);
-
-/// Waits until `file` contains `needle` (returns the file's text then).
-pub fn wait_for_line(file: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + READY_LIMIT;
-    loop {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never said {needle:?}; it said:\n{text}",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `check` returns Some.
-pub fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + READY_LIMIT;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -48,20 +16,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Sends `signal` (`TERM`, `KILL`) to our own child by its pid and reaps it.
-fn kill(child: &mut Child, signal: &str) {
-    let _ = Command::new("kill")
-        .args(["-s", signal, &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
 /// A private nats-server with JetStream, on a free loopback port.
 pub struct NatsServer {
     pub port: u16,
     store: tempfile::TempDir,
     config: Option<PathBuf>,
-    child: Option<Child>,
+    process: Option<Process>,
     runs: u32,
 }
 
@@ -76,7 +36,7 @@ impl NatsServer {
             port: free_port(),
             store: tempfile::tempdir().expect("store dir"),
             config: config.map(Path::to_path_buf),
-            child: None,
+            process: None,
             runs: 0,
         };
         server.boot();
@@ -89,7 +49,6 @@ impl NatsServer {
 
     fn boot(&mut self) {
         self.runs += 1;
-        let log = self.store.path().join(format!("server-{}.log", self.runs));
         let mut c = Command::new("nats-server");
         if let Some(conf) = &self.config {
             c.arg("-c").arg(conf);
@@ -103,33 +62,30 @@ impl NatsServer {
             "-sd",
         ])
         .arg(self.store.path().join("js"))
-        .arg("-l")
-        .arg(&log)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        self.child = Some(c.spawn().expect("start nats-server (is it installed?)"));
-        wait_for_line(&log, "Server is ready");
+        .stdout(Stdio::null());
+        let log = self.store.path().join(format!("server-{}.log", self.runs));
+        let process = Process::spawn(
+            format!("nats-server (port {}, run {})", self.port, self.runs),
+            c,
+            &log,
+        );
+        process.wait_for_text("Server is ready");
+        self.process = Some(process);
     }
 
-    /// Stops the server (SIGTERM), keeping its store.
+    /// Stops the server (SIGTERM), keeping its store. nats-server exits 1 on SIGTERM
+    /// (0 is for SIGINT).
+    #[track_caller]
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill(&mut child, "TERM");
-        }
+        let process = self.process.take().expect("the server runs");
+        process.stop_expecting(Exit::Code(1));
     }
 
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
+        assert!(self.process.is_none(), "stop() first");
         self.boot();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill(&mut child, "KILL");
-        }
     }
 }
 
@@ -170,8 +126,9 @@ impl Keys {
 /// A running `capstan-coordinator` on a free port.
 pub struct Coordinator {
     dir: tempfile::TempDir,
-    child: Option<Child>,
+    process: Process,
     pub url: String,
+    submitted: AtomicU32,
 }
 
 impl Coordinator {
@@ -187,24 +144,25 @@ impl Coordinator {
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\nsigning_key_file = \"{}\"\n{top}\n[nats]\nurl = \"{nats_url}\"\n{nats_extra}\n",
-                keys.secret_file().display()
+                "listen = \"127.0.0.1:0\"\nsigning_key_file = {:?}\n{top}\n[nats]\nurl = {nats_url:?}\n{nats_extra}\n",
+                keys.secret_file().display().to_string()
             ),
         )
         .expect("write coordinator config");
-        let log = dir.path().join("coordinator.log");
-        let child = Command::new(crate::binary("capstan-coordinator"))
-            .arg("run")
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.arg("run")
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start coordinator");
-        let text = wait_for_line(&log, "capstan-coordinator ready");
-        let addr = text
+            .stdout(Stdio::null());
+        let process = Process::spawn(
+            "capstan-coordinator",
+            c,
+            &dir.path().join("coordinator.log"),
+        );
+        let ready = process.wait_for_text("capstan-coordinator ready");
+        let addr = ready
             .lines()
             .find(|l| l.contains("capstan-coordinator ready"))
             .and_then(|l| l.split("listen=").nth(1))
@@ -212,13 +170,20 @@ impl Coordinator {
             .expect("listen address in the ready line");
         let coordinator = Coordinator {
             dir,
-            child: Some(child),
+            process,
             url: format!("http://{addr}"),
+            submitted: AtomicU32::new(0),
         };
-        wait_until("coordinator healthy", || {
-            coordinator.cli(&["hosts"]).status.success().then_some(())
+        crate::wait_until("the coordinator to answer `hosts`", crate::READY, || {
+            coordinator.cli(&["hosts"]).status.success()
         });
         coordinator
+    }
+
+    /// Graceful stop (SIGTERM), asserting exit 0.
+    #[track_caller]
+    pub fn stop(self) {
+        self.process.stop();
     }
 
     /// Runs `capstan --json --coordinator URL ARGS…`.
@@ -234,6 +199,7 @@ impl Coordinator {
     }
 
     /// `capstan --json ARGS…` parsed; panics unless it exits with `code`.
+    #[track_caller]
     pub fn cli_json(&self, args: &[&str], code: i32) -> Value {
         let out = self.cli(args);
         assert_eq!(
@@ -246,133 +212,51 @@ impl Coordinator {
         serde_json::from_slice(&out.stdout).expect("capstan --json output")
     }
 
-    /// Submits one command (JSON text) through the CLI; returns its id.
-    pub fn submit(&self, command: &str) -> String {
-        let file = self.dir.path().join(format!("cmd-{}.json", unique()));
-        std::fs::write(&file, command).expect("write command");
+    /// `capstan --json log HOST`: the host's records in CAPSTAN_EVT.
+    pub fn events(&self, host: &str) -> Vec<Value> {
+        let out = self.cli(&["log", host]);
+        assert!(
+            out.status.success(),
+            "capstan log {host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        crate::parse_lines(&out.stdout)
+    }
+
+    /// Waits until the answer of `capstan hosts` satisfies `check`; returns it.
+    #[track_caller]
+    pub fn wait_for_hosts(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        crate::wait_until(what, crate::READY, || {
+            let v = self.cli_json(&["hosts"], 0);
+            check(&v).then_some(v)
+        })
+    }
+
+    /// Submits a command through the CLI (without its `issued_at`: the coordinator
+    /// signs it with its own time); returns its id.
+    pub fn submit(&self, command: &Cmd) -> String {
+        let n = self.submitted.fetch_add(1, Ordering::Relaxed);
+        let text = command.clone().without("issued_at").to_string();
+        let file = self.write(&format!("cmd-{n}.json"), &text);
         let v = self.cli_json(&["submit", file.to_str().expect("path")], 0);
         v["id"].as_str().expect("id").to_string()
     }
 
-    pub fn log_file(&self) -> PathBuf {
-        self.dir.path().join("coordinator.log")
+    /// Writes `text` to file `name` in the coordinator's temp dir.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write file");
+        path
     }
 
-    /// Submits each `(id, op fields)` for `host` in turn and waits for it to succeed.
-    pub fn run_all(&self, host: &str, commands: &[(&str, &str)]) {
-        for (id, fields) in commands {
-            let id = self.submit(&command(host, id, fields));
+    /// Submits each command in turn and waits for it to succeed.
+    #[track_caller]
+    pub fn run_all(&self, commands: &[Cmd]) {
+        for c in commands {
+            let id = self.submit(c);
             let status = self.cli_json(&["wait", &id, "--timeout", "60s"], 0);
             assert_eq!(status["status"], "succeeded", "{status}");
         }
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill(&mut child, "KILL");
-        }
-    }
-}
-
-fn unique() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos()
-}
-
-/// A `capstan-agent run` connected to NATS, with its own data dir.
-pub struct NatsAgent {
-    pub agent: Agent,
-    child: Option<Child>,
-    runs: u32,
-    config: PathBuf,
-}
-
-impl NatsAgent {
-    /// Writes the agent's config (`[nats]` with `nats_extra`, `[signing]` trusting
-    /// `public_key`) and starts it; returns once it takes commands.
-    pub fn start(host: &str, nats_url: &str, public_key: &str, nats_extra: &str) -> NatsAgent {
-        let agent = Agent::new(host);
-        let config = agent.data_dir().join("agent.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[nats]\nurl = \"{nats_url}\"\n{nats_extra}\n[signing]\npublic_keys = [\"{public_key}\"]\nmax_age_secs = 600\n"
-            ),
-        )
-        .expect("write agent config");
-        let mut a = NatsAgent {
-            agent,
-            child: None,
-            runs: 0,
-            config,
-        };
-        a.run(&[]);
-        a
-    }
-
-    /// The stderr of run number `n` (1-based).
-    pub fn log_file(&self, n: u32) -> PathBuf {
-        self.agent.data_dir().join(format!("agent-{n}.log"))
-    }
-
-    pub fn runs(&self) -> u32 {
-        self.runs
-    }
-
-    /// Starts `capstan-agent run` with extra env vars; waits for "taking commands".
-    pub fn run(&mut self, env: &[(&str, &str)]) {
-        self.spawn(env);
-        wait_for_line(&self.log_file(self.runs), "taking commands");
-    }
-
-    /// Starts it without waiting for NATS (for outages).
-    pub fn spawn(&mut self, env: &[(&str, &str)]) {
-        self.runs += 1;
-        let mut c = self.agent.command();
-        c.arg("--config").arg(&self.config).arg("run");
-        c.env("RUST_LOG", "info,async_nats=warn");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let log = std::fs::File::create(self.log_file(self.runs)).expect("log file");
-        self.child = Some(
-            c.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("start capstan-agent run"),
-        );
-    }
-
-    /// SIGTERM and wait (graceful stop).
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill(&mut child, "TERM");
-        }
-    }
-
-    /// SIGKILL (a crash).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill(&mut child, "KILL");
-        }
-    }
-
-    /// The sim host's state file.
-    pub fn sim_host(&self) -> Value {
-        let text = std::fs::read_to_string(self.agent.data_dir().join("sim-host.json"))
-            .unwrap_or_else(|_| "{}".into());
-        serde_json::from_str(&text).expect("sim host JSON")
-    }
-}
-
-impl Drop for NatsAgent {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -382,22 +266,4 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// Op fields used across the NATS tests: namespace `shop`, workload `web`, `r1`.
-pub const ENSURE_SHOP: &str = r#""op":"ensure_namespace","namespace":"shop""#;
-pub const PREPARE_WEB_R1: &str = r#""op":"prepare_revision","namespace":"shop","workload":"web","revision":"r1","spec":{"driver":"sim"}"#;
-pub const ACTIVATE_WEB_R1: &str =
-    r#""op":"activate_revision","namespace":"shop","workload":"web","revision":"r1""#;
-
-/// A command's JSON text for `host` (no `issued_at`: the coordinator fills it).
-pub fn command(host: &str, id: &str, op_fields: &str) -> String {
-    format!(r#"{{"v":1,"id":"{id}","host":"{host}",{op_fields}}}"#)
-}
-
-/// Writes `text` to a new temp file and returns it (kept until the process exits).
-pub fn temp_file(text: &str) -> PathBuf {
-    let mut f = tempfile::NamedTempFile::new().expect("temp file");
-    f.write_all(text.as_bytes()).expect("write temp file");
-    f.into_temp_path().keep().expect("keep temp file")
 }

@@ -2,44 +2,36 @@
 //! when too long, and never confused between two triples that spell the same
 //! readable name (`a-b`+`c` vs `a`+`b-c`): containers are found by labels.
 
-use capstan_tests::docker::DockerAgent;
+use capstan_tests::docker::{agent, serve};
 
 #[test]
 fn long_and_colliding_names_get_distinct_bounded_containers() {
-    let a = DockerAgent::new("names");
+    let a = agent("names").build();
+    let c = a.commands(&a.host);
     let long_wl = format!("w{}", "x".repeat(62));
     let long_rev = format!("r{}", "y".repeat(62));
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.prepare("p1", "a-b", "c"),
-            a.activate("a1", "a-b", "c"),
-            a.prepare("p2", "a", "b-c"),
-            a.activate("a2", "a", "b-c"),
-            a.prepare("p3", &long_wl, &long_rev),
-            a.activate("a3", &long_wl, &long_rev),
-        ],
-    );
+    a.apply_ok(&[
+        c.ensure_namespace("ns"),
+        c.prepare("p1", "a-b", "c", serve("c")),
+        c.activate("a1", "a-b", "c"),
+        c.prepare("p2", "a", "b-c", serve("b-c")),
+        c.activate("a2", "a", "b-c"),
+        c.prepare("p3", &long_wl, &long_rev, serve(&long_rev)),
+        c.activate("a3", &long_wl, &long_rev),
+    ]);
     let first = a.container("a-b", "c");
     let second = a.container("a", "b-c");
     let long = a.container(&long_wl, &long_rev);
-    assert_eq!(first.name, format!("capstan-{}-a-b-c", a.ns));
+    assert_eq!(first.name, format!("capstan-{}-a-b-c", c.ns));
     assert_ne!(second.name, first.name);
     assert!(second.name.len() <= 63, "{}", second.name);
     assert!(long.name.len() <= 63, "{}", long.name);
     assert!(first.running && second.running && long.running);
-    assert!(first.env.contains(&"REV=c".to_string()));
-    assert!(second.env.contains(&"REV=b-c".to_string()));
+    assert!(first.has_env("REV=c"));
+    assert!(second.has_env("REV=b-c"));
 
     // Retiring one of the pair touches only its own container.
-    a.apply_ok(
-        "retire.jsonl",
-        &[
-            a.op("s2", "stop_workload", "a", ""),
-            a.op("t2", "retire_revision", "a", r#""revision":"b-c""#),
-        ],
-    );
+    a.apply_ok(&[c.stop("s2", "a"), c.retire("t2", "a", "b-c")]);
     let left = a.containers();
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(left.contains(&first) && left.contains(&long), "{left:?}");

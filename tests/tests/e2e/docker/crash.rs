@@ -4,51 +4,51 @@
 //! with exactly one running container, r2, and every activation logged exactly one
 //! `workload_started`.
 
-use capstan_tests::docker::{docker, wait_until, DockerAgent};
-use std::process::Stdio;
+use capstan_tests::docker::{agent, docker, serve};
+use capstan_tests::process::Exit;
+use capstan_tests::{wait_until, READY};
+use std::io::{BufRead as _, BufReader};
 
 const WORKLOADS: usize = 4;
 
 #[test]
 fn sigkill_mid_activation_ends_with_one_running_container_per_workload() {
-    let a = DockerAgent::new("crash");
-    let mut setup = vec![a.ensure_ns("ns")];
+    let a = agent("crash").build();
+    let c = a.commands(&a.host);
+    let mut setup = vec![c.ensure_namespace("ns")];
     let mut swap = Vec::new();
     for w in 0..WORKLOADS {
         let wl = format!("w{w}");
-        setup.push(a.prepare(&format!("{wl}.p1"), &wl, "r1"));
-        setup.push(a.activate(&format!("{wl}.a1"), &wl, "r1"));
-        setup.push(a.prepare(&format!("{wl}.p2"), &wl, "r2"));
-        swap.push(a.activate(&format!("{wl}.a2"), &wl, "r2"));
+        setup.push(c.prepare(&format!("{wl}.p1"), &wl, "r1", serve("r1")));
+        setup.push(c.activate(&format!("{wl}.a1"), &wl, "r1"));
+        setup.push(c.prepare(&format!("{wl}.p2"), &wl, "r2", serve("r2")));
+        swap.push(c.activate(&format!("{wl}.a2"), &wl, "r2"));
     }
-    a.apply_ok("setup.jsonl", &setup);
+    a.apply_ok(&setup);
 
-    let input = a.agent.write_input("swap.jsonl", &swap);
-    let mut child = a
-        .command()
-        .arg("apply")
-        .arg(&input)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn apply");
+    let mut apply = a.start_apply(Some(&a.write_input(&swap)));
+    let answers = BufReader::new(apply.stdout());
     // Kill as soon as the first r2 container runs: that activation has started its
     // new revision and has not (or only just) stopped the old one.
     let r2_running = "label=io.capstan.revision=r2";
-    let host = format!("label=io.capstan.host={}", a.host());
-    wait_until("an r2 container to run", || {
+    let host = format!("label=io.capstan.host={}", a.host);
+    wait_until("an r2 container to run", READY, || {
         !docker(&["ps", "-q", "--filter", &host, "--filter", r2_running])
             .trim()
             .is_empty()
-            || matches!(child.try_wait(), Ok(Some(_)))
+            || apply.exited().is_some()
     });
     let both = a.containers().iter().filter(|c| c.running).count();
-    child.kill().expect("SIGKILL apply");
-    let status = child.wait().expect("wait");
-    eprintln!("killed apply ({status}) with {both} containers running");
+    let (exit, stderr) = apply.kill_or_finish();
+    let answered = answers.lines().count();
+    eprintln!("killed apply ({exit}) with {both} containers running");
+    match exit {
+        Exit::KILLED => {}
+        Exit::OK => assert_eq!(answered, swap.len(), "apply exited 0 early: {stderr}"),
+        other => panic!("apply ended with {other}: {stderr}"),
+    }
 
-    a.apply_ok("swap.jsonl", &swap);
+    a.apply_ok(&swap);
 
     for w in 0..WORKLOADS {
         let wl = format!("w{w}");
@@ -68,13 +68,13 @@ fn sigkill_mid_activation_ends_with_one_running_container_per_workload() {
             assert_eq!(n, 1, "{id} started {n} times: {started:#?}");
         }
     }
-    let intent = a.agent.intent();
+    let intent = a.intent();
     for w in 0..WORKLOADS {
-        let wi = &intent["workloads"][format!("{}/w{w}", a.ns)];
+        let wi = &intent["workloads"][format!("{}/w{w}", c.ns)];
         assert_eq!(wi["active_revision"], "r2");
         assert_eq!(wi["intent"], "running");
     }
     assert!(intent["in_flight"].as_object().unwrap().is_empty());
-    let (ok, text) = a.agent.verify();
+    let (ok, text) = a.verify();
     assert!(ok, "{text}");
 }

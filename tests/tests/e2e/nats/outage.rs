@@ -4,60 +4,41 @@
 //! order, identical to the local log; the coordinator reports the outage as its own
 //! (`nats_unavailable`), never as hosts gone.
 
-use capstan_tests::nats::{
-    wait_for_line, wait_until, Coordinator, Keys, NatsAgent, NatsServer, ACTIVATE_WEB_R1,
-    ENSURE_SHOP, PREPARE_WEB_R1,
-};
+use super::{shop, Fleet};
+use capstan_tests::{wait_until, READY};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// The outage length the issue asks for.
 const OUTAGE: Duration = Duration::from_secs(10);
 
-fn stream_events(c: &Coordinator) -> Vec<Value> {
-    let out = c.cli(&["log", "h1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    capstan_tests::agent::parse_lines(&out.stdout)
-}
-
 #[test]
 fn every_record_logged_during_an_outage_reaches_the_event_stream() {
-    let mut server = NatsServer::start();
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&server.url(), &keys, "");
-    let mut agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
-    coordinator.run_all(
-        "h1",
-        &[
-            ("ns", ENSURE_SHOP),
-            ("prep", PREPARE_WEB_R1),
-            ("act", ACTIVATE_WEB_R1),
-        ],
-    );
-    let before = stream_events(&coordinator).len();
+    let mut fleet = Fleet::start();
+    let h1 = fleet.agent("h1").build();
+    let daemon = h1.run();
+    fleet.coordinator.run_all(&shop(&h1, true));
+    let before = fleet.coordinator.events("h1").len();
 
-    server.stop();
+    fleet.server.stop();
     let outage_began = Instant::now();
     // The coordinator says it cannot see NATS; it does not call the host gone.
-    wait_until("the coordinator to notice the outage", || {
+    let coordinator = &fleet.coordinator;
+    wait_until("the coordinator to notice the outage", READY, || {
         let out = coordinator.cli(&["hosts"]);
-        (out.status.code() == Some(2)
-            && String::from_utf8_lossy(&out.stderr).contains("nats_unavailable"))
-        .then_some(())
+        out.status.code() == Some(2)
+            && String::from_utf8_lossy(&out.stderr).contains("nats_unavailable")
     });
     // The agent logs while NATS is away: a restart sweeps and reconciles.
-    agent.stop();
-    agent.spawn(&[]);
-    wait_for_line(&agent.log_file(agent.runs()), "capstan-agent ready");
+    daemon.stop();
+    let daemon = h1.start(&[], &[]);
+    daemon.wait_for_text("capstan-agent ready");
+    // Not a wait for anything: the outage lasts as long as the issue asks.
     std::thread::sleep(OUTAGE.saturating_sub(outage_began.elapsed()));
-    server.restart();
+    fleet.server.restart();
 
     // The running agent reconnects and publishes everything it logged meanwhile.
-    let applied = wait_until("the agent to answer again", || {
+    let applied = wait_until("the agent to answer again", READY, || {
         let out = coordinator.cli(&["intent", "h1"]);
         out.status
             .success()
@@ -65,8 +46,8 @@ fn every_record_logged_during_an_outage_reaches_the_event_stream() {
             .flatten()
             .and_then(|v| v["applied_seq"].as_u64())
     });
-    let events = wait_until("every record in CAPSTAN_EVT", || {
-        let events = stream_events(&coordinator);
+    let events = wait_until("every record in CAPSTAN_EVT", READY, || {
+        let events = coordinator.events("h1");
         (events.last().and_then(|e| e["seq"].as_u64()) >= Some(applied)).then_some(events)
     });
     assert!(
@@ -82,8 +63,8 @@ fn every_record_logged_during_an_outage_reaches_the_event_stream() {
     assert_ne!(hosts["hosts"][0]["status"], "gone", "{hosts}");
 
     // Identical to the local log: every seq once, in order, same hash chain.
-    agent.stop();
-    let local = agent.agent.log_json();
+    daemon.stop();
+    let local = h1.log();
     for (i, e) in events.iter().enumerate() {
         let l = &local[i];
         assert_eq!(e["seq"], (i + 1) as u64);
@@ -93,4 +74,5 @@ fn every_record_logged_during_an_outage_reaches_the_event_stream() {
         );
         assert_eq!(e["host"], "h1");
     }
+    fleet.stop();
 }

@@ -1,7 +1,8 @@
 //! The coordinator's HTTP surface beyond the CLI: health, metrics, JSON errors with
 //! proper status codes, and the host registry's `gone` once a host stops beating.
 
-use capstan_tests::nats::{wait_until, Coordinator, Keys, NatsAgent, NatsServer, ENSURE_SHOP};
+use super::Fleet;
+use capstan_tests::nats::runtime;
 use serde_json::Value;
 
 async fn get(url: &str) -> (u16, String) {
@@ -16,13 +17,13 @@ fn code(body: &str) -> String {
 
 #[test]
 fn health_metrics_and_json_errors() {
-    let server = NatsServer::start();
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&server.url(), &keys, "");
-    let _agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
-    coordinator.run_all("h1", &[("ns", ENSURE_SHOP)]);
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    let h1 = fleet.agent("h1").build();
+    let daemon = h1.run();
+    coordinator.run_all(&[h1.commands("shop").ensure_namespace("ns")]);
     let base = coordinator.url.clone();
-    capstan_tests::nats::runtime().block_on(async {
+    runtime().block_on(async {
         let (status, body) = get(&format!("{base}/healthz")).await;
         assert_eq!(status, 200, "{body}");
         let (status, body) = get(&format!("{base}/metrics")).await;
@@ -79,29 +80,21 @@ fn health_metrics_and_json_errors() {
         assert_eq!(v["events"].as_array().map(Vec::len), Some(1), "{body}");
         assert_eq!(v["events"][0]["seq"], 3);
     });
+    daemon.stop();
+    fleet.stop();
 }
 
 #[test]
 fn a_host_that_stops_beating_is_gone() {
-    let server = NatsServer::start();
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start_with(
-        &server.url(),
-        &keys,
-        "stale_after_secs = 1\nhosts_max_age_secs = 2",
-        "",
-    );
-    let mut agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
-    coordinator.run_all("h1", &[("ns", ENSURE_SHOP)]);
-    wait_until("h1 alive", || {
-        let v = coordinator.cli_json(&["hosts"], 0);
-        (v["hosts"][0]["status"] == "alive").then_some(())
-    });
-    agent.stop();
-    let v = wait_until("h1 gone", || {
-        let v = coordinator.cli_json(&["hosts"], 0);
-        (v["hosts"][0]["status"] == "gone").then_some(v)
-    });
+    let fleet = Fleet::start_with(None, "stale_after_secs = 1\nhosts_max_age_secs = 2", "");
+    let coordinator = &fleet.coordinator;
+    let h1 = fleet.agent("h1").build();
+    let daemon = h1.run();
+    coordinator.run_all(&[h1.commands("shop").ensure_namespace("ns")]);
+    coordinator.wait_for_hosts("h1 alive", |v| v["hosts"][0]["status"] == "alive");
+    daemon.stop();
+    let v = coordinator.wait_for_hosts("h1 gone", |v| v["hosts"][0]["status"] == "gone");
     assert_eq!(v["hosts"][0]["host"], "h1");
     assert!(v["hosts"][0]["beat"].is_null());
+    fleet.stop();
 }

@@ -2,11 +2,12 @@
 //! through thousands of commands; re-applying the same file must complete every
 //! command exactly once, keep the chain intact and reach the expected intent.
 
-use capstan_tests::agent::{command, Agent};
+use capstan_tests::agent::Agent;
+use capstan_tests::command::{Cmd, Spec};
+use capstan_tests::process::Exit;
 use capstan_tests::Rng;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 
 const NAMESPACES: usize = 5;
 const WORKLOADS: usize = 50;
@@ -15,47 +16,39 @@ const KILLS: usize = 20;
 
 /// Rounds of prepare → activate → retire-previous (and every third round stop →
 /// start), interleaved across workloads. Returns the lines and, per kind, the ids.
-fn script(host: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+fn script(agent: &Agent) -> (Vec<Cmd>, Vec<String>, Vec<String>) {
     let mut lines = Vec::new();
     let mut starts = Vec::new(); // ids of activate_revision and start_workload
     let mut retires = Vec::new();
     for n in 0..NAMESPACES {
-        lines.push(command(
-            host,
-            &format!("ns{n}"),
-            &format!(r#""op":"ensure_namespace","namespace":"ns{n}""#),
-        ));
+        lines.push(
+            agent
+                .commands(&format!("ns{n}"))
+                .ensure_namespace(&format!("ns{n}")),
+        );
     }
     for round in 1..=ROUNDS {
         for w in 0..WORKLOADS {
-            let (ns, wl) = (format!("ns{}", w % NAMESPACES), format!("w{w}"));
-            let at = |op: &str| format!(r#""op":"{op}","namespace":"{ns}","workload":"{wl}""#);
-            let id = |what: &str| format!("{wl}.{round}.{what}");
-            let spec = format!(
-                r#""spec":{{"driver":"sim","image":"app:{round}","command":["serve"],"env":{{"ROUND":"{round}"}}}}"#
+            let (c, wl) = (
+                agent.commands(&format!("ns{}", w % NAMESPACES)),
+                format!("w{w}"),
             );
-            lines.push(command(
-                host,
-                &id("prepare"),
-                &format!(r#"{},"revision":"r{round}",{spec}"#, at("prepare_revision")),
-            ));
-            lines.push(command(
-                host,
-                &id("activate"),
-                &format!(r#"{},"revision":"r{round}""#, at("activate_revision")),
-            ));
+            let id = |what: &str| format!("{wl}.{round}.{what}");
+            let spec = Spec::sim()
+                .with("image", format!("app:{round}"))
+                .command(&["serve"])
+                .env("ROUND", &round.to_string());
+            let rev = format!("r{round}");
+            lines.push(c.prepare(&id("prepare"), &wl, &rev, spec));
+            lines.push(c.activate(&id("activate"), &wl, &rev));
             starts.push(id("activate"));
             if round > 1 {
-                lines.push(command(
-                    host,
-                    &id("retire"),
-                    &format!(r#"{},"revision":"r{}""#, at("retire_revision"), round - 1),
-                ));
+                lines.push(c.retire(&id("retire"), &wl, &format!("r{}", round - 1)));
                 retires.push(id("retire"));
             }
             if round % 3 == 0 {
-                lines.push(command(host, &id("stop"), &at("stop_workload")));
-                lines.push(command(host, &id("start"), &at("start_workload")));
+                lines.push(c.stop(&id("stop"), &wl));
+                lines.push(c.start(&id("start"), &wl));
                 starts.push(id("start"));
             }
         }
@@ -65,28 +58,21 @@ fn script(host: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
 
 #[test]
 fn every_command_completes_exactly_once_across_sigkills() {
-    let agent = Agent::new("crash-host");
-    let (lines, start_ids, retire_ids) = script(&agent.host);
+    let agent = Agent::builder("crash-host").build();
+    let (lines, start_ids, retire_ids) = script(&agent);
     assert!(lines.len() >= 5000, "{} commands", lines.len());
-    let input = agent.write_input("commands.jsonl", &lines);
+    let input = agent.write_input(&lines);
     let mut rng = Rng::from_env_or_time("crash");
 
     let mut done = 0usize; // commands known completed (non-duplicate answers seen)
     for kill in 0..KILLS {
-        let mut child = agent
-            .command()
-            .arg("apply")
-            .arg(&input)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn apply");
+        let mut apply = agent.start_apply(Some(&input));
         // Kill after a random number of answers past what is already done, plus a
         // random sub-millisecond delay so the kill lands inside a command, not only
         // between two.
         let target = done + 1 + rng.below(lines.len() as u64 / KILLS as u64 * 2) as usize;
         let mut seen = 0;
-        let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut reader = BufReader::new(apply.stdout());
         let mut line = String::new();
         while seen < target {
             line.clear();
@@ -100,29 +86,27 @@ fn every_command_completes_exactly_once_across_sigkills() {
         while spin.elapsed() < delay {
             std::hint::spin_loop();
         }
-        child.kill().expect("SIGKILL apply");
-        child.wait().expect("reap apply");
+        // Late in the run the agent may answer everything (into the pipe) before the
+        // kill lands: then it must have exited 0 having answered every line.
+        let (exit, stderr) = apply.kill_or_finish();
+        let answered = seen + reader.lines().count();
+        match exit {
+            Exit::KILLED => {}
+            Exit::OK => assert_eq!(answered, lines.len(), "apply exited 0 early: {stderr}"),
+            other => panic!("apply ended with {other}: {stderr}"),
+        }
         done = done.max(seen.saturating_sub(1));
-        eprintln!("kill {kill}: after {seen} answers");
+        eprintln!("kill {kill}: after {seen} answers ({exit})");
     }
 
     // Apply the same file to the end.
-    let (out, results) = agent.apply(&input);
-    assert!(
-        out.status.success(),
-        "final apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(results.len(), lines.len());
-    for r in &results {
-        assert_eq!(r["outcome"], "succeeded", "{r}");
-    }
+    agent.apply_ok(&lines);
 
     let (ok, verify) = agent.verify();
     assert!(ok && verify.starts_with("ok "), "log verify: {verify}");
 
     // Every command received once and completed once, successfully.
-    let log = agent.log_json();
+    let log = agent.log();
     let mut received: HashMap<String, usize> = HashMap::new();
     let mut completed: HashMap<String, usize> = HashMap::new();
     let mut started: HashMap<String, usize> = HashMap::new();
@@ -165,9 +149,7 @@ fn every_command_completes_exactly_once_across_sigkills() {
     // The intent is the expected one, and so is the simulated host.
     let intent = agent.intent();
     assert_eq!(intent["in_flight"], serde_json::json!({}));
-    let host: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(agent.data_dir().join("sim-host.json")).unwrap())
-            .unwrap();
+    let host = agent.sim_host();
     for w in 0..WORKLOADS {
         let key = format!("ns{}/w{w}", w % NAMESPACES);
         let wl = &intent["workloads"][&key];

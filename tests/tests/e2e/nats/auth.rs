@@ -2,27 +2,29 @@
 //! (logged `command_rejected`, reported through CAPSTAN_EVT), and the shipped
 //! nats-server permissions keep agent h1 out of h2's commands.
 
+use super::Fleet;
 use async_nats::jetstream;
 use capstan_common::signing::Signer;
 use capstan_common::Command;
-use capstan_tests::nats::{command, runtime, wait_until, Coordinator, Keys, NatsAgent, NatsServer};
+use capstan_tests::command::Commands;
+use capstan_tests::nats::runtime;
+use capstan_tests::{wait_until, READY};
 use std::path::PathBuf;
 
 fn wire(id: &str, host: &str, issued_at: chrono::DateTime<chrono::Utc>) -> Command {
-    Command::parse(&format!(
-        r#"{{"v":1,"id":"{id}","host":"{host}","issued_at":"{}","op":"ensure_namespace","namespace":"stolen"}}"#,
-        issued_at.to_rfc3339()
-    ))
-    .expect("valid command")
+    let line = Commands::new(host, "stolen")
+        .ensure_namespace(id)
+        .with("issued_at", issued_at.to_rfc3339());
+    Command::parse(&line.to_string()).expect("valid command")
 }
 
 #[test]
 fn unsigned_mis_signed_wrong_host_and_old_commands_are_rejected() {
-    let server = NatsServer::start();
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&server.url(), &keys, "");
-    let _agent = NatsAgent::start("h1", &server.url(), &keys.public, "");
-    let ours = Signer::from_hex(&keys.secret_hex()).expect("our key");
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    let h1 = fleet.agent("h1").build();
+    let daemon = h1.run();
+    let ours = Signer::from_hex(&fleet.keys.secret_hex()).expect("our key");
     let stranger = Signer::generate().expect("a stranger's key");
     let now = chrono::Utc::now();
     let old = now - chrono::Duration::hours(2);
@@ -49,7 +51,9 @@ fn unsigned_mis_signed_wrong_host_and_old_commands_are_rejected() {
         ),
     ];
     runtime().block_on(async {
-        let client = async_nats::connect(server.url()).await.expect("connect");
+        let client = async_nats::connect(fleet.server.url())
+            .await
+            .expect("connect");
         let js = jetstream::new(client);
         for (_, text, _) in &messages {
             js.publish("capstan.v1.cmd.h1", text.clone().into())
@@ -59,10 +63,9 @@ fn unsigned_mis_signed_wrong_host_and_old_commands_are_rejected() {
                 .expect("stored");
         }
     });
-    let rejections = wait_until("four rejections in CAPSTAN_EVT", || {
-        let out = coordinator.cli(&["log", "h1"]);
-        let events = capstan_tests::agent::parse_lines(&out.stdout);
-        let rejected: Vec<_> = events
+    let rejections = wait_until("four rejections in CAPSTAN_EVT", READY, || {
+        let rejected: Vec<_> = coordinator
+            .events("h1")
             .into_iter()
             .filter(|e| e["kind"] == "command_rejected")
             .collect();
@@ -78,10 +81,9 @@ fn unsigned_mis_signed_wrong_host_and_old_commands_are_rejected() {
     let intent = coordinator.cli_json(&["intent", "h1"], 0);
     assert!(intent["namespaces"]["stolen"].is_null(), "{intent}");
     // A properly signed command still works.
-    coordinator.run_all(
-        "h1",
-        &[("fine", r#""op":"ensure_namespace","namespace":"fine""#)],
-    );
+    coordinator.run_all(&[h1.commands("fine").ensure_namespace("fine")]);
+    daemon.stop();
+    fleet.stop();
 }
 
 fn shipped_config() -> PathBuf {
@@ -92,32 +94,18 @@ const AS_COORDINATOR: &str = "user = \"coordinator\"\npassword = \"change-me-coo
 
 #[test]
 fn with_the_shipped_permissions_h1_cannot_read_h2s_commands() {
-    let server = NatsServer::start_with(Some(&shipped_config()));
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&server.url(), &keys, AS_COORDINATOR);
-    let h1 = NatsAgent::start(
-        "h1",
-        &server.url(),
-        &keys.public,
-        "user = \"h1\"\npassword = \"change-me-h1\"",
-    );
+    let fleet = Fleet::start_with(Some(&shipped_config()), "", AS_COORDINATOR);
+    let coordinator = &fleet.coordinator;
+    let h1 = fleet.agent("h1").nats_user("h1", "change-me-h1").build();
+    let h1_daemon = h1.run();
     // The permissions are enough for h1's whole job: commands, events, RPC, registry.
-    coordinator.run_all(
-        "h1",
-        &[("mine", r#""op":"ensure_namespace","namespace":"a""#)],
-    );
+    coordinator.run_all(&[h1.commands("a").ensure_namespace("mine")]);
     assert_eq!(coordinator.cli_json(&["intent", "h1"], 0)["applied_seq"], 3);
-    wait_until("h1 in the registry", || {
-        let v = coordinator.cli_json(&["hosts"], 0);
-        (v["hosts"][0]["status"] == "alive").then_some(())
-    });
+    coordinator.wait_for_hosts("h1 in the registry", |v| v["hosts"][0]["status"] == "alive");
 
     // A command for h2, whose agent is not running yet.
-    let theirs = coordinator.submit(&command(
-        "h2",
-        "theirs",
-        r#""op":"ensure_namespace","namespace":"b""#,
-    ));
+    let h2 = fleet.agent("h2").nats_user("h2", "change-me-h2").build();
+    let theirs = coordinator.submit(&h2.commands("b").ensure_namespace("theirs"));
 
     // h1's credentials try to read it three ways; the server refuses each.
     runtime().block_on(async {
@@ -133,7 +121,7 @@ fn with_the_shipped_permissions_h1_cannot_read_h2s_commands() {
                         }
                     }
                 })
-                .connect(server.url())
+                .connect(fleet.server.url())
                 .await
                 .expect("connect as h1");
         let _sub = client
@@ -174,15 +162,12 @@ fn with_the_shipped_permissions_h1_cannot_read_h2s_commands() {
         coordinator.cli_json(&["status", &theirs], 0)["status"],
         "pending"
     );
-    let _h2 = NatsAgent::start(
-        "h2",
-        &server.url(),
-        &keys.public,
-        "user = \"h2\"\npassword = \"change-me-h2\"",
-    );
+    let h2_daemon = h2.run();
     assert_eq!(
         coordinator.cli_json(&["wait", &theirs], 0)["status"],
         "succeeded"
     );
-    drop(h1);
+    h2_daemon.stop();
+    h1_daemon.stop();
+    fleet.stop();
 }

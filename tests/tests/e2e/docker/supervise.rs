@@ -3,23 +3,16 @@
 //! not); a container labelled as ours that intent does not know is reported, keeps
 //! its namespace from being deleted, and is removed only with `reap_orphans = true`.
 
-use capstan_tests::docker::{docker, message, wait_until, DockerAgent, IMAGE};
+use super::a_running_b_stopped;
+use capstan_tests::command::Spec;
+use capstan_tests::docker::{agent, docker, IMAGE};
+use capstan_tests::process::Exit;
+use capstan_tests::{wait_until, READY};
 
 #[test]
 fn a_killed_container_is_restarted_and_its_exit_recorded() {
-    let a = DockerAgent::new("sup");
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.prepare("pa", "a", "r1"),
-            a.activate("aa", "a", "r1"),
-            a.prepare("pb", "b", "r1"),
-            a.activate("ab", "b", "r1"),
-            a.op("sb", "stop_workload", "b", ""),
-        ],
-    );
-    let daemon = a.run(&[]);
+    let (a, c) = a_running_b_stopped("sup");
+    let daemon = a.run();
     let before = a.container("a", "r1");
     assert!(before.running);
     // B is explicitly stopped: someone starts its container behind our back and it
@@ -28,7 +21,7 @@ fn a_killed_container_is_restarted_and_its_exit_recorded() {
     docker(&["start", &b.id]);
     docker(&["kill", &b.id]);
     docker(&["kill", &before.id]);
-    wait_until("the supervisor to restart A", || {
+    wait_until("the supervisor to restart A", READY, || {
         let now = a.container("a", "r1");
         now.running && now.started_at != before.started_at
     });
@@ -37,7 +30,7 @@ fn a_killed_container_is_restarted_and_its_exit_recorded() {
         before.id,
         "restarted, not recreated"
     );
-    daemon.terminate();
+    daemon.stop();
 
     assert!(!a.container("b", "r1").running, "B stays stopped");
     let exits = a.events("workload_exited");
@@ -57,18 +50,19 @@ fn a_killed_container_is_restarted_and_its_exit_recorded() {
         restarts.iter().all(|e| e["workload"] == "a"),
         "{restarts:#?}"
     );
-    let intent = a.agent.intent();
+    let intent = a.intent();
     assert_eq!(
-        intent["workloads"][format!("{}/b", a.ns)]["intent"],
+        intent["workloads"][format!("{}/b", c.ns)]["intent"],
         "stopped"
     );
 }
 
 #[test]
 fn drift_is_reported_and_reaped_only_when_configured() {
-    let a = DockerAgent::new("drift");
-    a.apply_ok("setup.jsonl", &[a.ensure_ns("ns")]);
-    let ghost = format!("capstan-ghost-{}", a.ns);
+    let mut a = agent("drift").build();
+    let c = a.commands(&a.host);
+    a.apply_ok(&[c.ensure_namespace("ns")]);
+    let ghost = format!("capstan-ghost-{}", c.ns);
     docker(&[
         "create",
         "--name",
@@ -78,9 +72,9 @@ fn drift_is_reported_and_reaped_only_when_configured() {
         "--label",
         "io.capstan.managed=true",
         "--label",
-        &format!("io.capstan.host={}", a.host()),
+        &format!("io.capstan.host={}", a.host),
         "--label",
-        &format!("io.capstan.namespace={}", a.ns),
+        &format!("io.capstan.namespace={}", c.ns),
         "--label",
         "io.capstan.workload=ghost",
         "--label",
@@ -89,7 +83,7 @@ fn drift_is_reported_and_reaped_only_when_configured() {
         "true",
     ]);
 
-    a.run(&[]).terminate();
+    a.run().stop();
     let drift = a.events("drift_detected");
     assert_eq!(drift.len(), 1, "{drift:#?}");
     assert_eq!(drift[0]["workload"], "ghost");
@@ -97,63 +91,41 @@ fn drift_is_reported_and_reaped_only_when_configured() {
     assert_eq!(a.containers().len(), 1, "reported, not removed");
     // Intent holds no workload there, but a container of ours is left: the driver
     // itself refuses to delete the namespace.
-    let delete = |id: &str| {
-        a.line(
-            id,
-            &format!(r#""op":"delete_namespace","namespace":"{}""#, a.ns),
-        )
-    };
-    let (status, results) = a.apply("delete.jsonl", &[delete("d1")]);
-    assert!(!status.success());
+    let applied = a.apply(&[c.delete_namespace("d1")]);
+    assert_eq!(applied.exit, Exit::Code(1), "{applied}");
     assert_eq!(
-        results[0]["error"]["code"], "namespace_not_empty",
-        "{results:?}"
+        applied.results[0]["error"]["code"], "namespace_not_empty",
+        "{applied}"
     );
 
-    a.configure(true);
-    a.run(&[]).terminate();
+    a.reconfigure(|b| b.reap_orphans(true));
+    a.run().stop();
     // Every startup (the daemon's and `apply`'s) reports it; the last one reaped it.
     let drift = a.events("drift_detected");
     let (last, earlier) = drift.split_last().expect("drift events");
     assert_eq!(last["reaped"], true, "{drift:#?}");
     assert!(earlier.iter().all(|d| d["reaped"] == false), "{drift:#?}");
     assert!(a.containers().is_empty(), "reaped");
-    a.apply_ok("delete2.jsonl", &[delete("d2")]);
+    a.apply_ok(&[c.delete_namespace("d2")]);
 }
 
 #[test]
 fn a_crash_looping_workload_is_retried_with_growing_logged_delays() {
-    let a = DockerAgent::new("loop");
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.op(
-                "p",
-                "prepare_revision",
-                "crashy",
-                &format!(
-                    r#""revision":"r1","spec":{{"driver":"docker","image":"{IMAGE}","command":["sh","-c","exit 3"]}}"#
-                ),
-            ),
-            a.op("a", "activate_revision", "crashy", r#""revision":"r1""#),
-        ],
-    );
-    let daemon = a.run(&[]);
-    let scheduled = |attempt: u64| {
-        daemon.wait_for(&format!("restart attempt {attempt}"), |l| {
-            message(l) == "restart scheduled" && l["fields"]["attempt"] == attempt
-        })
-    };
-    let delays: Vec<u64> = (1..=3)
-        .map(|n| {
-            scheduled(n)["fields"]["delay_ms"]
-                .as_u64()
-                .expect("delay_ms")
+    let a = agent("loop").build();
+    let c = a.commands(&a.host);
+    let crashy = |_: &str| Spec::docker(IMAGE).command(&["sh", "-c", "exit 3"]);
+    a.apply_ok(&c.rollout(&["crashy"], "r1", crashy));
+    let daemon = a.run();
+    let delays: Vec<u64> = (1..=3u64)
+        .map(|attempt| {
+            let line = daemon.wait_for_line(&format!("restart attempt {attempt}"), |l| {
+                l["fields"]["message"] == "restart scheduled" && l["fields"]["attempt"] == attempt
+            });
+            line["fields"]["delay_ms"].as_u64().expect("delay_ms")
         })
         .collect();
     assert_eq!(delays, [500, 1000, 2000], "capped exponential backoff");
-    daemon.terminate();
+    daemon.stop();
 
     let exits = a.events("workload_exited");
     assert!(exits.len() >= 3, "{exits:#?}");
@@ -167,7 +139,7 @@ fn a_crash_looping_workload_is_retried_with_growing_logged_delays() {
     // activation's run and startup reconciliation's), so it restarted at least once.
     assert!(restarts >= 1, "restarts recorded: {restarts}");
     assert_eq!(
-        a.agent.intent()["workloads"][format!("{}/crashy", a.ns)]["intent"],
+        a.intent()["workloads"][format!("{}/crashy", c.ns)]["intent"],
         "running",
         "restarts never change intent"
     );

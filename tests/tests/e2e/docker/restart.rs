@@ -4,52 +4,43 @@
 //! leave-running adopts without restarting, and a missing container marks the
 //! workload failed while the rest carries on.
 
-use capstan_tests::docker::DockerAgent;
+use super::a_running_b_stopped;
+use capstan_tests::agent::Agent;
+use capstan_tests::docker::{agent, docker, serve};
 use serde_json::Value;
 
 /// The parts of intent the controller owns (not `applied_seq`, which moves with every
 /// record the agent adds).
-fn owned_intent(a: &DockerAgent) -> (Value, Value) {
-    let i = a.agent.intent();
+fn owned_intent(a: &Agent) -> (Value, Value) {
+    let i = a.intent();
     (i["namespaces"].clone(), i["workloads"].clone())
 }
 
 #[test]
 fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container() {
-    let a = DockerAgent::new("gw");
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.prepare("pa", "a", "r1"),
-            a.activate("aa", "a", "r1"),
-            a.prepare("pb", "b", "r1"),
-            a.activate("ab", "b", "r1"),
-            a.op("sb", "stop_workload", "b", ""),
-        ],
-    );
+    let (a, c) = a_running_b_stopped("gw");
     let intent = owned_intent(&a);
-    assert_eq!(intent.1[format!("{}/a", a.ns)]["intent"], "running");
-    assert_eq!(intent.1[format!("{}/b", a.ns)]["intent"], "stopped");
+    assert_eq!(intent.1[format!("{}/a", c.ns)]["intent"], "running");
+    assert_eq!(intent.1[format!("{}/b", c.ns)]["intent"], "stopped");
 
-    let daemon = a.run(&[]);
+    let daemon = a.run();
     let a1 = a.container("a", "r1");
     assert!(a1.running, "A runs under the agent");
     assert!(!a.container("b", "r1").running, "B stays stopped");
 
-    let lines = daemon.terminate();
+    let said = daemon.stop();
     assert!(
         !a.container("a", "r1").running,
-        "SIGTERM stops A's container: {lines:#?}"
+        "SIGTERM stops A's container: {said}"
     );
     assert_eq!(owned_intent(&a), intent, "a shutdown never changes intent");
 
-    let daemon = a.run(&[]);
+    let daemon = a.run();
     let a2 = a.container("a", "r1");
     assert!(a2.running, "A runs again after the restart");
     assert_eq!(a2.id, a1.id, "the same container, not a new one");
     assert!(!a.container("b", "r1").running, "B stays stopped");
-    daemon.terminate();
+    daemon.stop();
     assert_eq!(owned_intent(&a), intent);
     let startup: Vec<Value> = a
         .events("workload_started")
@@ -73,25 +64,18 @@ fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container() {
 
 #[test]
 fn leave_running_keeps_containers_up_and_adopts_them() {
-    let a = DockerAgent::new("lr");
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.prepare("p", "web", "r1"),
-            a.activate("a", "web", "r1"),
-        ],
-    );
-    let daemon = a.run(&["--leave-running"]);
+    let a = agent("lr").build();
+    a.apply_ok(&a.commands(&a.host).rollout(&["web"], "r1", serve));
+    let daemon = a.run_with(&["--leave-running"], &[]);
     let before = a.container("web", "r1");
     assert!(before.running);
-    daemon.terminate();
+    daemon.stop();
 
     let during = a.container("web", "r1");
     assert!(during.running, "leave-running stops nothing");
     assert_eq!(during.started_at, before.started_at);
 
-    let daemon = a.run(&[]);
+    let daemon = a.run();
     let after = a.container("web", "r1");
     assert!(after.running);
     assert_eq!(after.id, before.id, "adopted, not recreated");
@@ -99,7 +83,7 @@ fn leave_running_keeps_containers_up_and_adopts_them() {
         after.started_at, before.started_at,
         "adopted, not restarted"
     );
-    daemon.terminate();
+    daemon.stop();
     assert_eq!(
         a.events("workload_started").len(),
         1,
@@ -113,30 +97,22 @@ fn leave_running_keeps_containers_up_and_adopts_them() {
 
 #[test]
 fn a_missing_container_marks_the_workload_failed_and_the_rest_starts() {
-    let a = DockerAgent::new("miss");
-    a.apply_ok(
-        "setup.jsonl",
-        &[
-            a.ensure_ns("ns"),
-            a.prepare("pa", "a", "r1"),
-            a.activate("aa", "a", "r1"),
-            a.prepare("pc", "c", "r1"),
-            a.activate("ac", "c", "r1"),
-        ],
-    );
-    a.run(&[]).terminate();
+    let a = agent("miss").build();
+    let c = a.commands(&a.host);
+    a.apply_ok(&c.rollout(&["a", "c"], "r1", serve));
+    a.run().stop();
     let gone = a.container("a", "r1");
-    capstan_tests::docker::docker(&["rm", "-f", &gone.id]);
+    docker(&["rm", "-f", &gone.id]);
 
-    let daemon = a.run(&[]);
+    let daemon = a.run();
     assert!(a.container("c", "r1").running, "C starts despite A");
-    daemon.terminate();
+    daemon.stop();
     let failed = a.events("workload_failed");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["workload"], "a");
     assert_eq!(failed[0]["code"], "backend_missing");
-    let intent = a.agent.intent();
-    let w = &intent["workloads"][format!("{}/a", a.ns)];
+    let intent = a.intent();
+    let w = &intent["workloads"][format!("{}/a", c.ns)];
     assert_eq!(w["intent"], "running", "failure does not change intent");
     assert_eq!(w["failed"], "backend_missing");
 }

@@ -1,0 +1,241 @@
+//! Every long-running child a test starts (agent daemons, nats-server, coordinators):
+//! its stderr in a file to wait on, and stops that assert how it exited.
+
+use serde_json::Value;
+use std::cell::RefCell;
+use std::fmt;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus};
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it.
+    Signal(i32),
+}
+
+impl Exit {
+    /// Exit code 0.
+    pub const OK: Exit = Exit::Code(0);
+    /// Killed by SIGKILL.
+    pub const KILLED: Exit = Exit::Signal(libc::SIGKILL);
+
+    pub fn of(status: ExitStatus) -> Exit {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            (None, None) => unreachable!("a unix exit status has a code or a signal"),
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+/// A running child with its stderr going to a file. SIGKILLed (and reaped, without
+/// asserting anything) on drop if it still runs; [`Process::stop`] and
+/// [`Process::kill`] are the stops that check how it ended.
+pub struct Process {
+    name: String,
+    child: RefCell<Child>,
+    stderr: PathBuf,
+}
+
+impl Process {
+    /// Spawns `command` with its stderr in a new file `stderr` (stdin and stdout as
+    /// the caller set them). `name` says which process it is in failure messages.
+    pub fn spawn(name: impl Into<String>, mut command: Command, stderr: &Path) -> Process {
+        let name = name.into();
+        let file = std::fs::File::create(stderr).expect("stderr file");
+        let child = command
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Process {
+            name,
+            child: RefCell::new(child),
+            stderr: stderr.to_path_buf(),
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.borrow().id()
+    }
+
+    /// Its stdin, when the command had `Stdio::piped()` for it.
+    pub fn stdin(&mut self) -> ChildStdin {
+        self.child.get_mut().stdin.take().expect("piped stdin")
+    }
+
+    /// Its stdout, when the command had `Stdio::piped()` for it.
+    pub fn stdout(&mut self) -> ChildStdout {
+        self.child.get_mut().stdout.take().expect("piped stdout")
+    }
+
+    /// Everything it wrote on stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Its stderr lines so far, JSON diagnostics parsed (anything else as a string).
+    pub fn lines(&self) -> Vec<Value> {
+        self.stderr()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|_| Value::String(l.to_string())))
+            .collect()
+    }
+
+    /// Waits until it has written a line matching `found`; returns that line. Panics
+    /// (showing its stderr) if it exits first or `READY` passes.
+    #[track_caller]
+    pub fn wait_for_line(&self, what: &str, found: impl Fn(&Value) -> bool) -> Value {
+        let waiting = Waiting {
+            what,
+            process: self,
+        };
+        let hit = crate::wait_until(&waiting, crate::READY, || {
+            if let Some(hit) = self.lines().into_iter().find(&found) {
+                return Some(Ok(hit));
+            }
+            self.exited().map(Err)
+        });
+        match hit {
+            Ok(line) => line,
+            // It ended: read its stderr once more (the line may have come last).
+            Err(exit) => match self.lines().into_iter().find(found) {
+                Some(line) => line,
+                None => panic!(
+                    "{} ended ({exit}) before {what}; its stderr:\n{}",
+                    self.name,
+                    self.stderr()
+                ),
+            },
+        }
+    }
+
+    /// Waits until its stderr contains `needle`; returns the stderr then.
+    #[track_caller]
+    pub fn wait_for_text(&self, needle: &str) -> String {
+        self.wait_for_line(&format!("{needle:?}"), |l| match l {
+            Value::String(s) => s.contains(needle),
+            json => json.to_string().contains(needle),
+        });
+        self.stderr()
+    }
+
+    /// How it ended, if it has (reaping it).
+    pub fn exited(&self) -> Option<Exit> {
+        self.child
+            .borrow_mut()
+            .try_wait()
+            .expect("try_wait")
+            .map(Exit::of)
+    }
+
+    /// Graceful stop: SIGTERM, wait, and assert it exited 0. Returns its stderr.
+    #[track_caller]
+    pub fn stop(self) -> String {
+        self.stop_expecting(Exit::OK)
+    }
+
+    /// SIGTERM, wait, and assert it ended as `want`. Returns its stderr.
+    #[track_caller]
+    pub fn stop_expecting(self, want: Exit) -> String {
+        if let Some(early) = self.exited() {
+            panic!(
+                "{} had already ended ({early}) before SIGTERM; its stderr:\n{}",
+                self.name,
+                self.stderr()
+            );
+        }
+        send_signal(self.id(), libc::SIGTERM);
+        self.wait_expecting(want)
+    }
+
+    /// A crash: SIGKILL, wait, and assert SIGKILL ended it. Returns its stderr.
+    #[track_caller]
+    pub fn kill(self) -> String {
+        if let Some(early) = self.exited() {
+            panic!(
+                "{} had already ended ({early}) before SIGKILL; its stderr:\n{}",
+                self.name,
+                self.stderr()
+            );
+        }
+        self.child.borrow_mut().kill().expect("SIGKILL");
+        self.wait_expecting(Exit::KILLED)
+    }
+
+    /// Sends SIGKILL (if it still runs) and returns how it ended: for a test that
+    /// races a kill against the process finishing on its own, and asserts on that.
+    pub fn kill_or_finish(self) -> (Exit, String) {
+        // Killing an exited (unreaped) child only hits its zombie.
+        let _ = self.child.borrow_mut().kill();
+        let exit = Exit::of(self.child.borrow_mut().wait().expect("wait"));
+        (exit, self.stderr())
+    }
+
+    /// Waits for it to end on its own and asserts it ended as `want`.
+    #[track_caller]
+    pub fn wait_expecting(self, want: Exit) -> String {
+        let exit = Exit::of(self.child.borrow_mut().wait().expect("wait"));
+        let stderr = self.stderr();
+        assert_eq!(
+            exit, want,
+            "{} ended with {exit}, not {want}; its stderr:\n{stderr}",
+            self.name
+        );
+        stderr
+    }
+}
+
+impl Drop for Process {
+    /// Cleanup only (a test that failed, or did not stop it): never asserts, since a
+    /// panic during unwinding aborts the test binary.
+    fn drop(&mut self) {
+        let child = self.child.get_mut();
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A wait's description that shows the process's stderr when it is formatted (only
+/// if the wait gives up).
+struct Waiting<'a> {
+    what: &'a str,
+    process: &'a Process,
+}
+
+impl fmt::Display for Waiting<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} to say {}; its stderr:\n{}",
+            self.process.name,
+            self.what,
+            self.process.stderr()
+        )
+    }
+}
+
+/// Sends `signal` to `pid` with the `kill` command (the workspace forbids unsafe
+/// code, so no `libc::kill`); panics if it was not delivered.
+pub fn send_signal(pid: u32, signal: i32) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}

@@ -1,0 +1,5 @@
+//! The agent alone on the sim driver: crash safety, tamper evidence, bad input.
+
+mod bad_input;
+mod crash;
+mod tamper;

@@ -1,0 +1,32 @@
+//! Ownership is read back from labels: an agent never adopts, deletes or even sees
+//! another host's network or containers on a shared engine.
+
+use capstan_tests::docker::{agent, docker, serve};
+use capstan_tests::process::Exit;
+
+#[test]
+fn another_hosts_network_is_neither_adopted_nor_deleted() {
+    let x = agent("ownx").build();
+    let y = agent("owny").build();
+    let xc = x.commands(&x.host);
+    x.apply_ok(&[
+        xc.ensure_namespace("ns"),
+        xc.prepare("p", "web", "r1", serve("r1")),
+        xc.activate("a", "web", "r1"),
+    ]);
+    let web = x.container("web", "r1");
+    // y, on the same engine, names x's namespace.
+    let theirs = y.commands(&xc.ns);
+    let applied = y.apply(&[theirs.ensure_namespace("e"), theirs.delete_namespace("d")]);
+    assert_eq!(applied.exit, Exit::Code(1), "{applied}");
+    assert_eq!(applied.results.len(), 2, "{applied}");
+    for r in &applied.results {
+        assert_eq!(r["outcome"], "failed", "{r}");
+        assert_eq!(r["error"]["code"], "driver_failed", "{r}");
+    }
+    assert!(y.containers().is_empty(), "y sees none of x's containers");
+    assert_eq!(x.containers(), vec![web], "x's container untouched");
+    let net = format!("capstan-{}", xc.ns);
+    let labels = docker(&["network", "inspect", "-f", "{{json .Labels}}", &net]);
+    assert!(labels.contains(&x.host), "still x's network: {labels}");
+}

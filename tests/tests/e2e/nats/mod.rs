@@ -1,0 +1,69 @@
+//! Commands over NATS: a private nats-server, coordinators, agents and the `capstan` CLI.
+
+mod api;
+mod auth;
+mod flow;
+mod outage;
+
+use capstan_tests::agent::{Agent, AgentBuilder};
+use capstan_tests::command::{Cmd, Spec};
+use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use std::path::Path;
+
+/// A test's fleet: its own nats-server, signing keys, and a coordinator.
+struct Fleet {
+    server: NatsServer,
+    keys: Keys,
+    coordinator: Coordinator,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        Fleet::start_with(None, "", "")
+    }
+
+    /// With a nats-server config, and extra coordinator config: `top` lines and
+    /// `nats` lines (auth).
+    fn start_with(server_config: Option<&Path>, top: &str, nats: &str) -> Fleet {
+        let server = NatsServer::start_with(server_config);
+        let keys = Keys::generate();
+        let coordinator = Coordinator::start_with(&server.url(), &keys, top, nats);
+        Fleet {
+            server,
+            keys,
+            coordinator,
+        }
+    }
+
+    /// An agent for `host` that takes commands from this fleet's server, signed with
+    /// its keys.
+    fn agent(&self, host: &str) -> AgentBuilder {
+        Agent::builder(host)
+            .nats(&self.server.url())
+            .signing(&self.keys.public)
+    }
+
+    /// Another coordinator on the same server and keys.
+    fn coordinator(&self) -> Coordinator {
+        Coordinator::start(&self.server.url(), &self.keys, "")
+    }
+
+    /// Stops the coordinator gracefully (asserting exit 0).
+    fn stop(self) {
+        self.coordinator.stop();
+    }
+}
+
+/// Namespace `shop` (id `ns`), then `web@r1` prepared (id `prep`) and, with
+/// `activate`, activated (id `act`).
+fn shop(agent: &Agent, activate: bool) -> Vec<Cmd> {
+    let c = agent.commands("shop");
+    let mut lines = vec![
+        c.ensure_namespace("ns"),
+        c.prepare("prep", "web", "r1", Spec::sim()),
+    ];
+    if activate {
+        lines.push(c.activate("act", "web", "r1"));
+    }
+    lines
+}

@@ -1,6 +1,6 @@
 //! The hook conformance rules, each its own test, against the real executor, log and
 //! sim driver with a scripted [`HookRunner`] (the exec runner and crashes are covered
-//! end to end in `tests/tests/hooks_*.rs`).
+//! end to end in `tests/tests/e2e/hooks/`).
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;

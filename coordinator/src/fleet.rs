@@ -1,8 +1,8 @@
 //! The coordinator's view of the fleet, read from NATS on every request: commands go
 //! out on `CAPSTAN_CMD`, what happened comes back from `CAPSTAN_EVT`, hosts from the
-//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host and
-//! where in `CAPSTAN_EVT` to start looking), also in NATS, so any number of
-//! coordinators can serve the same fleet.
+//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host,
+//! a hash of the content the id is bound to, and where in `CAPSTAN_EVT` to start
+//! looking), also in NATS, so any number of coordinators can serve the same fleet.
 
 use async_nats::jetstream::{self, consumer::pull, kv, stream};
 use async_nats::HeaderMap;
@@ -25,6 +25,8 @@ pub enum FleetError {
     BadRequest(String),
     #[error("no command with id {0:?} was submitted (or it has aged out)")]
     CommandNotFound(String),
+    #[error("id {id:?} was already submitted with other content (for host {host}); send new content under a new id")]
+    IdConflict { id: String, host: String },
     #[error("NATS is not reachable from this coordinator")]
     NatsUnavailable,
     #[error("host {0} did not answer")]
@@ -52,6 +54,16 @@ struct Submission {
     /// come after this.
     evt_seq: u64,
     submitted_at: chrono::DateTime<chrono::Utc>,
+    /// Hex SHA-256 of [`Command::content`] (everything but `issued_at` and `sig`):
+    /// what the id is bound to. Absent in entries written before ids were bound.
+    #[serde(default)]
+    content_sha256: Option<String>,
+}
+
+/// The hash an id is bound to.
+fn content_hash(command: &Command) -> String {
+    use sha2::Digest as _;
+    capstan_common::signing::to_hex(&sha2::Sha256::digest(command.content().as_bytes()))
 }
 
 /// A command's state as the host's events tell it.
@@ -150,8 +162,9 @@ impl Fleet {
     }
 
     /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
-    /// Idempotent by id: re-posting a command re-publishes it, and the agent answers
-    /// it from its log.
+    /// Idempotent by id: re-posting the same command (any `issued_at`) re-publishes it,
+    /// and the agent answers it from its log; re-posting the id with other content is
+    /// [`FleetError::IdConflict`] and publishes nothing.
     pub async fn submit(&self, mut body: Value) -> Result<(String, String), FleetError> {
         let object = body
             .as_object_mut()
@@ -180,12 +193,25 @@ impl Fleet {
             host: command.host.clone(),
             evt_seq,
             submitted_at: chrono::Utc::now(),
+            content_sha256: Some(content_hash(&command)),
         };
         let value = serde_json::to_vec(&submission).expect("submissions serialise");
-        // The first submission of an id wins: its evt_seq precedes every event of it.
+        // The first submission of an id wins: its evt_seq precedes every event of it,
+        // and its content is what the id means from then on (create is atomic, so two
+        // coordinators cannot both win).
         if let Err(e) = layout.commands.create(key(&command.id), value.into()).await {
             if e.kind() != kv::CreateErrorKind::AlreadyExists {
                 return Err(FleetError::nats(e));
+            }
+            let first = self.submission(&command.id).await?;
+            if first
+                .content_sha256
+                .is_some_and(|h| Some(h) != submission.content_sha256)
+            {
+                return Err(FleetError::IdConflict {
+                    id: command.id,
+                    host: first.host,
+                });
             }
         }
         let mut headers = HeaderMap::new();

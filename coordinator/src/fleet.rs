@@ -198,12 +198,23 @@ impl Fleet {
         let value = serde_json::to_vec(&submission).expect("submissions serialise");
         // The first submission of an id wins: its evt_seq precedes every event of it,
         // and its content is what the id means from then on (create is atomic, so two
-        // coordinators cannot both win).
-        if let Err(e) = layout.commands.create(key(&command.id), value.into()).await {
+        // coordinators cannot both win). An entry that ages out between the create
+        // and the read is created again, once.
+        for attempt in 0..2 {
+            let Err(e) = layout
+                .commands
+                .create(key(&command.id), value.clone().into())
+                .await
+            else {
+                break;
+            };
             if e.kind() != kv::CreateErrorKind::AlreadyExists {
                 return Err(FleetError::nats(e));
             }
-            let first = self.submission(&command.id).await?;
+            let first = match self.submission(&command.id).await {
+                Err(FleetError::CommandNotFound(_)) if attempt == 0 => continue,
+                other => other?,
+            };
             if first
                 .content_sha256
                 .is_some_and(|h| Some(h) != submission.content_sha256)
@@ -213,6 +224,7 @@ impl Fleet {
                     host: first.host,
                 });
             }
+            break;
         }
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", command.id.as_str());
@@ -468,7 +480,9 @@ fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
                 };
                 error = err();
             }
-            Some("command_rejected") if !completed => {
+            // After `command_received` a rejection is of a replay (an expired
+            // re-send, another command reusing the id: `id_conflict`), not of this one.
+            Some("command_rejected") if status == "pending" => {
                 status = "rejected";
                 error = err();
             }
@@ -499,6 +513,21 @@ mod tests {
         let s = summarize("a", "h1", events);
         assert_eq!((s.status, s.done), ("succeeded", true));
         assert!(s.error.is_none());
+    }
+
+    #[test]
+    fn a_reused_id_rejected_while_the_first_runs_does_not_end_it() {
+        let events = vec![
+            json!({"kind":"command_received","command_id":"a"}),
+            json!({"kind":"command_rejected","command_id":"a","code":"id_conflict","message":"m"}),
+        ];
+        let s = summarize("a", "h1", events);
+        assert_eq!((s.status, s.done), ("running", false));
+        assert!(s.error.is_none());
+        let alone = vec![json!({"kind":"command_rejected","code":"id_conflict","message":"m"})];
+        let s = summarize("a", "h1", alone);
+        assert_eq!((s.status, s.done), ("rejected", true));
+        assert_eq!(s.error.unwrap()["code"], "id_conflict");
     }
 
     #[test]

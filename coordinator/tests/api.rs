@@ -176,6 +176,18 @@ async fn tokens_and_roles_guard_every_v1_endpoint() {
         Some(&b"Bearer"[..])
     );
 
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    let lower = api
+        .http
+        .get(format!("{}/v1/hosts", api.base))
+        .header("authorization", format!("bearer {read}"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(lower.status().as_u16(), 200);
+    let (status, _) = api.get("/v1/hosts", Some(&read.to_uppercase())).await;
+    assert_eq!(status, 401);
+
     // A read token reads, and may not submit.
     let (status, body) = api.get("/v1/hosts", Some(&read)).await;
     assert_eq!(status, 200, "{body}");

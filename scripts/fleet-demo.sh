@@ -33,15 +33,24 @@ echo "== signing key"
 public=$("$bin/capstan-coordinator" keygen --out "$dir/signing.key")
 echo "public key $public"
 
+echo "== API token (role submit; only its hash goes into the tokens file)"
+(umask 077 && "$bin/capstan-coordinator" token --role submit --name demo \
+  --append-to "$dir/tokens" >"$dir/api.token")
+cat "$dir/tokens"
+
 cat >"$dir/coordinator.toml" <<TOML
 listen = "127.0.0.1:$api_port"
 signing_key_file = "$dir/signing.key"
+tokens_file = "$dir/tokens"
 [nats]
 url = "nats://127.0.0.1:$nats_port"
 TOML
 RUST_LOG=info "$bin/capstan-coordinator" run --config "$dir/coordinator.toml" 2>"$dir/coordinator.log" & pids+=($!)
 wait_for "$dir/coordinator.log" "capstan-coordinator ready"
 export CAPSTAN_COORDINATOR="http://127.0.0.1:$api_port"
+export CAPSTAN_TOKEN_FILE="$dir/api.token"
+echo "== without the token the API answers 401"
+if env -u CAPSTAN_TOKEN_FILE "$bin/capstan" hosts; then echo "the API answered without a token" >&2; exit 1; fi
 # The first answered request also creates the streams, before the agents come.
 for _ in $(seq 1 300); do "$bin/capstan" hosts >/dev/null 2>&1 && break; sleep 0.1; done
 

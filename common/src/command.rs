@@ -374,10 +374,36 @@ impl Command {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a Command always serialises")
     }
+
+    /// What an id is bound to: the canonical JSON without `issued_at` (and, like
+    /// [`Command::to_json`], without `sig`). A re-send of the same command may carry a
+    /// new `issued_at` and signature; any other difference is another command, and
+    /// reusing the id for it is `id_conflict`.
+    pub fn content(&self) -> String {
+        let mut value = serde_json::to_value(self).expect("a Command always serialises");
+        if let Some(object) = value.as_object_mut() {
+            object.remove("issued_at");
+        }
+        value.to_string()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn content_ignores_issued_at_only() {
+        let a = super::Command::parse(
+            r#"{"v":1,"id":"c1","host":"h1","issued_at":"2026-01-01T00:00:00Z","op":"ensure_namespace","namespace":"ns"}"#,
+        )
+        .unwrap();
+        let mut b = a.clone();
+        b.issued_at = chrono::Utc::now();
+        assert_eq!(a.content(), b.content());
+        assert!(!a.content().contains("issued_at"), "{}", a.content());
+        b.host = "h2".into();
+        assert_ne!(a.content(), b.content());
+    }
+
     use super::*;
 
     fn line(op_fields: &str) -> String {

@@ -87,6 +87,11 @@ pub enum ErrorCode {
     BackendFailed,
     /// The spec names a driver other than the one this agent runs; nothing was done.
     DriverMismatch,
+    // Input (`rejected`), appended at the end so that no existing variant moves.
+    /// The command's id was already used for a command with different content (another
+    /// host, op or field; `issued_at` and `sig` do not count). Not retryable: send the
+    /// new content under a new id.
+    IdConflict,
 }
 
 impl ErrorCode {
@@ -126,6 +131,7 @@ impl ErrorCode {
             Self::IssuedInFuture => "issued_in_future",
             Self::BackendFailed => "backend_failed",
             Self::DriverMismatch => "driver_mismatch",
+            Self::IdConflict => "id_conflict",
         }
     }
 
@@ -172,6 +178,7 @@ mod tests {
         for (code, wire) in [
             (ErrorCode::BackendFailed, "backend_failed"),
             (ErrorCode::DriverMismatch, "driver_mismatch"),
+            (ErrorCode::IdConflict, "id_conflict"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));

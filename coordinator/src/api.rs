@@ -1,11 +1,18 @@
 //! The HTTP/JSON API (axum). Every answer comes from NATS through [`Fleet`]; errors
 //! are `{"error":{"code","message"}}` with a status that says whose fault it is.
+//!
+//! Every `/v1` request needs `Authorization: Bearer <token>` when the coordinator has
+//! a tokens file ([`crate::auth`]): `GET` a `read` or `submit` token, `POST` a
+//! `submit` token. `/healthz` and `/metrics` stay open (they show no fleet data).
+//! A `POST` body must be `application/json`, which a web page cannot send to another
+//! origin without a CORS preflight (that this API never answers).
 
+use crate::auth::{Role, Tokens};
 use crate::fleet::{Fleet, FleetError};
 use crate::metrics::Metrics;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,6 +31,9 @@ pub const MAX_EVENTS: usize = 1000;
 pub struct AppState {
     pub fleet: Fleet,
     pub metrics: Metrics,
+    /// `None`: no authentication (a loopback development setup only; the config
+    /// refuses anything else).
+    pub tokens: Option<Tokens>,
 }
 
 type Shared = State<Arc<AppState>>;
@@ -55,6 +65,7 @@ impl From<FleetError> for ApiError {
             FleetError::BadCommand(r) => (StatusCode::BAD_REQUEST, r.code.as_str()),
             FleetError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             FleetError::CommandNotFound(_) => (StatusCode::NOT_FOUND, "command_not_found"),
+            FleetError::IdConflict { .. } => (StatusCode::CONFLICT, "id_conflict"),
             FleetError::NatsUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "nats_unavailable"),
             FleetError::HostUnreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "host_unreachable"),
             FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "host_timeout"),
@@ -71,7 +82,15 @@ impl From<FleetError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorReply::new(self.code, self.message))).into_response()
+        let mut response =
+            (self.status, Json(ErrorReply::new(self.code, self.message))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }
 
@@ -82,7 +101,7 @@ fn ok(status: StatusCode, body: impl serde::Serialize) -> ApiResult {
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let v1 = Router::new()
         .route("/v1/commands", post(submit))
         .route("/v1/commands/{id}", get(command))
         .route("/v1/commands/{id}/wait", get(wait))
@@ -90,7 +109,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/hosts/{host}/intent", get(intent))
         .route("/v1/hosts/{host}/status", get(status))
         .route("/v1/hosts/{host}/events", get(events))
-        .route("/healthz", get(healthz))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authorize,
+        ));
+    v1.route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
@@ -108,7 +131,77 @@ async fn count(State(state): Shared, request: Request, next: Next) -> Response {
     response
 }
 
-async fn submit(State(state): Shared, body: Bytes) -> ApiResult {
+/// The token check of every `/v1` route: 401 `unauthorized` without a known token,
+/// 403 `forbidden` when its role does not cover the method.
+async fn authorize(State(state): Shared, request: Request, next: Next) -> Response {
+    let Some(tokens) = &state.tokens else {
+        return next.run(request).await;
+    };
+    let needed = if request.method() == Method::GET || request.method() == Method::HEAD {
+        Role::Read
+    } else {
+        Role::Submit
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let Some(presented) = presented else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this API needs `Authorization: Bearer <token>`",
+        )
+        .into_response();
+    };
+    let Some(caller) = tokens.check(presented) else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the token is not in this coordinator's tokens file",
+        )
+        .into_response();
+    };
+    if !caller.role.allows(needed) {
+        tracing::warn!(token = %caller.name, method = %request.method(), path = %request.uri().path(), "forbidden");
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "a `{}` token may not do this; it needs a `{}` token",
+                caller.role.as_str(),
+                needed.as_str()
+            ),
+        )
+        .into_response();
+    }
+    if needed == Role::Submit {
+        tracing::info!(token = %caller.name, path = %request.uri().path(), "submit");
+    }
+    next.run(request).await
+}
+
+/// True when the request says its body is `application/json` (parameters such as
+/// `charset` allowed).
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Bytes) -> ApiResult {
+    if !is_json(&headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be `Content-Type: application/json`",
+        ));
+    }
     if body.len() > capstan_common::MAX_COMMAND_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -233,8 +326,25 @@ async fn metrics(State(state): Shared) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{is_json, parse_duration};
+    use axum::http::{header, HeaderMap, HeaderValue};
     use std::time::Duration;
+
+    #[test]
+    fn only_json_is_json() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(v));
+            is_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(!with("text/plain"));
+        assert!(!with("application/x-www-form-urlencoded"));
+        assert!(!with("multipart/form-data; boundary=x"));
+        assert!(!with("application/jsonp"));
+        assert!(!is_json(&HeaderMap::new()));
+    }
 
     #[test]
     fn durations() {

@@ -10,6 +10,10 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
+    #[error("the coordinator at {base} refused the request: no valid API token (401 unauthorized: {message}); pass --token-file FILE or set CAPSTAN_TOKEN")]
+    Unauthorized { base: String, message: String },
+    #[error("the coordinator refused the request: the token's role does not allow it (403 forbidden: {message})")]
+    Forbidden { message: String },
     #[error("{code}: {message} (HTTP {status})")]
     Api {
         status: u16,
@@ -23,25 +27,34 @@ pub enum ClientError {
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer <token>` when set.
+    token: Option<String>,
 }
 
 impl Client {
-    pub fn new(base: &str) -> Client {
+    pub fn new(base: &str, token: Option<String>) -> Client {
         Client {
             base: base.trim_end_matches('/').to_string(),
             http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
         }
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
-        let request = self.http.get(format!("{}{path}", self.base));
-        self.send(request).await
+        self.send(self.request(reqwest::Method::GET, path)).await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
         let request = self
-            .http
-            .post(format!("{}{path}", self.base))
+            .request(reqwest::Method::POST, path)
             .header("content-type", "application/json")
             .body(body.to_string());
         self.send(request).await
@@ -65,13 +78,21 @@ impl Client {
         if (200..300).contains(&status) {
             return Ok(value);
         }
-        Err(ClientError::Api {
-            status,
-            code: value["error"]["code"]
-                .as_str()
-                .unwrap_or("unknown")
-                .to_string(),
-            message: value["error"]["message"].as_str().unwrap_or("").to_string(),
+        let message = value["error"]["message"].as_str().unwrap_or("").to_string();
+        Err(match status {
+            401 => ClientError::Unauthorized {
+                base: self.base.clone(),
+                message,
+            },
+            403 => ClientError::Forbidden { message },
+            _ => ClientError::Api {
+                status,
+                code: value["error"]["code"]
+                    .as_str()
+                    .unwrap_or("unknown")
+                    .to_string(),
+                message,
+            },
         })
     }
 }

@@ -9,8 +9,13 @@ use std::path::{Path, PathBuf};
 #[serde(deny_unknown_fields)]
 pub struct CoordinatorConfig {
     /// HTTP listen address; default `127.0.0.1:7400`.
+    /// Must be a loopback address unless `tokens_file` is set.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// API tokens (`ROLE SHA256 [NAME]` lines, see [`crate::auth`]). Without it every
+    /// caller may do everything, which is allowed on a loopback `listen` only.
+    #[serde(default)]
+    pub tokens_file: Option<PathBuf>,
     /// The ed25519 secret key (hex seed) commands are signed with
     /// (`capstan-coordinator keygen`).
     pub signing_key_file: PathBuf,
@@ -51,6 +56,8 @@ pub enum ConfigError {
         #[source]
         source: toml::de::Error,
     },
+    #[error("{path}: listen = \"{listen}\" is not a loopback address, and without `tokens_file` anyone who reaches it could have any command signed; set `tokens_file` (make tokens with `capstan-coordinator token`) or listen on 127.0.0.1")]
+    OpenListen { path: PathBuf, listen: SocketAddr },
 }
 
 impl CoordinatorConfig {
@@ -59,10 +66,18 @@ impl CoordinatorConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })
+        let config: CoordinatorConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if config.tokens_file.is_none() && !config.listen.ip().is_loopback() {
+            return Err(ConfigError::OpenListen {
+                path: path.to_path_buf(),
+                listen: config.listen,
+            });
+        }
+        Ok(config)
     }
 }
 
@@ -86,5 +101,36 @@ mod tests {
         let err = CoordinatorConfig::load(&path).unwrap_err();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("listen_addr"), "{text}");
+    }
+
+    #[test]
+    fn a_non_loopback_listen_needs_a_tokens_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        for listen in ["0.0.0.0:7400", "10.0.0.5:7400", "[::]:7400"] {
+            std::fs::write(
+                &path,
+                format!("signing_key_file = \"/k\"\nlisten = \"{listen}\"\n"),
+            )
+            .unwrap();
+            let err = CoordinatorConfig::load(&path).unwrap_err().to_string();
+            assert!(err.contains("tokens_file") && err.contains(listen), "{err}");
+            std::fs::write(
+                &path,
+                format!("signing_key_file = \"/k\"\nlisten = \"{listen}\"\ntokens_file = \"/t\"\n"),
+            )
+            .unwrap();
+            let c = CoordinatorConfig::load(&path).unwrap();
+            assert_eq!(c.tokens_file.as_deref(), Some(Path::new("/t")));
+        }
+        for listen in ["127.0.0.1:7400", "[::1]:7400"] {
+            std::fs::write(
+                &path,
+                format!("signing_key_file = \"/k\"\nlisten = \"{listen}\"\n"),
+            )
+            .unwrap();
+            let c = CoordinatorConfig::load(&path).unwrap();
+            assert!(c.tokens_file.is_none());
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! The coordinator's view of the fleet, read from NATS on every request: commands go
 //! out on `CAPSTAN_CMD`, what happened comes back from `CAPSTAN_EVT`, hosts from the
-//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host and
-//! where in `CAPSTAN_EVT` to start looking), also in NATS, so any number of
-//! coordinators can serve the same fleet.
+//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host,
+//! a hash of the content the id is bound to, and where in `CAPSTAN_EVT` to start
+//! looking), also in NATS, so any number of coordinators can serve the same fleet.
 
 use async_nats::jetstream::{self, consumer::pull, kv, stream};
 use async_nats::HeaderMap;
@@ -25,6 +25,8 @@ pub enum FleetError {
     BadRequest(String),
     #[error("no command with id {0:?} was submitted (or it has aged out)")]
     CommandNotFound(String),
+    #[error("id {id:?} was already submitted with other content (for host {host}); send new content under a new id")]
+    IdConflict { id: String, host: String },
     #[error("NATS is not reachable from this coordinator")]
     NatsUnavailable,
     #[error("host {0} did not answer")]
@@ -52,6 +54,16 @@ struct Submission {
     /// come after this.
     evt_seq: u64,
     submitted_at: chrono::DateTime<chrono::Utc>,
+    /// Hex SHA-256 of [`Command::content`] (everything but `issued_at` and `sig`):
+    /// what the id is bound to. Absent in entries written before ids were bound.
+    #[serde(default)]
+    content_sha256: Option<String>,
+}
+
+/// The hash an id is bound to.
+fn content_hash(command: &Command) -> String {
+    use sha2::Digest as _;
+    capstan_common::signing::to_hex(&sha2::Sha256::digest(command.content().as_bytes()))
 }
 
 /// A command's state as the host's events tell it.
@@ -150,8 +162,9 @@ impl Fleet {
     }
 
     /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
-    /// Idempotent by id: re-posting a command re-publishes it, and the agent answers
-    /// it from its log.
+    /// Idempotent by id: re-posting the same command (any `issued_at`) re-publishes it,
+    /// and the agent answers it from its log; re-posting the id with other content is
+    /// [`FleetError::IdConflict`] and publishes nothing.
     pub async fn submit(&self, mut body: Value) -> Result<(String, String), FleetError> {
         let object = body
             .as_object_mut()
@@ -180,13 +193,38 @@ impl Fleet {
             host: command.host.clone(),
             evt_seq,
             submitted_at: chrono::Utc::now(),
+            content_sha256: Some(content_hash(&command)),
         };
         let value = serde_json::to_vec(&submission).expect("submissions serialise");
-        // The first submission of an id wins: its evt_seq precedes every event of it.
-        if let Err(e) = layout.commands.create(key(&command.id), value.into()).await {
+        // The first submission of an id wins: its evt_seq precedes every event of it,
+        // and its content is what the id means from then on (create is atomic, so two
+        // coordinators cannot both win). An entry that ages out between the create
+        // and the read is created again, once.
+        for attempt in 0..2 {
+            let Err(e) = layout
+                .commands
+                .create(key(&command.id), value.clone().into())
+                .await
+            else {
+                break;
+            };
             if e.kind() != kv::CreateErrorKind::AlreadyExists {
                 return Err(FleetError::nats(e));
             }
+            let first = match self.submission(&command.id).await {
+                Err(FleetError::CommandNotFound(_)) if attempt == 0 => continue,
+                other => other?,
+            };
+            if first
+                .content_sha256
+                .is_some_and(|h| Some(h) != submission.content_sha256)
+            {
+                return Err(FleetError::IdConflict {
+                    id: command.id,
+                    host: first.host,
+                });
+            }
+            break;
         }
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", command.id.as_str());
@@ -442,7 +480,9 @@ fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
                 };
                 error = err();
             }
-            Some("command_rejected") if !completed => {
+            // After `command_received` a rejection is of a replay (an expired
+            // re-send, another command reusing the id: `id_conflict`), not of this one.
+            Some("command_rejected") if status == "pending" => {
                 status = "rejected";
                 error = err();
             }
@@ -473,6 +513,21 @@ mod tests {
         let s = summarize("a", "h1", events);
         assert_eq!((s.status, s.done), ("succeeded", true));
         assert!(s.error.is_none());
+    }
+
+    #[test]
+    fn a_reused_id_rejected_while_the_first_runs_does_not_end_it() {
+        let events = vec![
+            json!({"kind":"command_received","command_id":"a"}),
+            json!({"kind":"command_rejected","command_id":"a","code":"id_conflict","message":"m"}),
+        ];
+        let s = summarize("a", "h1", events);
+        assert_eq!((s.status, s.done), ("running", false));
+        assert!(s.error.is_none());
+        let alone = vec![json!({"kind":"command_rejected","code":"id_conflict","message":"m"})];
+        let s = summarize("a", "h1", alone);
+        assert_eq!((s.status, s.done), ("rejected", true));
+        assert_eq!(s.error.unwrap()["code"], "id_conflict");
     }
 
     #[test]

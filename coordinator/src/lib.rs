@@ -1,8 +1,9 @@
 //! capstan coordinator: an HTTP/JSON API for the controller over the fleet's NATS
 //! streams ([`fleet`], [`api`]), and the HTTP client the `capstan` CLI uses
-//! ([`client`]). It keeps no local state.
+//! ([`client`]). It keeps no local state; API tokens ([`auth`]) come from a file.
 
 pub mod api;
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod fleet;

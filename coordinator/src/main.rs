@@ -1,9 +1,11 @@
-//! `capstan-coordinator`: `run --config FILE` serves the API; `keygen` makes a signing key.
+//! `capstan-coordinator`: `run --config FILE` serves the API; `keygen` makes a signing
+//! key; `token` makes an API token and its tokens-file line.
 
 use anyhow::Context as _;
 use capstan_common::nats::Retention;
 use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
+use capstan_coordinator::auth::{self, Role, Tokens};
 use capstan_coordinator::config::CoordinatorConfig;
 use capstan_coordinator::fleet::Fleet;
 use clap::{Parser, Subcommand};
@@ -32,6 +34,19 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Make an API token. Prints the tokens-file line (`ROLE SHA256 [NAME]`), then the
+    /// token itself; with `--append-to FILE`, appends the line to FILE (created mode
+    /// 0600) and prints only the token. The token is not kept anywhere else.
+    Token {
+        /// `submit` (POST commands, and read) or `read` (GET only).
+        #[arg(long, value_parser = ["submit", "read"])]
+        role: String,
+        /// A one-word name for the line (shown in the coordinator's log).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        append_to: Option<PathBuf>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +60,11 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Keygen { out } => keygen(&out),
+        Cmd::Token {
+            role,
+            name,
+            append_to,
+        } => token(&role, name.as_deref(), append_to.as_deref()),
         Cmd::Run { config } => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -74,8 +94,55 @@ fn keygen(out: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn token(
+    role: &str,
+    name: Option<&str>,
+    append_to: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let role = Role::parse(role).context("the role is `submit` or `read`")?;
+    if let Some(name) = name {
+        anyhow::ensure!(
+            !name.is_empty() && !name.contains(char::is_whitespace) && !name.starts_with('#'),
+            "the name is one word"
+        );
+    }
+    let (token, line) = auth::generate(role, name)?;
+    match append_to {
+        Some(path) => {
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            writeln!(file, "{line}")?;
+            println!("{token}");
+        }
+        None => {
+            println!("{line}");
+            println!("{token}");
+        }
+    }
+    Ok(())
+}
+
 async fn run(path: PathBuf) -> anyhow::Result<()> {
     let config = CoordinatorConfig::load(&path)?;
+    let tokens = match &config.tokens_file {
+        Some(file) => {
+            let tokens = Tokens::load(file)?;
+            tracing::info!(tokens = tokens.len(), file = %file.display(), "API tokens loaded");
+            Some(tokens)
+        }
+        None => {
+            tracing::warn!(
+                listen = %config.listen,
+                "no `tokens_file`: the API is open to every local user and process (development only)"
+            );
+            None
+        }
+    };
     let key = std::fs::read_to_string(&config.signing_key_file)
         .with_context(|| format!("cannot read {}", config.signing_key_file.display()))?;
     let signer = Signer::from_hex(&key)
@@ -93,6 +160,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         fleet,
         metrics: Default::default(),
+        tokens,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -123,11 +123,14 @@ impl Keys {
     }
 }
 
-/// A running `capstan-coordinator` on a free port.
+/// A running `capstan-coordinator` on a free port, with a tokens file holding one
+/// `submit` token (made by `capstan-coordinator token`).
 pub struct Coordinator {
     dir: tempfile::TempDir,
     process: Process,
     pub url: String,
+    /// The `submit` API token; [`Coordinator::cli`] passes it as `CAPSTAN_TOKEN`.
+    pub token: String,
     submitted: AtomicU32,
 }
 
@@ -141,11 +144,27 @@ impl Coordinator {
     pub fn start_with(nats_url: &str, keys: &Keys, top: &str, nats_extra: &str) -> Coordinator {
         let dir = tempfile::tempdir().expect("coordinator dir");
         let config = dir.path().join("coordinator.toml");
+        let tokens = dir.path().join("tokens");
+        let out = Command::new(crate::binary("capstan-coordinator"))
+            .args([
+                "token",
+                "--role",
+                "submit",
+                "--name",
+                "tests",
+                "--append-to",
+            ])
+            .arg(&tokens)
+            .output()
+            .expect("run capstan-coordinator token");
+        assert!(out.status.success(), "token failed");
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\nsigning_key_file = {:?}\n{top}\n[nats]\nurl = {nats_url:?}\n{nats_extra}\n",
-                keys.secret_file().display().to_string()
+                "listen = \"127.0.0.1:0\"\nsigning_key_file = {:?}\ntokens_file = {:?}\n{top}\n[nats]\nurl = {nats_url:?}\n{nats_extra}\n",
+                keys.secret_file().display().to_string(),
+                tokens.display().to_string()
             ),
         )
         .expect("write coordinator config");
@@ -172,6 +191,7 @@ impl Coordinator {
             dir,
             process,
             url: format!("http://{addr}"),
+            token,
             submitted: AtomicU32::new(0),
         };
         crate::wait_until("the coordinator to answer `hosts`", crate::READY, || {
@@ -186,13 +206,15 @@ impl Coordinator {
         self.process.stop();
     }
 
-    /// Runs `capstan --json --coordinator URL ARGS…`.
+    /// Runs `capstan --json --coordinator URL ARGS…` with the token.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(crate::binary("capstan"))
             .arg("--json")
             .arg("--coordinator")
             .arg(&self.url)
             .args(args)
+            .env("CAPSTAN_TOKEN", &self.token)
+            .env_remove("CAPSTAN_TOKEN_FILE")
             .stdin(Stdio::null())
             .output()
             .expect("run capstan")

@@ -41,6 +41,27 @@ pub struct Executor {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// `id_conflict` when the log received this id with other content
+/// ([`Command::content`]: everything but `issued_at` and `sig`), so that a reused id is
+/// never answered "duplicate, succeeded" for a command that was not carried out. A
+/// stored command that no longer parses cannot be compared and is not a conflict.
+fn id_conflict(history: &[Record], command: &Command) -> Option<Rejection> {
+    let (seq, stored) = history.iter().find_map(|r| match &r.event {
+        Event::CommandReceived { command, .. } => Some((r.seq, command)),
+        _ => None,
+    })?;
+    let stored = Command::parse(stored).ok()?;
+    (stored.content() != command.content()).then(|| {
+        Rejection::new(
+            ErrorCode::IdConflict,
+            format!(
+                "id {} was already used for another command (received as seq {}); send new content under a new id",
+                command.id, seq
+            ),
+        )
+    })
+}
+
 fn result(
     id: Option<String>,
     outcome: Outcome,
@@ -197,6 +218,9 @@ impl Executor {
             .into_iter()
             .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
             .collect();
+        if let Some(rejection) = id_conflict(&history, command) {
+            return Ok(self.reject(Some(id.clone()), rejection).await);
+        }
         if let Some(answer) = history.iter().find_map(|r| completed(r, id)) {
             tracing::info!(command_id = %id, "duplicate command answered from the log");
             return Ok(answer);

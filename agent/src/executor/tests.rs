@@ -116,3 +116,47 @@ async fn without_lifecycle_startup_only_records_what_it_finds() {
         BackendState::Stopped
     );
 }
+
+#[tokio::test]
+async fn a_reused_id_with_other_content_is_an_id_conflict_not_a_duplicate() {
+    let rig = Rig::new(SimConfig::default());
+    let ns = |namespace: &str| Op::EnsureNamespace {
+        namespace: namespace.into(),
+    };
+    rig.ok("c1", ns("ns")).await;
+
+    // The same content under the same id, issued later and signed anew: a duplicate.
+    let again = rig
+        .executor
+        .execute(crate::testkit::command("c1", ns("ns")))
+        .await;
+    assert_eq!((again.outcome, again.duplicate), (Outcome::Succeeded, true));
+
+    // Other content under the same id: rejected, never answered from the log.
+    let other = rig
+        .executor
+        .execute(crate::testkit::command("c1", ns("other")))
+        .await;
+    assert_eq!(other.outcome, Outcome::Rejected, "{other:?}");
+    assert!(!other.duplicate && !other.retryable, "{other:?}");
+    let error = other.error.unwrap();
+    assert_eq!(error.code, ErrorCode::IdConflict);
+    assert!(error.message.contains("c1"), "{error:?}");
+    assert!(
+        !rig.executor.log().intent().namespaces.contains_key("other"),
+        "nothing was carried out"
+    );
+    let kinds: Vec<&str> = (rig.executor.log().for_command("c1").unwrap())
+        .iter()
+        .map(|r| r.event.kind())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "command_received",
+            "namespace_ready",
+            "command_completed",
+            "command_rejected"
+        ]
+    );
+}

@@ -27,6 +27,10 @@ struct Cli {
         default_value = "http://127.0.0.1:7400"
     )]
     coordinator: String,
+    /// A file holding the API token (first line). Default: `$CAPSTAN_TOKEN_FILE`, else
+    /// the token itself from `$CAPSTAN_TOKEN`, else none.
+    #[arg(long, global = true, env = "CAPSTAN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     json: bool,
@@ -182,8 +186,31 @@ fn event_line(e: &Value) -> String {
     )
 }
 
+/// The API token: `--token-file` / `$CAPSTAN_TOKEN_FILE`, else `$CAPSTAN_TOKEN`. Never
+/// a command-line value, which other local users could read from the process list.
+fn token(file: Option<&PathBuf>) -> anyhow::Result<Option<String>> {
+    let token = match file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the token file {}", file.display()))?;
+            let token = text.lines().next().unwrap_or_default().trim().to_string();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "the token file {} is empty",
+                file.display()
+            );
+            Some(token)
+        }
+        None => std::env::var("CAPSTAN_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()),
+    };
+    Ok(token)
+}
+
 async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&cli.coordinator);
+    let client = Client::new(&cli.coordinator, token(cli.token_file.as_ref())?);
     let json = cli.json;
     match cli.command {
         Cmd::Hosts => {

@@ -1,12 +1,18 @@
 //! The coordinator's HTTP surface beyond the CLI: health, metrics, JSON errors with
-//! proper status codes, and the host registry's `gone` once a host stops beating.
+//! proper status codes (401 without the token), and the host registry's `gone` once a
+//! host stops beating.
 
 use super::Fleet;
 use capstan_tests::nats::runtime;
 use serde_json::Value;
 
-async fn get(url: &str) -> (u16, String) {
-    let r = reqwest::get(url).await.expect("GET");
+async fn get(url: &str, token: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET");
     (r.status().as_u16(), r.text().await.expect("body"))
 }
 
@@ -23,10 +29,22 @@ fn health_metrics_and_json_errors() {
     let daemon = h1.run();
     coordinator.run_all(&[h1.commands("shop").ensure_namespace("ns")]);
     let base = coordinator.url.clone();
+    let token = coordinator.token.clone();
     runtime().block_on(async {
-        let (status, body) = get(&format!("{base}/healthz")).await;
+        let (status, body) = get(&format!("{base}/v1/hosts"), "capstan_wrong").await;
+        assert_eq!((status, code(&body)), (401, "unauthorized".into()));
+        let out = std::process::Command::new(capstan_tests::binary("capstan"))
+            .args(["--coordinator", &base, "hosts"])
+            .env("CAPSTAN_TOKEN", "capstan_wrong")
+            .env_remove("CAPSTAN_TOKEN_FILE")
+            .output()
+            .expect("run capstan");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("no valid API token (401"), "{stderr}");
+        let (status, body) = get(&format!("{base}/healthz"), "").await;
         assert_eq!(status, 200, "{body}");
-        let (status, body) = get(&format!("{base}/metrics")).await;
+        let (status, body) = get(&format!("{base}/metrics"), "").await;
         assert_eq!(status, 200);
         assert!(
             body.contains("capstan_coordinator_commands_submitted_total 1"),
@@ -45,8 +63,16 @@ fn health_metrics_and_json_errors() {
         let post = |body: &'static str| {
             let client = client.clone();
             let url = format!("{base}/v1/commands");
+            let token = token.clone();
             async move {
-                let r = client.post(url).body(body).send().await.expect("POST");
+                let r = client
+                    .post(url)
+                    .bearer_auth(token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("POST");
                 (r.status().as_u16(), r.text().await.expect("body"))
             }
         };
@@ -67,14 +93,14 @@ fn health_metrics_and_json_errors() {
             ("/v1/hosts/h1/events?since=x", 400, "invalid_request"),
             ("/v2/anything", 404, "not_found"),
         ] {
-            let (status, body) = get(&format!("{base}{path}")).await;
+            let (status, body) = get(&format!("{base}{path}"), &token).await;
             assert_eq!(
                 (status, code(&body)),
                 (want, want_code.to_string()),
                 "{path}: {body}"
             );
         }
-        let (status, body) = get(&format!("{base}/v1/hosts/h1/events?since=2")).await;
+        let (status, body) = get(&format!("{base}/v1/hosts/h1/events?since=2"), &token).await;
         assert_eq!(status, 200);
         let v: Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(v["events"].as_array().map(Vec::len), Some(1), "{body}");

@@ -1,0 +1,351 @@
+//! The HTTP API in process, over a real nats-server (`.ci/services.sh` installs it):
+//! tokens and roles, JSON-only bodies, and ids bound to their content.
+
+use capstan_common::nats::Retention;
+use capstan_common::signing::Signer;
+use capstan_coordinator::api::{self, AppState};
+use capstan_coordinator::auth::{self, Role, Tokens};
+use capstan_coordinator::fleet::Fleet;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// nats-server with JetStream on a free port, in its own store; killed on drop.
+struct Nats {
+    child: std::process::Child,
+    url: String,
+    _store: tempfile::TempDir,
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn nats() -> Nats {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let store = tempfile::tempdir().expect("store");
+    let child = std::process::Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(store.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server is installed (.ci/services.sh)");
+    let server = Nats {
+        child,
+        url: format!("127.0.0.1:{port}"),
+        _store: store,
+    };
+    // Ready once it takes connections: bounded by 10 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(&server.url).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nats-server did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server
+}
+
+/// A coordinator API on a free loopback port.
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    _nats: Nats,
+}
+
+async fn api(tokens: Option<Tokens>) -> Api {
+    let nats = nats().await;
+    let client = async_nats::connect(&nats.url).await.expect("connect");
+    let fleet = Fleet::new(
+        client,
+        Signer::generate().expect("key"),
+        Duration::from_secs(15),
+        Retention::default(),
+    );
+    let state = Arc::new(AppState {
+        fleet,
+        metrics: Default::default(),
+        tokens,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
+    Api {
+        base,
+        http: reqwest::Client::new(),
+        _nats: nats,
+    }
+}
+
+impl Api {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .body(body.to_string());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, token, None, "").await
+    }
+
+    async fn post(&self, token: Option<&str>, command: &Value) -> (u16, Value) {
+        let body = command.to_string();
+        let json = Some("application/json");
+        self.send(reqwest::Method::POST, "/v1/commands", token, json, &body)
+            .await
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or_default()
+}
+
+/// A submit and a read token, and the tokens they load into.
+fn two_tokens() -> (String, String, Tokens) {
+    let (submit, submit_line) = auth::generate(Role::Submit, Some("ops")).expect("token");
+    let (read, read_line) = auth::generate(Role::Read, None).expect("token");
+    let tokens = Tokens::parse(
+        std::path::Path::new("tokens"),
+        &format!("{submit_line}\n{read_line}\n"),
+    )
+    .expect("tokens");
+    (submit, read, tokens)
+}
+
+fn ns(id: &str, host: &str, namespace: &str) -> Value {
+    json!({"id": id, "host": host, "op": "ensure_namespace", "namespace": namespace})
+}
+
+#[tokio::test]
+async fn tokens_and_roles_guard_every_v1_endpoint() {
+    let (submit, read, tokens) = two_tokens();
+    let api = api(Some(tokens)).await;
+    let command = ns("c1", "h1", "shop");
+
+    for token in [None, Some("capstan_wrong"), Some("")] {
+        let (status, body) = api.get("/v1/hosts", token).await;
+        assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
+        let (status, body) = api.post(token, &command).await;
+        assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
+        let (status, body) = api.get("/v1/commands/c1", token).await;
+        assert_eq!((status, code(&body)), (401, "unauthorized"), "{body}");
+    }
+    // Not a bearer token at all.
+    let response = api
+        .http
+        .get(format!("{}/v1/hosts", api.base))
+        .basic_auth("ops", Some(&submit))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status().as_u16(), 401);
+    assert_eq!(
+        response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.as_bytes()),
+        Some(&b"Bearer"[..])
+    );
+
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    let lower = api
+        .http
+        .get(format!("{}/v1/hosts", api.base))
+        .header("authorization", format!("bearer {read}"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(lower.status().as_u16(), 200);
+    let (status, _) = api.get("/v1/hosts", Some(&read.to_uppercase())).await;
+    assert_eq!(status, 401);
+
+    // A read token reads, and may not submit.
+    let (status, body) = api.get("/v1/hosts", Some(&read)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = api.post(Some(&read), &command).await;
+    assert_eq!((status, code(&body)), (403, "forbidden"), "{body}");
+    let (status, body) = api.get("/v1/commands/c1", Some(&read)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (404, "command_not_found"),
+        "a forbidden submission publishes nothing: {body}"
+    );
+
+    // A submit token does both.
+    let (status, body) = api.post(Some(&submit), &command).await;
+    assert_eq!((status, body["id"].as_str()), (202, Some("c1")), "{body}");
+    let (status, body) = api.get("/v1/commands/c1", Some(&submit)).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("pending")));
+    let (status, body) = api.get("/v1/commands/c1", Some(&read)).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Health and metrics stay open.
+    assert_eq!(api.get("/healthz", None).await.0, 200);
+    assert_eq!(api.get("/metrics", None).await.0, 200);
+}
+
+#[tokio::test]
+async fn only_json_bodies_are_accepted() {
+    let (submit, _, tokens) = two_tokens();
+    let api = api(Some(tokens)).await;
+    let body = ns("c1", "h1", "shop").to_string();
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let (status, reply) = api
+            .send(
+                reqwest::Method::POST,
+                "/v1/commands",
+                Some(&submit),
+                content_type,
+                &body,
+            )
+            .await;
+        assert_eq!(
+            (status, code(&reply)),
+            (415, "unsupported_media_type"),
+            "{content_type:?}: {reply}"
+        );
+    }
+    let (status, reply) = api.get("/v1/commands/c1", Some(&submit)).await;
+    assert_eq!(
+        (status, code(&reply)),
+        (404, "command_not_found"),
+        "{reply}"
+    );
+    let json = Some("application/json; charset=utf-8");
+    let (status, reply) = api
+        .send(
+            reqwest::Method::POST,
+            "/v1/commands",
+            Some(&submit),
+            json,
+            &body,
+        )
+        .await;
+    assert_eq!(status, 202, "{reply}");
+}
+
+#[tokio::test]
+async fn without_tokens_a_loopback_api_is_open_but_still_json_only() {
+    let api = api(None).await;
+    let (status, body) = api.get("/v1/hosts", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = api
+        .send(
+            reqwest::Method::POST,
+            "/v1/commands",
+            None,
+            Some("text/plain"),
+            &ns("c1", "h1", "shop").to_string(),
+        )
+        .await;
+    assert_eq!((status, code(&body)), (415, "unsupported_media_type"));
+    let (status, body) = api.post(None, &ns("c1", "h1", "shop")).await;
+    assert_eq!(status, 202, "{body}");
+}
+
+#[tokio::test]
+async fn an_id_is_bound_to_its_content() {
+    let (submit, _, tokens) = two_tokens();
+    let api = api(Some(tokens)).await;
+    let token = Some(submit.as_str());
+    let first = ns("c1", "h1", "shop");
+    assert_eq!(api.post(token, &first).await.0, 202);
+
+    // The same content again, with an issued_at of its own: an idempotent re-publish.
+    let mut again = first.clone();
+    again["issued_at"] = json!("2026-11-30T12:00:00Z");
+    let (status, body) = api.post(token, &again).await;
+    assert_eq!((status, body["host"].as_str()), (202, Some("h1")), "{body}");
+
+    for other in [
+        ns("c1", "h2", "shop"),
+        ns("c1", "h1", "other"),
+        json!({"id": "c1", "host": "h1", "op": "delete_namespace", "namespace": "shop"}),
+    ] {
+        let (status, body) = api.post(token, &other).await;
+        assert_eq!(
+            (status, code(&body)),
+            (409, "id_conflict"),
+            "{other}: {body}"
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("c1"),
+            "{body}"
+        );
+    }
+    // The id still names the first command.
+    let (status, body) = api.get("/v1/commands/c1", token).await;
+    assert_eq!((status, body["host"].as_str()), (200, Some("h1")), "{body}");
+}
+
+#[tokio::test]
+async fn the_client_says_plainly_when_the_token_is_missing_or_too_weak() {
+    use capstan_coordinator::client::{Client, ClientError};
+    let (submit, read, tokens) = two_tokens();
+    let api = api(Some(tokens)).await;
+    let command = ns("c1", "h1", "shop");
+
+    let err = Client::new(&api.base, None)
+        .get("/v1/hosts")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Unauthorized { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("401") && text.contains("--token-file") && text.contains("CAPSTAN_TOKEN"),
+        "{text}"
+    );
+
+    let reader = Client::new(&api.base, Some(read));
+    assert!(reader.get("/v1/hosts").await.is_ok());
+    let err = reader.post("/v1/commands", &command).await.unwrap_err();
+    assert!(matches!(err, ClientError::Forbidden { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("403") && text.contains("`submit` token"),
+        "{text}"
+    );
+
+    let accepted = Client::new(&api.base, Some(submit))
+        .post("/v1/commands", &command)
+        .await
+        .expect("a submit token submits");
+    assert_eq!(accepted["id"], "c1");
+}

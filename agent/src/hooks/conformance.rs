@@ -1,6 +1,7 @@
 //! The hook conformance rules, each its own test, against the real executor, log and
 //! sim driver with a scripted [`HookRunner`] (the exec runner and crashes are covered
-//! end to end in `tests/tests/e2e/hooks/`).
+//! end to end in `tests/tests/e2e/hooks/`). The hardening rules (commands that change
+//! nothing, what compensation may revoke, timed-out owners) are in [`hardening`].
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;
@@ -27,6 +28,8 @@ struct Fake {
     script: Mutex<HashMap<(String, Phase), Act>>,
     /// (owner, phase, compensating), in call order.
     calls: Mutex<Vec<(String, Phase, bool)>>,
+    /// Every request, in call order.
+    requests: Mutex<Vec<HookRequest>>,
     called: tokio::sync::Notify,
 }
 
@@ -52,6 +55,7 @@ impl Fake {
 
     fn clear(&self) {
         self.calls.lock().unwrap().clear();
+        self.requests.lock().unwrap().clear();
     }
 }
 
@@ -66,6 +70,7 @@ impl HookRunner for Fake {
             .lock()
             .unwrap()
             .push((owner.name.clone(), request.phase, request.compensating));
+        self.requests.lock().unwrap().push(request.clone());
         self.called.notify_waiters();
         let key = (owner.name.clone(), request.phase);
         let act = self.script.lock().unwrap().get(&key).cloned();
@@ -540,3 +545,5 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
     assert_eq!(rig.r1().state, BackendState::Running);
     assert_eq!(rig.r1().env["TOKEN"], "opaque-again");
 }
+
+mod hardening;

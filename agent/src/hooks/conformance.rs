@@ -21,6 +21,8 @@ enum Act {
     /// Fail this many times (then succeed with an empty reply).
     Fail(u32),
     Hang,
+    /// Fail this way every time.
+    Break(CallFailure),
 }
 
 #[derive(Default)]
@@ -86,6 +88,7 @@ impl HookRunner for Fake {
                 Err(CallFailure::Exit)
             }
             Some(Act::Hang) => std::future::pending().await,
+            Some(Act::Break(failure)) => Err(failure),
         }
     }
 }
@@ -391,7 +394,8 @@ async fn a_revocation_failure_stops_teardown_and_a_retry_finishes_it() {
 }
 
 #[tokio::test]
-async fn cancelling_mid_preparation_revokes_every_completed_owner_under_a_fresh_budget() {
+async fn cancelling_mid_preparation_revokes_the_cut_owner_and_every_completed_one_under_a_fresh_budget(
+) {
     let rig = rig(&["a", "b", "c"]);
     rig.staged().await;
     rig.fake.on("c", BeforeWorkloadStart, Act::Hang);
@@ -439,9 +443,11 @@ async fn cancelling_mid_preparation_revokes_every_completed_owner_under_a_fresh_
     assert_eq!(
         undo,
         vec![
+            ("c".into(), BeforeWorkloadStop, true),
             ("b".into(), BeforeWorkloadStop, true),
             ("a".into(), BeforeWorkloadStop, true)
-        ]
+        ],
+        "the cancelled owner may have granted: compensated first"
     );
     assert_eq!(rig.r1().starts, 0);
 }
@@ -468,7 +474,7 @@ async fn the_cleanup_budget_bounds_compensation_that_hangs() {
 }
 
 #[tokio::test]
-async fn a_hook_that_hangs_is_cut_at_its_timeout_and_counts_as_failed() {
+async fn a_hook_that_hangs_is_cut_at_its_timeout_counts_as_failed_and_is_compensated() {
     let owners = vec![
         owner("a", Duration::from_secs(30)),
         owner("slow", Duration::from_millis(100)),
@@ -482,7 +488,11 @@ async fn a_hook_that_hangs_is_cut_at_its_timeout_and_counts_as_failed() {
     assert!(e
         .message
         .starts_with("before_workload_start hook of owner slow timed out"));
-    assert_eq!(rig.fake.calls_in(BeforeWorkloadStop), names(&["a"]));
+    assert_eq!(
+        rig.fake.calls_in(BeforeWorkloadStop),
+        names(&["slow", "a"]),
+        "the timed-out owner may have granted: compensated first"
+    );
     let failed = rig
         .base
         .executor

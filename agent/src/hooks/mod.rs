@@ -191,6 +191,18 @@ pub enum CallFailure {
 }
 
 impl CallFailure {
+    /// Whether the owner may have granted despite the failure, so a preparing call that
+    /// failed this way is compensated too: a call cut short (timeout, cancellation) may
+    /// have granted before it was killed, and one whose reply was invalid said it
+    /// succeeded (exit 0). An owner that could not be reached granted nothing, and one
+    /// that reported failure cleans up its own partial work.
+    pub fn may_have_granted(self) -> bool {
+        matches!(
+            self,
+            CallFailure::Timeout | CallFailure::Cancelled | CallFailure::Reply
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CallFailure::Spawn => "could not be started or reached",

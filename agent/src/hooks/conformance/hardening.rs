@@ -77,3 +77,76 @@ async fn a_failed_activation_of_r2_compensates_r2_never_the_running_r1() {
     );
     assert_eq!(rig.r1().state, BackendState::Running, "r1 keeps running");
 }
+
+#[tokio::test]
+async fn an_owner_that_replied_invalidly_is_compensated_one_that_failed_or_was_unreachable_is_not()
+{
+    for (failure, undo) in [
+        (CallFailure::Reply, names(&["b", "a"])),
+        (CallFailure::Exit, names(&["a"])),
+        (CallFailure::Spawn, names(&["a"])),
+    ] {
+        let rig = rig(&["a", "b"]);
+        rig.staged().await;
+        rig.fake.on("b", BeforeWorkloadStart, Act::Break(failure));
+        let r = rig.activate("a1").await;
+        assert_eq!(r.error.unwrap().code, ErrorCode::HookFailed, "{failure:?}");
+        assert_eq!(rig.fake.calls_in(BeforeWorkloadStop), undo, "{failure:?}");
+        assert_eq!(rig.r1().starts, 0);
+    }
+}
+
+#[tokio::test]
+async fn after_a_crash_an_owner_recorded_as_cancelled_is_compensated_too() {
+    let rig = rig(&["a", "b", "c"]);
+    let log = rig.base.executor.log();
+    let (id, phase) = ("c1".to_string(), BeforeWorkloadStart);
+    let mut events = Vec::new();
+    for (owner, code) in [
+        ("a", None),
+        ("b", Some(ErrorCode::Cancelled)),
+        ("c", Some(ErrorCode::HookFailed)),
+    ] {
+        let (command_id, owner) = (id.clone(), owner.to_string());
+        events.push(Event::HookStarted {
+            command_id: command_id.clone(),
+            phase,
+            owner: owner.clone(),
+        });
+        events.push(match code {
+            None => Event::HookSucceeded {
+                command_id,
+                phase,
+                owner,
+            },
+            Some(code) => Event::HookFailed {
+                command_id,
+                phase,
+                owner,
+                code,
+            },
+        });
+    }
+    log.append_durable(&events).await.unwrap();
+    let history = log.for_command(&id).unwrap();
+    let fake = Arc::new(Fake::default());
+    let owners = ["a", "b", "c"].map(|n| owner(n, Duration::from_secs(30)));
+    let hooks = Hooks::new(owners.to_vec(), fake.clone());
+    let ctx = super::super::HookContext {
+        host: testkit::HOST.into(),
+        command_id: id,
+        namespace: "ns".into(),
+        workload: Some("web".into()),
+        revision: Some("r1".into()),
+    };
+    let e = hooks
+        .recover_interrupted(log, &ctx, &history)
+        .await
+        .unwrap();
+    assert_eq!(e.unwrap().code(), ErrorCode::Interrupted);
+    assert_eq!(
+        fake.calls_in(BeforeWorkloadStop),
+        names(&["b", "a"]),
+        "b was cut short and may have granted; c reported failure"
+    );
+}

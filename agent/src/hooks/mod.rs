@@ -34,8 +34,12 @@ pub use capstan_common::Phase;
 pub enum HookKind {
     /// A process per call: argv[0] is an existing executable.
     Exec { argv: Vec<String> },
-    /// A NATS request on `subject` of the server at `url`.
-    Nats { url: String, subject: String },
+    /// A NATS request on `subject` of the server `nats` connects to (its `url`, with
+    /// its credentials and TLS settings).
+    Nats {
+        nats: Box<capstan_common::nats::NatsConfig>,
+        subject: String,
+    },
 }
 
 /// One configured hook owner.

@@ -58,8 +58,8 @@ enum Cmd {
     /// Carry out commands from FILE (JSON lines; `-` = stdin), one result line each.
     /// Exit 0 when every command succeeded, 1 when any failed or was rejected,
     /// 3 when the log is degraded and nothing was done, 143 (SIGTERM) or 130 (SIGINT)
-    /// when stopped: the command in flight is cancelled (its hooks cut short and
-    /// compensated), its result printed, and the rest of the input left unread.
+    /// when stopped: the command in flight has its hooks cut short (and compensated),
+    /// its result is printed, and no further input line is carried out.
     Apply {
         /// Run this driver instead of the config's (sim, docker, …).
         #[arg(long)]

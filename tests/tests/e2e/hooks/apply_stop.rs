@@ -1,6 +1,6 @@
 //! `capstan-agent apply` stops like `run`: SIGTERM or SIGINT cancels the command in
-//! flight (its hooks are cut short and compensated), prints its result, leaves the
-//! rest of the input unread and exits 143 / 130.
+//! flight (its hooks are cut short and compensated), prints its result, carries out
+//! no further input line and exits 143 / 130.
 
 use super::{rollout, web};
 use capstan_tests::agent::Agent;

@@ -147,6 +147,7 @@ pub fn system_hostname() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::HookKind;
 
     #[test]
     fn unknown_keys_are_named() {
@@ -225,5 +226,61 @@ mod tests {
             AgentConfig::load(Some(&path)),
             Err(ConfigError::Host(_))
         ));
+    }
+
+    #[test]
+    fn a_nats_hooks_connection_settings_are_validated_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "p\n").unwrap();
+        let hook = |nats: &str| {
+            format!(
+                "[[hooks]]\nname = \"vault\"\nkind = \"nats\"\nsubject = \"vault.hooks\"\nphases = [\"before_workload_start\"]\n{nats}"
+            )
+        };
+        let load = |text: String| {
+            std::fs::write(&path, text).unwrap();
+            AgentConfig::load(Some(&path))
+        };
+        let good = format!(
+            "[hooks.nats]\nurl = \"nats://10.0.0.2:4222\"\nuser = \"h1\"\npassword_file = {:?}\n",
+            secret.display().to_string()
+        );
+        let c = load(hook(&good)).unwrap();
+        let HookKind::Nats { nats, .. } = &c.hook_owners[0].kind else {
+            panic!("{:?}", c.hook_owners[0])
+        };
+        assert_eq!(
+            (nats.url.as_str(), nats.user.as_deref()),
+            ("nats://10.0.0.2:4222", Some("h1"))
+        );
+        for (nats, says) in [
+            ("[hooks.nats]\nuser = \"h1\"\n", "exactly one of `password`"),
+            (
+                "[hooks.nats]\nuser = \"h1\"\npassword_file = \"/no/such/secret\"\n",
+                "/no/such/secret",
+            ),
+            (
+                "[hooks.nats]\nnkey_seed_file = \"/no/such/seed\"\n",
+                "/no/such/seed",
+            ),
+            (
+                "[hooks.nats]\ntls_cert_file = \"/etc/hostname\"\n",
+                "go together",
+            ),
+            ("url = \"nats://a:4222\"\n[hooks.nats]\n", "not both"),
+            ("[hooks.nats]\npasword = \"p\"\n", "pasword"),
+        ] {
+            let err = load(hook(nats)).unwrap_err();
+            let mut text = err.to_string();
+            let mut source = std::error::Error::source(&err);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            assert!(text.contains(says), "{nats}: {text}");
+            assert!(!text.contains("\"p\\n\""), "no password in errors");
+        }
     }
 }

@@ -57,7 +57,9 @@ enum LogFormat {
 enum Cmd {
     /// Carry out commands from FILE (JSON lines; `-` = stdin), one result line each.
     /// Exit 0 when every command succeeded, 1 when any failed or was rejected,
-    /// 3 when the log is degraded and nothing was done.
+    /// 3 when the log is degraded and nothing was done, 143 (SIGTERM) or 130 (SIGINT)
+    /// when stopped: the command in flight has its hooks cut short (and compensated),
+    /// its result is printed, and no further input line is carried out.
     Apply {
         /// Run this driver instead of the config's (sim, docker, …).
         #[arg(long)]
@@ -203,38 +205,87 @@ async fn start(ctx: &Context) -> anyhow::Result<Executor> {
 }
 
 async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode> {
+    // First, so that a signal during startup is handled after it, not fatal.
+    let stopped = stop_signal()?;
     let executor = start(ctx).await?;
-    let input: Box<dyn BufRead> = if file == Path::new("-") {
-        Box::new(std::io::stdin().lock())
+    let input: Box<dyn BufRead + Send> = if file == Path::new("-") {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
         Box::new(std::io::BufReader::new(
             std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?,
         ))
     };
+    let mut lines = read_lines(input);
     let degraded = executor.log().degraded().cloned();
     let mut out = std::io::stdout().lock();
     let mut all_ok = true;
-    for line in input.split(b'\n') {
-        let line = line.context("cannot read input")?;
-        let text = String::from_utf8_lossy(&line);
+    tokio::pin!(stopped);
+    let mut signal = None;
+    loop {
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            s = &mut stopped => {
+                signal = Some(s);
+                break;
+            }
+        };
+        let Some(line) = line else { break };
+        let text = line.context("cannot read input")?;
         if text.trim().is_empty() {
             continue;
         }
         // A degraded log answers every line `rejected`/`log_degraded` and writes nothing.
-        let result = executor.submit(&text).await;
+        let submit = executor.submit(&text);
+        tokio::pin!(submit);
+        let result = tokio::select! {
+            r = &mut submit => r,
+            s = &mut stopped => {
+                // Cut the command's hooks short; it compensates under the fresh
+                // cleanup budget and completes `cancelled`.
+                signal = Some(s);
+                executor.shutdown_token().cancel();
+                submit.await
+            }
+        };
         all_ok &= result.outcome == Outcome::Succeeded;
         serde_json::to_writer(&mut out, &result)?;
         out.write_all(b"\n")?;
         out.flush()?;
+        if signal.is_some() {
+            break;
+        }
     }
     executor.log().flush()?;
-    Ok(if degraded.is_some() {
+    Ok(if let Some(signal) = signal {
+        tracing::info!(
+            "stopped by {}; the rest of the input was not read",
+            signal.name()
+        );
+        ExitCode::from(signal.exit_code())
+    } else if degraded.is_some() {
         ExitCode::from(3)
     } else if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Reads `input` line by line on its own thread (a blocking read must not hold up a
+/// signal), so that `apply` can stop between lines.
+fn read_lines(
+    input: Box<dyn BufRead + Send>,
+) -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in input.split(b'\n') {
+            let line = line.map(|l| String::from_utf8_lossy(&l).into_owned());
+            if tx.blocking_send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
@@ -279,17 +330,44 @@ fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
     }
 }
 
+/// The signal that stopped the agent.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Term,
+    Int,
+}
+
+impl Stop {
+    fn name(self) -> &'static str {
+        match self {
+            Stop::Term => "SIGTERM",
+            Stop::Int => "SIGINT",
+        }
+    }
+
+    /// `apply`'s exit code after a stop: 128 + the signal's number, as a shell reports
+    /// a process the signal ended (143, 130), but reached by a clean exit.
+    fn exit_code(self) -> u8 {
+        match self {
+            Stop::Term => 143,
+            Stop::Int => 130,
+        }
+    }
+}
+
 /// Installs the SIGTERM/SIGINT handlers now (so a signal sent as soon as the agent
 /// says it is ready is never lost to the default action) and returns the wait.
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     Ok(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
-        }
+        let stop = tokio::select! {
+            _ = term.recv() => Stop::Term,
+            _ = int.recv() => Stop::Int,
+        };
+        tracing::info!("{}: stopping", stop.name());
+        stop
     })
 }
 

@@ -3,7 +3,7 @@
 //! observes and lists the actions that converge the host; [`shutdown_sweep`] lists what
 //! a graceful stop must stop. The executor performs what these return.
 
-use crate::intent::{Intent, RevisionState, RunIntent};
+use crate::intent::{Intent, RevisionState, RunIntent, WorkloadIntent};
 use capstan_common::{DriverKind, ErrorCode, Op, Spec};
 use capstan_driver::{BackendState, Observed};
 
@@ -47,6 +47,30 @@ pub enum Step {
         workload: String,
         revision: String,
     },
+    /// Nothing to do: the command asks for what already is (activating the revision
+    /// that is active and running, starting a workload that runs). No hook and no
+    /// driver call; the command completes `succeeded` with no effect event.
+    AlreadyRunning {
+        namespace: String,
+        workload: String,
+        revision: String,
+    },
+}
+
+/// True when intent says `revision` is `w`'s active revision and runs: running intent
+/// and no failure to reach it since it last started.
+fn runs(w: &WorkloadIntent, revision: &str) -> bool {
+    w.intent == RunIntent::Running
+        && w.failed.is_none()
+        && w.active_revision.as_deref() == Some(revision)
+}
+
+fn already_running(namespace: &str, workload: &str, revision: &str) -> Result<Step, Refusal> {
+    Ok(Step::AlreadyRunning {
+        namespace: namespace.into(),
+        workload: workload.into(),
+        revision: revision.into(),
+    })
 }
 
 /// Why an accepted command cannot be carried out.
@@ -166,6 +190,9 @@ pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refu
                 );
             }
             runs_on(driver, revision, &r.spec)?;
+            if runs(w, revision) {
+                return already_running(namespace, workload, revision);
+            }
             Ok(Step::Activate {
                 namespace: namespace.clone(),
                 workload: workload.clone(),
@@ -205,6 +232,9 @@ pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refu
                 message: format!("workload {namespace}/{workload} has no active revision to start"),
             })?;
             runs_on(driver, revision, spec)?;
+            if runs(w, revision) {
+                return already_running(namespace, workload, revision);
+            }
             Ok(Step::Start {
                 namespace: namespace.clone(),
                 workload: workload.clone(),

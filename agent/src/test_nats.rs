@@ -19,6 +19,11 @@ impl Drop for Server {
 
 /// Starts a server and waits until it accepts connections.
 pub async fn server() -> Server {
+    server_with(&[]).await
+}
+
+/// [`server`], with more nats-server arguments (`--user U --pass P`, …).
+pub async fn server_with(args: &[&str]) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -28,6 +33,7 @@ pub async fn server() -> Server {
     let child = std::process::Command::new("nats-server")
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(store.path())
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -8,8 +8,9 @@ use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The `[nats]` section of agent and coordinator configs.
-#[derive(Debug, Clone, Deserialize)]
+/// The `[nats]` section of agent and coordinator configs (and `[hooks.nats]` of a
+/// `nats` hook owner in the agent's).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
     /// Server URL(s), comma-separated: `nats://127.0.0.1:4222`, `tls://…`.
@@ -112,6 +113,21 @@ impl NatsConfig {
         if let Some(prefix) = inbox_prefix {
             options = options.custom_inbox_prefix(prefix);
         }
+        self.authenticate(options)
+            .await?
+            .connect(self.url.as_str())
+            .await
+            .map_err(|source| NatsError::Connect {
+                url: self.url.clone(),
+                source,
+            })
+    }
+
+    /// Checks what can be checked without a server, for a config load to report:
+    /// at most one of `user`, `nkey_seed_file` and `creds_file`; a `user` has exactly
+    /// one of `password` and `password_file`; `tls_cert_file` and `tls_key_file` go
+    /// together; every file named can be read.
+    pub fn validate(&self) -> Result<(), NatsError> {
         let methods = [
             self.user.is_some(),
             self.nkey_seed_file.is_some(),
@@ -122,15 +138,44 @@ impl NatsConfig {
                 "choose one of `user`, `nkey_seed_file` and `creds_file`".into(),
             ));
         }
+        let passwords = [self.password.is_some(), self.password_file.is_some()];
+        if self.user.is_some() != (passwords.iter().filter(|p| **p).count() == 1) {
+            return Err(NatsError::Config(
+                "`user` needs exactly one of `password` and `password_file`".into(),
+            ));
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err(NatsError::Config(
+                "`tls_cert_file` and `tls_key_file` go together".into(),
+            ));
+        }
+        let files = [
+            &self.password_file,
+            &self.nkey_seed_file,
+            &self.creds_file,
+            &self.tls_ca_file,
+            &self.tls_cert_file,
+            &self.tls_key_file,
+        ];
+        for f in files.into_iter().flatten() {
+            read(f)?;
+        }
+        Ok(())
+    }
+
+    /// `options` with this config's credentials and TLS settings, after
+    /// [`NatsConfig::validate`]: what [`NatsConfig::connect`] uses, for a caller that
+    /// needs other connection behaviour (hook owners: no retry on the first connect).
+    pub async fn authenticate(
+        &self,
+        mut options: async_nats::ConnectOptions,
+    ) -> Result<async_nats::ConnectOptions, NatsError> {
+        self.validate()?;
         if let Some(user) = &self.user {
             let password = match (&self.password, &self.password_file) {
-                (Some(p), None) => p.clone(),
+                (Some(p), _) => p.clone(),
                 (None, Some(f)) => read(f)?,
-                _ => {
-                    return Err(NatsError::Config(
-                        "`user` needs exactly one of `password` and `password_file`".into(),
-                    ))
-                }
+                (None, None) => String::new(),
             };
             options = options.user_and_password(user.clone(), password);
         }
@@ -149,25 +194,10 @@ impl NatsConfig {
         if let Some(ca) = &self.tls_ca_file {
             options = options.add_root_certificates(ca.clone());
         }
-        match (&self.tls_cert_file, &self.tls_key_file) {
-            (Some(cert), Some(key)) => {
-                options = options.add_client_certificate(cert.clone(), key.clone());
-            }
-            (None, None) => {}
-            _ => {
-                return Err(NatsError::Config(
-                    "`tls_cert_file` and `tls_key_file` go together".into(),
-                ))
-            }
+        if let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
         }
-        options = options.require_tls(self.require_tls);
-        options
-            .connect(self.url.as_str())
-            .await
-            .map_err(|source| NatsError::Connect {
-                url: self.url.clone(),
-                source,
-            })
+        Ok(options.require_tls(self.require_tls))
     }
 }
 

@@ -10,7 +10,9 @@
 //! `activate_revision` and `start_workload` run `before_workload_start` first and hand
 //! the accepted launch env to the driver; `stop_workload` and `retire_revision` run
 //! `before_workload_stop`, and `delete_namespace` `before_namespace_delete`, before the
-//! driver touches anything.
+//! driver touches anything. A command that changes nothing (activating the running
+//! revision, starting what runs) is decided as [`Step::AlreadyRunning`]: no hooks, no
+//! driver call, no effect event.
 
 use crate::event::{Cause, Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
@@ -320,6 +322,10 @@ impl Executor {
         let hooks = &self.hooks;
         let log = &self.log;
         match &step {
+            Step::AlreadyRunning { .. } => {
+                tracing::info!(command_id = %id, "already running: no hooks, no driver call");
+                Ok(None)
+            }
             Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await,
             Step::EnsureNamespace { .. } => {
                 let effect = self.perform(id, step, &LaunchEnv::new()).await?;
@@ -397,6 +403,7 @@ impl Executor {
     ) -> Result<Option<Event>, StepError> {
         let by = || Cause::Command(id.to_string());
         Ok(Some(match step {
+            Step::AlreadyRunning { .. } => return Ok(None),
             Step::EnsureNamespace { namespace } => {
                 self.driver.ensure_namespace(&namespace).await?;
                 Event::NamespaceReady {
@@ -570,6 +577,11 @@ fn step_target(step: &Step) -> (String, Option<String>, Option<String>) {
             ..
         }
         | Step::Retire {
+            namespace,
+            workload,
+            revision,
+        }
+        | Step::AlreadyRunning {
             namespace,
             workload,
             revision,

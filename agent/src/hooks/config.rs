@@ -2,6 +2,7 @@
 //! load. Every error names the hook (and the offending phase or executable).
 
 use super::{HookKind, HookOwner, Phase, DEFAULT_TIMEOUT};
+use capstan_common::nats::{NatsConfig, NatsError};
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt as _;
@@ -25,8 +26,13 @@ pub struct HookConfig {
     pub argv: Vec<String>,
     /// `nats`: the request/reply subject (no wildcards).
     pub subject: Option<String>,
-    /// `nats`: the server, e.g. `nats://127.0.0.1:4222`.
+    /// `nats`: the server, e.g. `nats://127.0.0.1:4222`, when it needs no credentials
+    /// (else `url` goes in `[hooks.nats]`).
     pub url: Option<String>,
+    /// `nats`: the connection with credentials and TLS: the same keys as the agent's
+    /// `[nats]` section (`url`, `user` + `password`/`password_file`, `nkey_seed_file`,
+    /// `creds_file`, `tls_ca_file`, `tls_cert_file` + `tls_key_file`, `require_tls`).
+    pub nats: Option<NatsConfig>,
     /// Seconds (fractions allowed) before a call is killed and counts as failed.
     pub timeout: Option<f64>,
     /// The phases this owner takes part in (at least one).
@@ -48,9 +54,15 @@ pub enum HookConfigError {
     RepeatedPhase { hook: String, phase: Phase },
     #[error("hook {hook:?}: unknown kind {kind:?} (expected exec or nats)")]
     UnknownKind { hook: String, kind: String },
-    #[error("hook {0:?}: nats hooks need `url` and a `subject` without wildcards or spaces (and no `argv`)")]
+    #[error("hook {0:?}: nats hooks need `url` or a `[hooks.nats]` table (not both) and a `subject` without wildcards or spaces (and no `argv`)")]
     Nats(String),
-    #[error("hook {0:?}: exec hooks need a non-empty `argv` (and no `subject` or `url`)")]
+    #[error("hook {hook:?}: invalid `[hooks.nats]` connection settings")]
+    NatsConnection {
+        hook: String,
+        #[source]
+        source: NatsError,
+    },
+    #[error("hook {0:?}: exec hooks need a non-empty `argv` (and no `subject`, `url` or `[hooks.nats]`)")]
     Argv(String),
     #[error("hook {hook:?}: executable {path:?} not found or not executable")]
     Executable { hook: String, path: PathBuf },
@@ -126,7 +138,7 @@ pub fn owners(configs: &[HookConfig]) -> Result<Vec<HookOwner>, HookConfigError>
         };
         let kind = match c.kind.as_str() {
             "exec" => {
-                if c.argv.is_empty() || c.subject.is_some() || c.url.is_some() {
+                if c.argv.is_empty() || c.subject.is_some() || c.url.is_some() || c.nats.is_some() {
                     return Err(HookConfigError::Argv(name));
                 }
                 let program = resolve(&c.argv[0]).ok_or_else(|| HookConfigError::Executable {
@@ -137,17 +149,30 @@ pub fn owners(configs: &[HookConfig]) -> Result<Vec<HookOwner>, HookConfigError>
                 argv[0] = program.to_string_lossy().into_owned();
                 HookKind::Exec { argv }
             }
-            "nats" => match (&c.url, &c.subject) {
-                (Some(url), Some(subject))
-                    if c.argv.is_empty() && !url.is_empty() && valid_subject(subject) =>
-                {
-                    HookKind::Nats {
+            "nats" => {
+                let nats = match (&c.url, &c.nats) {
+                    (Some(url), None) if !url.is_empty() => NatsConfig {
                         url: url.clone(),
-                        subject: subject.clone(),
+                        ..NatsConfig::default()
+                    },
+                    (None, Some(nats)) if !nats.url.is_empty() => nats.clone(),
+                    _ => return Err(HookConfigError::Nats(name)),
+                };
+                match &c.subject {
+                    Some(subject) if c.argv.is_empty() && valid_subject(subject) => {
+                        nats.validate()
+                            .map_err(|source| HookConfigError::NatsConnection {
+                                hook: name.clone(),
+                                source,
+                            })?;
+                        HookKind::Nats {
+                            nats: Box::new(nats),
+                            subject: subject.clone(),
+                        }
                     }
+                    _ => return Err(HookConfigError::Nats(name)),
                 }
-                _ => return Err(HookConfigError::Nats(name)),
-            },
+            }
             other => {
                 return Err(HookConfigError::UnknownKind {
                     hook: name,
@@ -176,6 +201,7 @@ mod tests {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             subject: None,
             url: None,
+            nats: None,
             timeout: None,
             phases: phases.iter().map(|s| s.to_string()).collect(),
         }

@@ -1,6 +1,7 @@
 //! The hook conformance rules, each its own test, against the real executor, log and
 //! sim driver with a scripted [`HookRunner`] (the exec runner and crashes are covered
-//! end to end in `tests/tests/e2e/hooks/`).
+//! end to end in `tests/tests/e2e/hooks/`). The hardening rules (commands that change
+//! nothing, what compensation may revoke, timed-out owners) are in [`hardening`].
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;
@@ -20,6 +21,8 @@ enum Act {
     /// Fail this many times (then succeed with an empty reply).
     Fail(u32),
     Hang,
+    /// Fail this way every time.
+    Break(CallFailure),
 }
 
 #[derive(Default)]
@@ -27,6 +30,8 @@ struct Fake {
     script: Mutex<HashMap<(String, Phase), Act>>,
     /// (owner, phase, compensating), in call order.
     calls: Mutex<Vec<(String, Phase, bool)>>,
+    /// Every request, in call order.
+    requests: Mutex<Vec<HookRequest>>,
     called: tokio::sync::Notify,
 }
 
@@ -52,6 +57,7 @@ impl Fake {
 
     fn clear(&self) {
         self.calls.lock().unwrap().clear();
+        self.requests.lock().unwrap().clear();
     }
 }
 
@@ -66,6 +72,7 @@ impl HookRunner for Fake {
             .lock()
             .unwrap()
             .push((owner.name.clone(), request.phase, request.compensating));
+        self.requests.lock().unwrap().push(request.clone());
         self.called.notify_waiters();
         let key = (owner.name.clone(), request.phase);
         let act = self.script.lock().unwrap().get(&key).cloned();
@@ -81,6 +88,7 @@ impl HookRunner for Fake {
                 Err(CallFailure::Exit)
             }
             Some(Act::Hang) => std::future::pending().await,
+            Some(Act::Break(failure)) => Err(failure),
         }
     }
 }
@@ -386,7 +394,8 @@ async fn a_revocation_failure_stops_teardown_and_a_retry_finishes_it() {
 }
 
 #[tokio::test]
-async fn cancelling_mid_preparation_revokes_every_completed_owner_under_a_fresh_budget() {
+async fn cancelling_mid_preparation_revokes_the_cut_owner_and_every_completed_one_under_a_fresh_budget(
+) {
     let rig = rig(&["a", "b", "c"]);
     rig.staged().await;
     rig.fake.on("c", BeforeWorkloadStart, Act::Hang);
@@ -434,9 +443,11 @@ async fn cancelling_mid_preparation_revokes_every_completed_owner_under_a_fresh_
     assert_eq!(
         undo,
         vec![
+            ("c".into(), BeforeWorkloadStop, true),
             ("b".into(), BeforeWorkloadStop, true),
             ("a".into(), BeforeWorkloadStop, true)
-        ]
+        ],
+        "the cancelled owner may have granted: compensated first"
     );
     assert_eq!(rig.r1().starts, 0);
 }
@@ -463,7 +474,7 @@ async fn the_cleanup_budget_bounds_compensation_that_hangs() {
 }
 
 #[tokio::test]
-async fn a_hook_that_hangs_is_cut_at_its_timeout_and_counts_as_failed() {
+async fn a_hook_that_hangs_is_cut_at_its_timeout_counts_as_failed_and_is_compensated() {
     let owners = vec![
         owner("a", Duration::from_secs(30)),
         owner("slow", Duration::from_millis(100)),
@@ -477,7 +488,11 @@ async fn a_hook_that_hangs_is_cut_at_its_timeout_and_counts_as_failed() {
     assert!(e
         .message
         .starts_with("before_workload_start hook of owner slow timed out"));
-    assert_eq!(rig.fake.calls_in(BeforeWorkloadStop), names(&["a"]));
+    assert_eq!(
+        rig.fake.calls_in(BeforeWorkloadStop),
+        names(&["slow", "a"]),
+        "the timed-out owner may have granted: compensated first"
+    );
     let failed = rig
         .base
         .executor
@@ -540,3 +555,5 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
     assert_eq!(rig.r1().state, BackendState::Running);
     assert_eq!(rig.r1().env["TOKEN"], "opaque-again");
 }
+
+mod hardening;

@@ -8,15 +8,50 @@ use std::collections::BTreeMap;
 /// The most entries a launch environment may hold.
 pub const MAX_ENTRIES: usize = 64;
 
-/// Names a launch environment may never set.
+/// Names a launch environment may never set (docs/hooks.md has the table of why):
+/// the process's own layout, loaders and interpreters that run or load code named by a
+/// variable, proxies and trust stores that redirect or intercept traffic, shell
+/// variables that change how scripts parse or trace, and the agent's own settings.
 const RESERVED: &[&str] = &[
+    // the process layout
     "HOME",
     "PATH",
     "TMPDIR",
+    // interpreter code injection
     "NODE_OPTIONS",
     "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PERL5LIB",
+    "PERL5OPT",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    // libc loading
+    "GCONV_PATH",
+    "LOCPATH",
+    // shells
     "BASH_ENV",
     "ENV",
+    "IFS",
+    "SHELL",
+    "SHELLOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    // traffic: proxies and trust stores
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "FTP_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    // logging and tracing
     "LOG_FORMAT",
     "RUST_LOG",
 ];
@@ -143,6 +178,26 @@ mod tests {
         assert_eq!(check(&[(&too_long, "opaque-x")]), Err(BadName));
         let too_long = format!("opaque-a{}", "b".repeat(128));
         assert_eq!(check(&[("T", &too_long)]), Err(BadValue));
+    }
+
+    #[test]
+    fn proxies_trust_stores_interpreters_and_shell_variables_are_reserved() {
+        let names = "HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY FTP_PROXY \
+            PYTHONPATH PYTHONSTARTUP PYTHONHOME PERL5LIB PERL5OPT RUBYOPT RUBYLIB \
+            JAVA_TOOL_OPTIONS _JAVA_OPTIONS JDK_JAVA_OPTIONS CLASSPATH GCONV_PATH LOCPATH \
+            SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE IFS SHELL SHELLOPTS PS4 PROMPT_COMMAND \
+            HOME PATH TMPDIR NODE_OPTIONS NODE_PATH BASH_ENV ENV LOG_FORMAT RUST_LOG \
+            XDG_CONFIG_HOME LD_LIBRARY_PATH DYLD_INSERT_LIBRARIES OTEL_EXPORTER_OTLP_ENDPOINT \
+            CAPSTAN_HOST";
+        for name in names.split_whitespace() {
+            assert_eq!(
+                check(&[(name, "opaque-x")]),
+                Err(EnvRejection::Reserved),
+                "{name}"
+            );
+        }
+        // Only the exact names: a longer name that merely starts with one is fine.
+        assert!(check(&[("HTTP_PROXY_TOKEN", "opaque-x"), ("SHELLX", "opaque-x")]).is_ok());
     }
 
     #[test]

@@ -34,8 +34,12 @@ pub use capstan_common::Phase;
 pub enum HookKind {
     /// A process per call: argv[0] is an existing executable.
     Exec { argv: Vec<String> },
-    /// A NATS request on `subject` of the server at `url`.
-    Nats { url: String, subject: String },
+    /// A NATS request on `subject` of the server `nats` connects to (its `url`, with
+    /// its credentials and TLS settings).
+    Nats {
+        nats: Box<capstan_common::nats::NatsConfig>,
+        subject: String,
+    },
 }
 
 /// One configured hook owner.
@@ -191,6 +195,18 @@ pub enum CallFailure {
 }
 
 impl CallFailure {
+    /// Whether the owner may have granted despite the failure, so a preparing call that
+    /// failed this way is compensated too: a call cut short (timeout, cancellation) may
+    /// have granted before it was killed, and one whose reply was invalid said it
+    /// succeeded (exit 0). An owner that could not be reached granted nothing, and one
+    /// that reported failure cleans up its own partial work.
+    pub fn may_have_granted(self) -> bool {
+        matches!(
+            self,
+            CallFailure::Timeout | CallFailure::Cancelled | CallFailure::Reply
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CallFailure::Spawn => "could not be started or reached",

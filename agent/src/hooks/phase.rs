@@ -4,7 +4,9 @@
 //! - Preparing phases call owners in config order. When one fails (or is cancelled,
 //!   or times out), the owners that completed are compensated with the matching
 //!   revoking phase, in reverse, under a fresh budget that no cancellation can cut
-//!   short; the failing owner is not called (it cleans up its own partial work).
+//!   short. The failing owner is compensated too (first) when it may have granted:
+//!   it timed out, was cancelled or replied invalidly; one that reported failure or
+//!   could not be reached is not called (it cleans up its own partial work).
 //! - Revoking phases call owners in reverse config order and stop at the first
 //!   failure: the caller then keeps the runtime so a retry can finish the teardown.
 //! - After a crash, [`Hooks::recover_interrupted`] reads a command's records and
@@ -207,9 +209,11 @@ impl Hooks {
                     prepared.completed.push(i);
                 }
                 Err(failure) => {
-                    let aftermath = self
-                        .compensate(log, ctx, phase, &prepared.completed)
-                        .await?;
+                    let mut undo = prepared.completed;
+                    if failure.may_have_granted() {
+                        undo.push(i);
+                    }
+                    let aftermath = self.compensate(log, ctx, phase, &undo).await?;
                     return Err(PhaseError::Hook {
                         phase,
                         owner: self.owners()[i].name.clone(),
@@ -286,8 +290,8 @@ impl Hooks {
 
     /// For a command resumed after a crash, given its records so far: if a preparing
     /// phase had begun, compensates every owner whose preparing call began (it may
-    /// have granted even if its reply was lost) except one recorded as failed, and not
-    /// already compensated, and returns the error the command completes with. `None`
+    /// have granted even if its reply was lost) except one recorded as failed (not
+    /// cancelled), and not already compensated, and returns the error the command completes with. `None`
     /// when no preparing phase had begun: the command can simply be carried out.
     pub async fn recover_interrupted(
         &self,
@@ -311,7 +315,11 @@ impl Hooks {
                 .collect::<Vec<_>>()
         };
         let started = owners_where(started_of, Some(phase));
-        let failed = owners_where(failed_of, Some(phase));
+        // A call recorded as failed is skipped unless it was cancelled (cut short, it
+        // may have granted). A timeout or an invalid reply is recorded with the same
+        // code as a reported failure, so a crash between its `hook_failed` and its
+        // compensation (the first call the live path makes) leaves it uncompensated.
+        let failed = owners_where(failed_not_cancelled_of, Some(phase));
         let undone = owners_where(succeeded_of, undo);
         let mut todo = Vec::new();
         for name in &started {
@@ -340,9 +348,11 @@ fn started_of(e: &Event) -> Option<(Phase, &str)> {
     }
 }
 
-fn failed_of(e: &Event) -> Option<(Phase, &str)> {
+fn failed_not_cancelled_of(e: &Event) -> Option<(Phase, &str)> {
     match e {
-        Event::HookFailed { phase, owner, .. } => Some((*phase, owner)),
+        Event::HookFailed {
+            phase, owner, code, ..
+        } if *code != ErrorCode::Cancelled => Some((*phase, owner)),
         _ => None,
     }
 }

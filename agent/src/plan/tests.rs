@@ -264,3 +264,49 @@ fn shutdown_stops_only_running_intent_workloads_that_run() {
         "an agent shutdown leaves intent running"
     );
 }
+
+fn start_op() -> Op {
+    Op::StartWorkload {
+        namespace: "ns".into(),
+        workload: "web".into(),
+    }
+}
+
+#[test]
+fn activating_or_starting_what_already_runs_is_nothing_to_do() {
+    let intent = web_running_r1();
+    let nothing = Step::AlreadyRunning {
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: "r1".into(),
+    };
+    for op in [activate_op("r1"), start_op()] {
+        assert_eq!(decide(&intent, SIM, &op), Ok(nothing.clone()), "{op:?}");
+    }
+}
+
+#[test]
+fn a_stopped_or_failed_active_revision_is_started_for_real() {
+    let mut stopped_by_command = web_running_r1();
+    stopped_by_command.apply(4, &stopped(by("s1"), "r1"));
+    let mut failed = web_running_r1();
+    failed.apply(
+        4,
+        &crate::event::Event::WorkloadFailed {
+            cause: Cause::AgentStartup,
+            namespace: "ns".into(),
+            workload: "web".into(),
+            code: ErrorCode::BackendMissing,
+            message: "gone".into(),
+        },
+    );
+    for intent in [stopped_by_command, failed] {
+        let step = decide(&intent, SIM, &activate_op("r1")).unwrap();
+        assert!(
+            matches!(step, Step::Activate { previous: None, .. }),
+            "{step:?}"
+        );
+        let step = decide(&intent, SIM, &start_op()).unwrap();
+        assert!(matches!(step, Step::Start { .. }), "{step:?}");
+    }
+}

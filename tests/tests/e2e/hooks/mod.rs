@@ -1,5 +1,6 @@
 //! Lifecycle hooks with real exec hook scripts.
 
+mod apply_stop;
 mod crash;
 mod docker;
 mod exec;

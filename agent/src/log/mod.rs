@@ -297,7 +297,8 @@ impl Log {
         read(&self.tail.lock().expect("log lock").intent)
     }
 
-    /// Follows the log: the receiver sees the last appended seq change.
+    /// Follows the log: the receiver sees the last appended seq change. Monotonic:
+    /// it never goes back, and it ends at [`Log::last_seq`].
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.appended.subscribe()
     }
@@ -360,7 +361,16 @@ impl Log {
         }
         self.flusher.written(last);
         drop(tail);
-        self.appended.send_replace(last);
+        // Writers race from here: keep the maximum, so the watched seq never goes
+        // back and always ends at the last record (a follower waiting on it would
+        // otherwise miss the newest record until the next append).
+        self.appended.send_if_modified(|seen| {
+            let newer = last > *seen;
+            if newer {
+                *seen = last;
+            }
+            newer
+        });
         Ok(last)
     }
 
@@ -497,5 +507,7 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
     Ok(())
 }
 
+#[cfg(test)]
+mod hardening_tests;
 #[cfg(test)]
 mod tests;

@@ -131,6 +131,8 @@ pub struct Log {
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
+    /// Test seam: a reason here makes every flush fail with it.
+    flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
     degraded: Option<Corruption>,
@@ -218,7 +220,12 @@ impl Log {
             }
         }
         let flush_db = db.clone();
+        let flush_fault = std::sync::Arc::new(Mutex::new(None::<String>));
+        let fault = std::sync::Arc::clone(&flush_fault);
         let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
+            if let Some(reason) = fault.lock().expect("flush fault lock").clone() {
+                return Err(reason);
+            }
             flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
         });
         let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
@@ -237,6 +244,7 @@ impl Log {
             options,
             tail: Mutex::new(tail),
             flusher,
+            flush_fault,
             appended,
             degraded,
             _released: release::Released::new(dir),
@@ -286,6 +294,24 @@ impl Log {
         self.degraded.as_ref()
     }
 
+    /// Why the log could not be made durable, once a flush has failed. From then on
+    /// nothing is durable: appends fail (`log_failed`) until the agent restarts.
+    pub fn flush_failed(&self) -> Option<String> {
+        self.flusher.failed()
+    }
+
+    /// Whether the log takes writes: not degraded, and no flush has failed.
+    pub fn healthy(&self) -> bool {
+        self.degraded().is_none() && self.flush_failed().is_none()
+    }
+
+    /// Test support: every flush from now on fails with `reason`, as when the disk
+    /// fails under a running agent.
+    #[doc(hidden)]
+    pub fn inject_flush_failure(&self, reason: &str) {
+        *self.flush_fault.lock().expect("flush fault lock") = Some(reason.to_string());
+    }
+
     /// A copy of the current folded intent (for work that spans awaits).
     pub fn intent(&self) -> Intent {
         self.with_intent(Intent::clone)
@@ -314,6 +340,11 @@ impl Log {
     pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
         if let Some(c) = &self.degraded {
             return Err(LogError::Degraded(c.clone()));
+        }
+        // After a failed flush nothing is durable: writing more would only grow what a
+        // crash loses, and what a reader might take for recorded.
+        if let Some(reason) = self.flush_failed() {
+            return Err(LogError::Flush(reason));
         }
         let mut tail = self.tail.lock().expect("log lock");
         let at_ms = chrono::Utc::now().timestamp_millis();

@@ -116,3 +116,137 @@ fn a_record_far_larger_than_any_command_still_decodes() {
     assert_eq!(log.degraded(), None);
     assert_eq!(log.verify().unwrap(), 1);
 }
+
+/// A log of 11 records with snapshots at 4 and 8, whose snapshot at 8 was resealed
+/// over an intent without namespace `n0`: a valid hash, a valid anchor, a lie.
+pub(crate) fn log_with_a_forged_snapshot(dir: &std::path::Path) -> crate::intent::Intent {
+    let log = Log::open(dir, LogOptions { snapshot_every: 4 }).unwrap();
+    for i in 0..11 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    let stored = log.snapshots.get(seq_key(8)).unwrap().unwrap();
+    let (content, _) = codec::unseal(8, &stored).unwrap();
+    let mut body: serde_json::Value = serde_json::from_slice(&content[1..]).unwrap();
+    let namespaces = body["intent"]["namespaces"].as_object_mut().unwrap();
+    assert!(namespaces.remove("n0").is_some(), "{body}");
+    let mut forged = vec![content[0]];
+    serde_json::to_writer(&mut forged, &body).unwrap();
+    log.snapshots
+        .insert(seq_key(8), codec::seal(forged).0)
+        .unwrap();
+    log.flush().unwrap();
+    log.intent()
+}
+
+fn no_snapshots() -> LogOptions {
+    LogOptions {
+        snapshot_every: 1000,
+    }
+}
+
+#[test]
+fn verify_finds_a_resealed_forged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let honest = log_with_a_forged_snapshot(dir.path());
+    let log = Log::open(dir.path(), no_snapshots()).unwrap();
+    // Opening trusts the anchored snapshot: that is the point of verifying it.
+    assert!(log.degraded().is_none());
+    assert_ne!(log.intent(), honest);
+    match log.verify() {
+        Err(LogError::Corrupt(c)) => assert_eq!(
+            c,
+            Corruption {
+                seq: 8,
+                defect: Defect::SnapshotForged
+            }
+        ),
+        other => panic!("verify passed a forged snapshot: {other:?}"),
+    }
+}
+
+#[test]
+fn verify_finds_a_snapshot_anchored_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+        for i in 0..6 {
+            log.append(&[ready(&format!("n{i}"))]).unwrap();
+        }
+        // The snapshot at 4, copied under seq 5's key and seq: its anchor is 4's hash.
+        let stored = log.snapshots.get(seq_key(4)).unwrap().unwrap();
+        let (content, _) = codec::unseal(4, &stored).unwrap();
+        let mut body: serde_json::Value = serde_json::from_slice(&content[1..]).unwrap();
+        body["seq"] = 5.into();
+        let mut moved = vec![content[0]];
+        serde_json::to_writer(&mut moved, &body).unwrap();
+        log.snapshots
+            .insert(seq_key(5), codec::seal(moved).0)
+            .unwrap();
+        log.flush().unwrap();
+    }
+    let log = Log::open(dir.path(), no_snapshots()).unwrap();
+    assert!(matches!(
+        log.verify(),
+        Err(LogError::Corrupt(Corruption {
+            seq: 5,
+            defect: Defect::SnapshotUnanchored
+        }))
+    ));
+}
+
+#[test]
+fn honest_snapshots_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+    for i in 0..11 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    assert_eq!(log.verify().unwrap(), 11);
+}
+
+/// [`Log::verify_in_background`], three records at a time, without pauses.
+fn verify_in_chunks_of_3(log: &Arc<Log>) -> Result<Option<u64>, LogError> {
+    let pace = Pace {
+        chunk: 3,
+        pause: std::time::Duration::ZERO,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(Log::verify_in_background(Arc::clone(log), pace, stop))
+}
+
+#[test]
+fn the_background_verification_degrades_the_log_on_a_forged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    log_with_a_forged_snapshot(dir.path());
+    let log = Arc::new(Log::open(dir.path(), no_snapshots()).unwrap());
+    let result = verify_in_chunks_of_3(&log);
+    assert!(matches!(
+        result,
+        Err(LogError::Corrupt(Corruption { seq: 8, .. }))
+    ));
+    assert_eq!(
+        log.degraded().map(|c| c.defect),
+        Some(Defect::SnapshotForged)
+    );
+    assert!(matches!(
+        log.append(&[ready("x")]),
+        Err(LogError::Degraded(_))
+    ));
+    assert!(!log.healthy());
+}
+
+#[test]
+fn the_background_verification_of_an_honest_log_counts_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap());
+    for i in 0..12 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    let result = verify_in_chunks_of_3(&log);
+    assert_eq!(result.unwrap(), Some(12));
+    assert!(log.degraded().is_none());
+}

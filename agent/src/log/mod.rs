@@ -13,10 +13,15 @@
 //! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
 mod codec;
+mod error;
 mod flusher;
 mod release;
 mod snapshot;
 mod stored;
+mod verify;
+
+pub use error::{Corruption, Defect, LogError};
+pub use verify::Pace;
 
 #[cfg(test)]
 mod fixtures;
@@ -24,8 +29,8 @@ mod fixtures;
 use crate::event::{Event, Record};
 use crate::intent::Intent;
 use codec::Hash;
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-use std::path::{Path, PathBuf};
+use sled::transaction::{ConflictableTransactionError, Transactional};
+use std::path::Path;
 use std::sync::Mutex;
 
 /// How the log behaves; the defaults suit production.
@@ -39,77 +44,6 @@ impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             snapshot_every: 1024,
-        }
-    }
-}
-
-/// What is wrong with a stored record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Defect {
-    Truncated,
-    HashMismatch,
-    UnknownFormat(u8),
-    Undecodable,
-    /// Its key and its own seq disagree, or a seq is missing.
-    OutOfSequence,
-    /// Its `prev_hash` is not the previous record's hash.
-    ChainBroken,
-}
-
-impl std::fmt::Display for Defect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Defect::Truncated => f.write_str("stored record is truncated"),
-            Defect::HashMismatch => {
-                f.write_str("content does not match its hash (modified on disk)")
-            }
-            Defect::UnknownFormat(v) => write!(f, "unknown format version {v}"),
-            Defect::Undecodable => f.write_str("record cannot be decoded"),
-            Defect::OutOfSequence => f.write_str("record is out of sequence"),
-            Defect::ChainBroken => {
-                f.write_str("prev_hash does not match the previous record: the chain is broken")
-            }
-        }
-    }
-}
-
-/// The first bad record found. While a log has one, it is read-only.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("record {seq}: {defect}")]
-pub struct Corruption {
-    pub seq: u64,
-    pub defect: Defect,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LogError {
-    #[error("cannot open the log at {path}")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: sled::Error,
-    },
-    /// The log failed verification on open; it refuses writes.
-    #[error("the log is degraded and read-only")]
-    Degraded(#[source] Corruption),
-    /// Verification found a bad record.
-    #[error("the log failed verification")]
-    Corrupt(#[source] Corruption),
-    #[error("log storage failed")]
-    Storage(#[source] sled::Error),
-    #[error("cannot encode a log record")]
-    Encode(#[source] stored::StoredError),
-    #[error("cannot encode a snapshot")]
-    Snapshot(#[source] serde_json::Error),
-    #[error("the log could not be made durable: {0}")]
-    Flush(String),
-}
-
-impl From<TransactionError<()>> for LogError {
-    fn from(e: TransactionError<()>) -> Self {
-        match e {
-            TransactionError::Storage(s) => LogError::Storage(s),
-            TransactionError::Abort(()) => unreachable!("log transactions never abort"),
         }
     }
 }
@@ -135,7 +69,8 @@ pub struct Log {
     flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
-    degraded: Option<Corruption>,
+    /// Set on open, or later by the background verification; never cleared.
+    degraded: std::sync::OnceLock<Corruption>,
     /// Last: dropped after every sled handle above, it waits until sled has let go of
     /// the database, so the log can be opened again as soon as this one is dropped.
     _released: release::Released,
@@ -246,7 +181,7 @@ impl Log {
             flusher,
             flush_fault,
             appended,
-            degraded,
+            degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
             _released: release::Released::new(dir),
         })
     }
@@ -291,7 +226,7 @@ impl Log {
 
     /// Why the log is read-only, if it is.
     pub fn degraded(&self) -> Option<&Corruption> {
-        self.degraded.as_ref()
+        self.degraded.get()
     }
 
     /// Why the log could not be made durable, once a flush has failed. From then on
@@ -338,7 +273,7 @@ impl Log {
     /// Not yet durable: await [`Log::durable`] with the returned seq (or use
     /// [`Log::append_durable`]) before telling anyone.
     pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
-        if let Some(c) = &self.degraded {
+        if let Some(c) = self.degraded() {
             return Err(LogError::Degraded(c.clone()));
         }
         // After a failed flush nothing is durable: writing more would only grow what a
@@ -484,20 +419,6 @@ impl Log {
         Ok(out)
     }
 
-    /// Checks the whole chain from seq 1: every hash, every seq, every link. Returns
-    /// the number of records, or the first bad one.
-    pub fn verify(&self) -> Result<u64, LogError> {
-        let mut count = 0;
-        for item in Self::scan(&self.records, 0, 1, [0; 32]) {
-            match item {
-                Ok(_) => count += 1,
-                Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c)),
-                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
-            }
-        }
-        Ok(count)
-    }
-
     /// Flushes everything written so far (used on orderly shutdown).
     pub fn flush(&self) -> Result<(), LogError> {
         self.db.flush().map(|_| ()).map_err(LogError::Storage)
@@ -539,6 +460,6 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
 }
 
 #[cfg(test)]
-mod hardening_tests;
+pub(crate) mod hardening_tests;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,12 @@
 //! Reading a host's subject of `CAPSTAN_EVT` to its end, through a short-lived
-//! consumer. A read that cannot complete is an error, never a shorter answer: a fetch
-//! may end before the server delivered anything (a busy server, an expired pull, a
-//! `404 No Messages` to a pull that does not wait), and taking that for the end of the
-//! subject printed an empty audit log as the truth.
+//! consumer. A read that cannot complete is an error, never a shorter answer.
+//!
+//! async-nats' `fetch` is a pull that does not wait (`no_wait`): the server answers
+//! at once, and a `404 No Messages` (or a `408` when the pull expires) ends the batch
+//! without an error. Taking such an empty batch for the end of the subject turned a
+//! read on a busy server into an empty audit log printed as the truth. Now an empty
+//! batch while the consumer still has messages pending is retried with a pull that
+//! waits (`batch`, up to 2 s), and after [`EMPTY_FETCHES`] empty ones the read fails.
 
 use super::FleetError;
 use async_nats::jetstream::{self, consumer::pull, stream};
@@ -18,8 +22,9 @@ const EMPTY_FETCHES: u32 = 3;
 pub(super) trait Source {
     /// How many messages are still to be delivered.
     async fn pending(&mut self) -> Result<u64, FleetError>;
-    /// Up to `max` messages: how many arrived, and those that are JSON.
-    async fn fetch(&mut self, max: usize) -> Result<(u64, Vec<Value>), FleetError>;
+    /// Up to `max` messages: how many arrived, and those that are JSON. `wait`: the
+    /// server waits for messages (up to its expiry) instead of answering at once.
+    async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError>;
 }
 
 /// Reads every pending message, keeping those `keep` accepts, at most `limit`.
@@ -34,7 +39,10 @@ pub(super) async fn read_all(
     let mut out = Vec::new();
     while remaining > 0 && out.len() < limit {
         let (got, page) = source
-            .fetch(usize::try_from(remaining.min(256)).unwrap_or(256))
+            .fetch(
+                usize::try_from(remaining.min(256)).unwrap_or(256),
+                empty > 0,
+            )
             .await?;
         if got == 0 {
             // Not the end of the subject unless the consumer says so.
@@ -66,15 +74,24 @@ impl Source for Consumer {
         Ok(self.0.info().await.map_err(FleetError::nats)?.num_pending)
     }
 
-    async fn fetch(&mut self, max: usize) -> Result<(u64, Vec<Value>), FleetError> {
-        let mut batch = self
-            .0
-            .fetch()
-            .max_messages(max)
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await
-            .map_err(FleetError::nats)?;
+    async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError> {
+        let expires = Duration::from_secs(2);
+        let batch = if wait {
+            self.0
+                .batch()
+                .max_messages(max)
+                .expires(expires)
+                .messages()
+                .await
+        } else {
+            self.0
+                .fetch()
+                .max_messages(max)
+                .expires(expires)
+                .messages()
+                .await
+        };
+        let mut batch = batch.map_err(FleetError::nats)?;
         let (mut got, mut page) = (0, Vec::new());
         while let Some(m) = batch.next().await {
             let m = m.map_err(FleetError::nats)?;
@@ -125,13 +142,16 @@ mod tests {
     struct Script {
         pending: u64,
         pages: std::collections::VecDeque<Vec<Value>>,
+        /// Whether each fetch asked the server to wait.
+        waits: Vec<bool>,
     }
 
     impl Source for Script {
         async fn pending(&mut self) -> Result<u64, FleetError> {
             Ok(self.pending)
         }
-        async fn fetch(&mut self, max: usize) -> Result<(u64, Vec<Value>), FleetError> {
+        async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError> {
+            self.waits.push(wait);
             let page: Vec<Value> = self.pages.pop_front().unwrap_or_default();
             assert!(page.len() <= max);
             self.pending -= page.len() as u64;
@@ -149,6 +169,7 @@ mod tests {
         let mut source = Script {
             pending: 9,
             pages: Default::default(),
+            waits: Vec::new(),
         };
         let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000).await;
         match read {
@@ -167,11 +188,14 @@ mod tests {
         let mut source = Script {
             pending: 9,
             pages: [records(1..=4), vec![], records(5..=9)].into(),
+            waits: Vec::new(),
         };
         let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000)
             .await
             .unwrap();
         assert_eq!(read, records(1..=9));
+        // After the empty answer, the pull waits for the server.
+        assert_eq!(source.waits, [false, false, true]);
     }
 
     #[tokio::test]
@@ -179,6 +203,7 @@ mod tests {
         let mut source = Script {
             pending: 0,
             pages: Default::default(),
+            waits: Vec::new(),
         };
         let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000)
             .await

@@ -5,7 +5,7 @@ use super::stored;
 use sled::transaction::TransactionError;
 use std::path::PathBuf;
 
-/// What is wrong with a stored record.
+/// What is wrong with a stored record (or with the snapshot stored at its seq).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Defect {
     Truncated,
@@ -49,7 +49,7 @@ impl std::fmt::Display for Defect {
     }
 }
 
-/// The first bad record found. While a log has one, it is read-only.
+/// The first bad record (or snapshot) found. While a log has one, it is read-only.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("record {seq}: {defect}")]
 pub struct Corruption {
@@ -65,10 +65,10 @@ pub enum LogError {
         #[source]
         source: sled::Error,
     },
-    /// The log failed verification on open; it refuses writes.
+    /// The log failed verification (on open, or in the background); it refuses writes.
     #[error("the log is degraded and read-only")]
     Degraded(#[source] Corruption),
-    /// Verification found a bad record.
+    /// Verification found a bad record or snapshot.
     #[error("the log failed verification")]
     Corrupt(#[source] Corruption),
     #[error("log storage failed")]

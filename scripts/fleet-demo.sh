@@ -80,12 +80,24 @@ step demo-act '"op":"activate_revision","namespace":"shop","workload":"web","rev
 echo "== one command in full"
 "$bin/capstan" status demo-act.h1
 echo "== hosts"
-# Beats follow the log within 250 ms: wait until both report all 9 records.
-for _ in $(seq 1 100); do [ "$("$bin/capstan" hosts | grep -c 'alive .* 9$')" = 2 ] && break; sleep 0.1; done
+# Beats follow the log within 250 ms: wait until both report all 9 records; never go
+# on without them (the audit logs below would be short, and look like the truth).
+synced=
+for _ in $(seq 1 100); do [ "$("$bin/capstan" hosts | grep -c 'alive .* 9$')" = 2 ] && synced=1 && break; sleep 0.1; done
 "$bin/capstan" hosts
+[ -n "$synced" ] || { echo "the hosts did not report their 9 records" >&2; exit 1; }
 for host in h1 h2; do
   echo "== audit log of $host (from CAPSTAN_EVT)"
-  "$bin/capstan" log "$host"
+  # The outbox publishes after the log: wait until the stream has all 9 records (a
+  # read that cannot complete fails the script, never prints a shorter log).
+  audit=
+  for _ in $(seq 1 100); do
+    audit=$("$bin/capstan" log "$host")
+    [ "$(printf '%s\n' "$audit" | grep -c .)" -ge 9 ] && break
+    sleep 0.1
+  done
+  printf '%s\n' "$audit"
+  [ "$(printf '%s\n' "$audit" | grep -c .)" -ge 9 ] || { echo "the audit log of $host is incomplete" >&2; exit 1; }
 done
 echo "== intent of h1 (asked over NATS)"
 "$bin/capstan" intent h1

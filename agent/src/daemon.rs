@@ -3,7 +3,8 @@
 //!
 //! Up: supervision first (an exit during startup must be seen) → [`startup`]
 //! (finish what the log shows as begun, reconcile the host) → the transport (new
-//! commands come last).
+//! commands come last) → the background verification of the whole log (opening
+//! checked only the tail after the newest snapshot, and trusted that snapshot).
 //!
 //! Down ([`Daemon::stop`]): cancel hooks in flight (their owners compensate under a
 //! fresh budget, so the command being carried out ends promptly) → stop taking
@@ -12,7 +13,7 @@
 
 use crate::config::ShutdownMode;
 use crate::executor::{Executor, SweepReport};
-use crate::log::LogError;
+use crate::log::{Log, LogError, Pace};
 use crate::supervise::{Backoff, Supervisor};
 use crate::transport::{HostInfo, Transport};
 use capstan_common::nats::{NatsConfig, NatsError};
@@ -20,9 +21,18 @@ use capstan_common::signing::Policy;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// How long a stopping agent waits for the outbox to publish the last records.
 pub const OUTBOX_DRAIN: Duration = Duration::from_secs(5);
+
+/// The background verification's I/O bound: this many records, then a pause.
+pub const VERIFY_PACE: Pace = Pace {
+    chunk: 1024,
+    pause: Duration::from_millis(10),
+};
+
+type Verification = JoinHandle<Result<Option<u64>, LogError>>;
 
 /// Finishes what the log shows as begun, then reconciles the host to intent. A
 /// degraded log is left alone: the agent refuses to act on it.
@@ -97,6 +107,32 @@ pub struct Daemon {
     transport: Option<Transport>,
     shutdown: ShutdownMode,
     shutdown_concurrency: usize,
+    verification: Option<Verification>,
+    /// Stops the verification when the daemon stops or is dropped.
+    stop_verification: Option<DropGuard>,
+}
+
+/// Verifies the whole log (records and snapshots) in the background, at
+/// [`VERIFY_PACE`]; a failure degrades the log (see [`Log::verify_in_background`]).
+fn verify_in_background(log: &Arc<Log>) -> (Verification, DropGuard) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Log::verify_in_background(
+        Arc::clone(log),
+        VERIFY_PACE,
+        stop.clone(),
+    ));
+    let task = tokio::spawn(async move {
+        let result = task.await.expect("the log verification panicked");
+        match &result {
+            Ok(Some(records)) => tracing::info!(records, "background log verification passed"),
+            Ok(None) => tracing::debug!("background log verification stopped"),
+            // A bad record or snapshot is logged (and degrades the log) where found.
+            Err(LogError::Corrupt(_)) => {}
+            Err(e) => tracing::warn!(error = %e, "background log verification could not run"),
+        }
+        result
+    });
+    (task, stop.drop_guard())
 }
 
 impl Daemon {
@@ -116,13 +152,31 @@ impl Daemon {
             }
             None => None,
         };
+        let (verification, stop_verification) = match executor.log().degraded() {
+            Some(_) => (None, None),
+            None => {
+                let (task, guard) = verify_in_background(executor.log());
+                (Some(task), Some(guard))
+            }
+        };
         Ok(Daemon {
             executor,
             supervisor,
             transport,
             shutdown: settings.shutdown,
             shutdown_concurrency: settings.shutdown_concurrency,
+            verification,
+            stop_verification,
         })
+    }
+
+    /// Waits for the background verification of the log to end: the number of records
+    /// it checked, `None` if it was stopped; or why it failed (the log is then
+    /// degraded). `None` when it did not run (a log degraded on open) or was waited
+    /// for already.
+    pub async fn verification(&mut self) -> Option<Result<Option<u64>, LogError>> {
+        let task = self.verification.take()?;
+        Some(task.await.expect("the log verification task panicked"))
     }
 
     pub fn executor(&self) -> &Arc<Executor> {
@@ -138,6 +192,9 @@ impl Daemon {
     /// configured shutdown mode (the operator's `--leave-running`).
     pub async fn stop(mut self, mode: Option<ShutdownMode>) -> Result<StopReport, DaemonError> {
         self.executor.shutdown_token().cancel();
+        // Stop the verification and wait for its chunk in flight (it holds the log).
+        drop(self.stop_verification.take());
+        let _ = self.verification().await;
         if let Some(t) = &mut self.transport {
             t.stop_commands().await;
         }

@@ -19,6 +19,8 @@ pub mod transport;
 #[cfg(test)]
 mod executor_tests;
 #[cfg(test)]
+mod flush_failure_tests;
+#[cfg(test)]
 mod test_nats;
 #[cfg(test)]
 mod testkit;

@@ -49,6 +49,10 @@ pub fn record_msg_id(host: &str, seq: u64) -> String {
 /// The RPC verbs an agent answers.
 pub const RPC_VERBS: &[&str] = &["ping", "status", "intent", "log"];
 
+fn yes() -> bool {
+    true
+}
+
 /// One entry of the host registry (`capstan_hosts`, key = host).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostBeat {
@@ -61,6 +65,16 @@ pub struct HostBeat {
     pub capabilities: serde_json::Value,
     /// The seq of the last record in its log.
     pub last_seq: u64,
+    /// False while its log takes no writes (every command is refused): `degraded` or
+    /// `log_failed` says why. Entries of older agents, without it, read as true.
+    #[serde(default = "yes")]
+    pub healthy: bool,
+    /// Why the log is degraded (read-only after a bad record), if it is.
+    #[serde(default)]
+    pub degraded: Option<String>,
+    /// Why the log could not be made durable (a failed flush), if it could not.
+    #[serde(default)]
+    pub log_failed: Option<String>,
     /// When the agent wrote this entry.
     pub at: chrono::DateTime<chrono::Utc>,
 }

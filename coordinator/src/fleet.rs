@@ -4,7 +4,7 @@
 //! a hash of the content the id is bound to, and where in `CAPSTAN_EVT` to start
 //! looking), also in NATS, so any number of coordinators can serve the same fleet.
 
-use async_nats::jetstream::{self, consumer::pull, kv, stream};
+use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
 use capstan_common::nats::{self as cnats, NatsError, Retention};
 use capstan_common::signing::Signer;
@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::sync::OnceCell;
+
+mod read;
+use read::read_subject;
 
 /// What can go wrong serving a request; each maps to one HTTP status and code.
 #[derive(Debug, thiserror::Error)]
@@ -404,58 +407,6 @@ fn new_id() -> Result<String, FleetError> {
     let mut bytes = [0u8; 8];
     getrandom::getrandom(&mut bytes).map_err(|e| FleetError::Nats(e.to_string()))?;
     Ok(format!("c-{}", capstan_common::signing::to_hex(&bytes)))
-}
-
-/// Reads the messages of `subject` from stream sequence `from` to the current end
-/// through a short-lived consumer, keeping those `keep` accepts, at most `limit`.
-async fn read_subject(
-    stream: &stream::Stream,
-    subject: &str,
-    from: u64,
-    keep: impl Fn(&Value) -> bool,
-    limit: usize,
-) -> Result<Vec<Value>, FleetError> {
-    let mut consumer = stream
-        .create_consumer(pull::Config {
-            filter_subject: subject.to_string(),
-            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: from.max(1),
-            },
-            ack_policy: jetstream::consumer::AckPolicy::None,
-            inactive_threshold: Duration::from_secs(30),
-            memory_storage: true,
-            ..Default::default()
-        })
-        .await
-        .map_err(FleetError::nats)?;
-    let info = consumer.info().await.map_err(FleetError::nats)?.clone();
-    let mut remaining = info.num_pending;
-    let mut out = Vec::new();
-    while remaining > 0 && out.len() < limit {
-        let mut batch = consumer
-            .fetch()
-            .max_messages(remaining.min(256) as usize)
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await
-            .map_err(FleetError::nats)?;
-        let mut got = 0;
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(FleetError::nats)?;
-            got += 1;
-            remaining -= 1;
-            if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
-                if keep(&v) && out.len() < limit {
-                    out.push(v);
-                }
-            }
-        }
-        if got == 0 {
-            break;
-        }
-    }
-    let _ = stream.delete_consumer(&info.name).await;
-    Ok(out)
 }
 
 /// A command's status from its events, in log order.

@@ -183,3 +183,59 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
     let published = stream.info().await.unwrap().state.messages;
     assert_eq!(published, last, "the outbox drained every record");
 }
+
+#[tokio::test]
+async fn the_background_verification_degrades_a_log_with_a_forged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join("log");
+    crate::log::hardening_tests::log_with_a_forged_snapshot(&log_dir);
+    let options = crate::log::LogOptions {
+        snapshot_every: 1000,
+    };
+    let log = Arc::new(crate::log::Log::open(&log_dir, options).unwrap());
+    assert!(log.degraded().is_none(), "opening trusts the snapshot");
+    let sim =
+        Arc::new(capstan_driver::sim::SimDriver::open(dir.path(), SimConfig::default()).unwrap());
+    let executor = Arc::new(Executor::new(HOST, log, sim));
+    let mut daemon = Daemon::start(
+        Arc::clone(&executor),
+        settings(ShutdownMode::LeaveRunning, None),
+    )
+    .await
+    .unwrap();
+    let verification = daemon.verification().await;
+    assert!(
+        matches!(verification, Some(Err(LogError::Corrupt(_)))),
+        "{verification:?}"
+    );
+    assert_eq!(
+        executor.log().degraded().map(|c| (c.seq, c.defect)),
+        Some((8, crate::log::Defect::SnapshotForged))
+    );
+    let ns = Op::EnsureNamespace {
+        namespace: "late".into(),
+    };
+    let r = executor.execute(command("late", ns)).await;
+    assert_eq!(r.outcome, Outcome::Rejected, "{r:?}");
+    assert_eq!(
+        r.error.unwrap().code,
+        capstan_common::ErrorCode::LogDegraded
+    );
+    daemon.stop(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_background_verification_passes_an_honest_log() {
+    let rig = given_two_running(SimConfig::default()).await;
+    let records = rig.executor.log().last_seq();
+    let mut daemon = Daemon::start(
+        Arc::clone(&rig.executor),
+        settings(ShutdownMode::LeaveRunning, None),
+    )
+    .await
+    .unwrap();
+    let verified = daemon.verification().await.unwrap().unwrap().unwrap();
+    assert!(verified >= records, "{verified} < {records}");
+    assert!(rig.executor.log().degraded().is_none());
+    daemon.stop(None).await.unwrap();
+}

@@ -240,6 +240,10 @@ impl Executor {
                 }])
                 .await?;
         } else {
+            // Act only on what is recorded: records still in memory after a failed
+            // flush (a redelivery after `log_failed`) are not.
+            let last = history.iter().map(|r| r.seq).max().unwrap_or(0);
+            self.log.durable(last).await?;
             tracing::info!(command_id = %id, "resuming a command the log shows as begun");
         }
         // A crash after the effect was logged but before completion: only complete.

@@ -87,6 +87,11 @@ impl Flusher {
         self.shared.0.lock().expect("flusher lock").flushes
     }
 
+    /// Why a flush failed, once one has: nothing written since is durable.
+    pub fn failed(&self) -> Option<String> {
+        self.shared.0.lock().expect("flusher lock").failed.clone()
+    }
+
     /// Waits until `seq` is durable. A writer announced by [`Flusher::arriving`] hands
     /// its guard in here, so it stops holding the flush back the moment it waits.
     pub async fn durable(&self, seq: u64, arrived: Option<Arriving<'_>>) -> Result<(), String> {

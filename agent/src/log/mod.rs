@@ -13,10 +13,15 @@
 //! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
 mod codec;
+mod error;
 mod flusher;
 mod release;
 mod snapshot;
 mod stored;
+mod verify;
+
+pub use error::{Corruption, Defect, LogError};
+pub use verify::Pace;
 
 #[cfg(test)]
 mod fixtures;
@@ -24,8 +29,8 @@ mod fixtures;
 use crate::event::{Event, Record};
 use crate::intent::Intent;
 use codec::Hash;
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-use std::path::{Path, PathBuf};
+use sled::transaction::{ConflictableTransactionError, Transactional};
+use std::path::Path;
 use std::sync::Mutex;
 
 /// How the log behaves; the defaults suit production.
@@ -39,77 +44,6 @@ impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             snapshot_every: 1024,
-        }
-    }
-}
-
-/// What is wrong with a stored record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Defect {
-    Truncated,
-    HashMismatch,
-    UnknownFormat(u8),
-    Undecodable,
-    /// Its key and its own seq disagree, or a seq is missing.
-    OutOfSequence,
-    /// Its `prev_hash` is not the previous record's hash.
-    ChainBroken,
-}
-
-impl std::fmt::Display for Defect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Defect::Truncated => f.write_str("stored record is truncated"),
-            Defect::HashMismatch => {
-                f.write_str("content does not match its hash (modified on disk)")
-            }
-            Defect::UnknownFormat(v) => write!(f, "unknown format version {v}"),
-            Defect::Undecodable => f.write_str("record cannot be decoded"),
-            Defect::OutOfSequence => f.write_str("record is out of sequence"),
-            Defect::ChainBroken => {
-                f.write_str("prev_hash does not match the previous record: the chain is broken")
-            }
-        }
-    }
-}
-
-/// The first bad record found. While a log has one, it is read-only.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("record {seq}: {defect}")]
-pub struct Corruption {
-    pub seq: u64,
-    pub defect: Defect,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LogError {
-    #[error("cannot open the log at {path}")]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: sled::Error,
-    },
-    /// The log failed verification on open; it refuses writes.
-    #[error("the log is degraded and read-only")]
-    Degraded(#[source] Corruption),
-    /// Verification found a bad record.
-    #[error("the log failed verification")]
-    Corrupt(#[source] Corruption),
-    #[error("log storage failed")]
-    Storage(#[source] sled::Error),
-    #[error("cannot encode a log record")]
-    Encode(#[source] stored::StoredError),
-    #[error("cannot encode a snapshot")]
-    Snapshot(#[source] serde_json::Error),
-    #[error("the log could not be made durable: {0}")]
-    Flush(String),
-}
-
-impl From<TransactionError<()>> for LogError {
-    fn from(e: TransactionError<()>) -> Self {
-        match e {
-            TransactionError::Storage(s) => LogError::Storage(s),
-            TransactionError::Abort(()) => unreachable!("log transactions never abort"),
         }
     }
 }
@@ -131,9 +65,12 @@ pub struct Log {
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
+    /// Test seam: a reason here makes every flush fail with it.
+    flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
-    degraded: Option<Corruption>,
+    /// Set on open, or later by the background verification; never cleared.
+    degraded: std::sync::OnceLock<Corruption>,
     /// Last: dropped after every sled handle above, it waits until sled has let go of
     /// the database, so the log can be opened again as soon as this one is dropped.
     _released: release::Released,
@@ -218,7 +155,12 @@ impl Log {
             }
         }
         let flush_db = db.clone();
+        let flush_fault = std::sync::Arc::new(Mutex::new(None::<String>));
+        let fault = std::sync::Arc::clone(&flush_fault);
         let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
+            if let Some(reason) = fault.lock().expect("flush fault lock").clone() {
+                return Err(reason);
+            }
             flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
         });
         let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
@@ -237,8 +179,9 @@ impl Log {
             options,
             tail: Mutex::new(tail),
             flusher,
+            flush_fault,
             appended,
-            degraded,
+            degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
             _released: release::Released::new(dir),
         })
     }
@@ -283,7 +226,25 @@ impl Log {
 
     /// Why the log is read-only, if it is.
     pub fn degraded(&self) -> Option<&Corruption> {
-        self.degraded.as_ref()
+        self.degraded.get()
+    }
+
+    /// Why the log could not be made durable, once a flush has failed. From then on
+    /// nothing is durable: appends fail (`log_failed`) until the agent restarts.
+    pub fn flush_failed(&self) -> Option<String> {
+        self.flusher.failed()
+    }
+
+    /// Whether the log takes writes: not degraded, and no flush has failed.
+    pub fn healthy(&self) -> bool {
+        self.degraded().is_none() && self.flush_failed().is_none()
+    }
+
+    /// Test support: every flush from now on fails with `reason`, as when the disk
+    /// fails under a running agent.
+    #[doc(hidden)]
+    pub fn inject_flush_failure(&self, reason: &str) {
+        *self.flush_fault.lock().expect("flush fault lock") = Some(reason.to_string());
     }
 
     /// A copy of the current folded intent (for work that spans awaits).
@@ -297,7 +258,8 @@ impl Log {
         read(&self.tail.lock().expect("log lock").intent)
     }
 
-    /// Follows the log: the receiver sees the last appended seq change.
+    /// Follows the log: the receiver sees the last appended seq change. Monotonic:
+    /// it never goes back, and it ends at [`Log::last_seq`].
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.appended.subscribe()
     }
@@ -311,8 +273,13 @@ impl Log {
     /// Not yet durable: await [`Log::durable`] with the returned seq (or use
     /// [`Log::append_durable`]) before telling anyone.
     pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
-        if let Some(c) = &self.degraded {
+        if let Some(c) = self.degraded() {
             return Err(LogError::Degraded(c.clone()));
+        }
+        // After a failed flush nothing is durable: writing more would only grow what a
+        // crash loses, and what a reader might take for recorded.
+        if let Some(reason) = self.flush_failed() {
+            return Err(LogError::Flush(reason));
         }
         let mut tail = self.tail.lock().expect("log lock");
         let at_ms = chrono::Utc::now().timestamp_millis();
@@ -360,7 +327,16 @@ impl Log {
         }
         self.flusher.written(last);
         drop(tail);
-        self.appended.send_replace(last);
+        // Writers race from here: keep the maximum, so the watched seq never goes
+        // back and always ends at the last record (a follower waiting on it would
+        // otherwise miss the newest record until the next append).
+        self.appended.send_if_modified(|seen| {
+            let newer = last > *seen;
+            if newer {
+                *seen = last;
+            }
+            newer
+        });
         Ok(last)
     }
 
@@ -443,20 +419,6 @@ impl Log {
         Ok(out)
     }
 
-    /// Checks the whole chain from seq 1: every hash, every seq, every link. Returns
-    /// the number of records, or the first bad one.
-    pub fn verify(&self) -> Result<u64, LogError> {
-        let mut count = 0;
-        for item in Self::scan(&self.records, 0, 1, [0; 32]) {
-            match item {
-                Ok(_) => count += 1,
-                Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c)),
-                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
-            }
-        }
-        Ok(count)
-    }
-
     /// Flushes everything written so far (used on orderly shutdown).
     pub fn flush(&self) -> Result<(), LogError> {
         self.db.flush().map(|_| ()).map_err(LogError::Storage)
@@ -497,5 +459,7 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
     Ok(())
 }
 
+#[cfg(test)]
+pub(crate) mod hardening_tests;
 #[cfg(test)]
 mod tests;

@@ -7,11 +7,15 @@
 //! fresh one when that replay was long). So the snapshot format may change at any time
 //! by bumping [`VERSION`]; no upcaster, no fixture.
 //!
+//! Opening trusts the newest anchored snapshot; [`super::verify`] checks every one
+//! against the records (anchor and intent), so a forged snapshot is found by `log
+//! verify` and by the daemon's background verification.
+//!
 //! The body is the intent's JSON (self-describing): a field added to `Spec` (or a
 //! `#[serde(default)]` field added to the intent) does not invalidate snapshots.
 
 use super::codec::{self, Hash};
-use super::{key_seq, seq_key, LogError};
+use super::{key_seq, seq_key, Defect, LogError};
 use crate::intent::Intent;
 use serde::{Deserialize, Serialize};
 
@@ -40,12 +44,23 @@ struct SnapshotRef<'a> {
 
 /// A stored snapshot, if it is intact and of this build's version.
 fn open(key_seq: u64, stored: &[u8]) -> Option<Snapshot> {
-    let (content, _) = codec::unseal(key_seq, stored).ok()?;
-    let (&version, body) = content.split_first()?;
+    check(key_seq, stored).ok().flatten()
+}
+
+/// A stored snapshot, read strictly (for verification): `Ok(None)` when it is of
+/// another version (ignored by design), [`Defect::SnapshotDamaged`] when its seal is
+/// broken or its body is not a snapshot of the seq it is stored under.
+pub fn check(key_seq: u64, stored: &[u8]) -> Result<Option<Snapshot>, Defect> {
+    let (content, _) = codec::unseal(key_seq, stored).map_err(|_| Defect::SnapshotDamaged)?;
+    let (&version, body) = content.split_first().ok_or(Defect::SnapshotDamaged)?;
     if version != VERSION {
-        return None;
+        return Ok(None);
     }
-    serde_json::from_slice(body).ok()
+    let snap: Snapshot = serde_json::from_slice(body).map_err(|_| Defect::SnapshotDamaged)?;
+    if snap.seq != key_seq {
+        return Err(Defect::SnapshotDamaged);
+    }
+    Ok(Some(snap))
 }
 
 /// The newest usable snapshot: intact, of this version, and anchored to its record

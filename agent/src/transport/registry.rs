@@ -46,14 +46,7 @@ pub async fn run(
         if let Some(b) = &bucket {
             let sent_seq = *appended.borrow_and_update();
             sent = Some(sent_seq);
-            let beat = HostBeat {
-                host: info.host.clone(),
-                version: info.version.clone(),
-                drivers: info.drivers.clone(),
-                capabilities: info.capabilities.clone(),
-                last_seq: sent_seq,
-                at: chrono::Utc::now(),
-            };
+            let beat = beat(&info, &log, sent_seq);
             let body = serde_json::to_vec(&beat).expect("beats serialise");
             match b.put(info.host.as_str(), body.into()).await {
                 Ok(_) if failing => {
@@ -89,5 +82,21 @@ pub async fn run(
             }
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// This host's entry: what it runs, how far its log is, and whether the log takes
+/// writes.
+pub fn beat(info: &HostInfo, log: &Log, last_seq: u64) -> HostBeat {
+    HostBeat {
+        host: info.host.clone(),
+        version: info.version.clone(),
+        drivers: info.drivers.clone(),
+        capabilities: info.capabilities.clone(),
+        last_seq,
+        healthy: log.healthy(),
+        degraded: log.degraded().map(ToString::to_string),
+        log_failed: log.flush_failed(),
+        at: chrono::Utc::now(),
     }
 }

@@ -123,6 +123,26 @@ fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
         .collect()
 }
 
+/// An answer that is not what was asked for is an error, never printed as the truth
+/// (an empty log, an empty intent).
+fn expect_events(page: &Value) -> anyhow::Result<Vec<Value>> {
+    match page["events"].as_array() {
+        Some(events) => Ok(events.clone()),
+        None => anyhow::bail!("the coordinator's answer has no events: {page}"),
+    }
+}
+
+/// The agent's intent, or an error when the answer is not one (an error reply, `{}`).
+fn expect_intent(intent: Value) -> anyhow::Result<Value> {
+    if let Some(error) = intent.get("error") {
+        anyhow::bail!("the agent answered with an error: {error}");
+    }
+    if !intent["applied_seq"].is_u64() {
+        anyhow::bail!("the agent's answer is not an intent: {intent}");
+    }
+    Ok(intent)
+}
+
 fn print(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
     if json {
         println!("{value}");
@@ -287,6 +307,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Intent { host } => {
             let intent = client.get(&format!("/v1/hosts/{host}/intent")).await?;
+            let intent = expect_intent(intent)?;
             print(json, &intent, |v| {
                 serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
             });
@@ -300,7 +321,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             let page = client
                 .get(&format!("/v1/hosts/{host}/events?since={since}"))
                 .await?;
-            let events = page["events"].as_array().cloned().unwrap_or_default();
+            let events = expect_events(&page)?;
             let mut out = std::io::stdout().lock();
             for e in &events {
                 if json {
@@ -421,4 +442,26 @@ async fn rollout(
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_that_is_not_an_intent_is_an_error() {
+        assert!(expect_intent(json!({})).is_err());
+        let error = json!({"error": {"code": "log_unreadable", "message": "m"}});
+        assert!(expect_intent(error).is_err());
+        let intent = json!({"applied_seq": 9, "namespaces": {}, "workloads": {}});
+        assert_eq!(expect_intent(intent.clone()).unwrap(), intent);
+    }
+
+    #[test]
+    fn a_page_without_events_is_an_error_not_an_empty_log() {
+        assert!(expect_events(&json!({})).is_err());
+        assert!(expect_events(&json!({"host": "h1", "events": []}))
+            .unwrap()
+            .is_empty());
+    }
 }

@@ -48,8 +48,23 @@ pub enum StoredError {
     UnknownFormat(u8),
 }
 
+/// The most bytes decoding one record may claim. bincode reads lengths from the
+/// input and allocates what they say: a damaged length (even under a valid hash,
+/// if resealed) must give an undecodable record, not an allocation failure. Far
+/// above the largest legitimate record (a command is at most 256 KiB of JSON, and a
+/// record carries it once, with its spec).
+pub const DECODE_LIMIT: usize = 16 << 20;
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
+}
+
+fn decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<DECODE_LIMIT>,
+> {
+    config().with_limit::<DECODE_LIMIT>()
 }
 
 /// `[CURRENT][body]` of a record.
@@ -94,8 +109,8 @@ pub fn decode(stored: &[u8]) -> Result<Record, StoredError> {
 
 /// Decodes a whole body: trailing bytes mean it is not what it claims to be.
 pub(crate) fn from_bincode<T: DeserializeOwned>(body: &[u8]) -> Result<T, StoredError> {
-    let (value, used) =
-        bincode::serde::decode_from_slice::<T, _>(body, config()).map_err(StoredError::Decode)?;
+    let (value, used) = bincode::serde::decode_from_slice::<T, _>(body, decode_config())
+        .map_err(StoredError::Decode)?;
     match body.len() - used {
         0 => Ok(value),
         extra => Err(StoredError::Trailing(extra)),

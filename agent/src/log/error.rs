@@ -1,0 +1,91 @@
+//! What can be wrong with the log: a bad record or snapshot ([`Corruption`]), and
+//! the errors of its operations ([`LogError`]).
+
+use super::stored;
+use sled::transaction::TransactionError;
+use std::path::PathBuf;
+
+/// What is wrong with a stored record (or with the snapshot stored at its seq).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    Truncated,
+    HashMismatch,
+    UnknownFormat(u8),
+    Undecodable,
+    /// Its key and its own seq disagree, or a seq is missing.
+    OutOfSequence,
+    /// Its `prev_hash` is not the previous record's hash.
+    ChainBroken,
+    /// The snapshot stored at this seq is damaged or unreadable.
+    SnapshotDamaged,
+    /// The snapshot at this seq is not anchored to the record at this seq.
+    SnapshotUnanchored,
+    /// The snapshot at this seq holds an intent other than the fold of the records
+    /// up to it (forged, or written by a faulty build).
+    SnapshotForged,
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Defect::Truncated => f.write_str("stored record is truncated"),
+            Defect::HashMismatch => {
+                f.write_str("content does not match its hash (modified on disk)")
+            }
+            Defect::UnknownFormat(v) => write!(f, "unknown format version {v}"),
+            Defect::Undecodable => f.write_str("record cannot be decoded"),
+            Defect::OutOfSequence => f.write_str("record is out of sequence"),
+            Defect::ChainBroken => {
+                f.write_str("prev_hash does not match the previous record: the chain is broken")
+            }
+            Defect::SnapshotDamaged => f.write_str("the snapshot here is damaged"),
+            Defect::SnapshotUnanchored => {
+                f.write_str("the snapshot here does not match this record's hash")
+            }
+            Defect::SnapshotForged => {
+                f.write_str("the snapshot here does not match the records up to it (forged)")
+            }
+        }
+    }
+}
+
+/// The first bad record (or snapshot) found. While a log has one, it is read-only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("record {seq}: {defect}")]
+pub struct Corruption {
+    pub seq: u64,
+    pub defect: Defect,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot open the log at {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sled::Error,
+    },
+    /// The log failed verification (on open, or in the background); it refuses writes.
+    #[error("the log is degraded and read-only")]
+    Degraded(#[source] Corruption),
+    /// Verification found a bad record or snapshot.
+    #[error("the log failed verification")]
+    Corrupt(#[source] Corruption),
+    #[error("log storage failed")]
+    Storage(#[source] sled::Error),
+    #[error("cannot encode a log record")]
+    Encode(#[source] stored::StoredError),
+    #[error("cannot encode a snapshot")]
+    Snapshot(#[source] serde_json::Error),
+    #[error("the log could not be made durable: {0}")]
+    Flush(String),
+}
+
+impl From<TransactionError<()>> for LogError {
+    fn from(e: TransactionError<()>) -> Self {
+        match e {
+            TransactionError::Storage(s) => LogError::Storage(s),
+            TransactionError::Abort(()) => unreachable!("log transactions never abort"),
+        }
+    }
+}

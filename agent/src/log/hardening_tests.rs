@@ -1,0 +1,252 @@
+//! Failures that must show: the watched seq, flush failures, snapshot checks, damaged
+//! lengths.
+
+use super::*;
+use std::sync::Arc;
+
+fn ready(ns: &str) -> Event {
+    Event::NamespaceReady {
+        command_id: format!("c-{ns}"),
+        namespace: ns.into(),
+    }
+}
+
+#[test]
+fn the_watched_last_seq_never_goes_back_and_ends_at_the_last_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Log::open(dir.path(), LogOptions::default()).unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut watched = log.subscribe();
+    let done = Arc::new(tokio::sync::Notify::new());
+    let observer = runtime.spawn({
+        let done = Arc::clone(&done);
+        async move {
+            let mut seen = *watched.borrow_and_update();
+            let mut backwards = Vec::new();
+            loop {
+                tokio::select! {
+                    changed = watched.changed() => {
+                        changed.unwrap();
+                        let now = *watched.borrow_and_update();
+                        if now < seen {
+                            backwards.push((seen, now));
+                        }
+                        seen = seen.max(now);
+                    }
+                    _ = done.notified() => return backwards,
+                }
+            }
+        }
+    });
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for i in 0..150 {
+                    log.append(&[ready(&format!("w{w}-{i}"))]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.notify_one();
+    let backwards = runtime.block_on(observer).unwrap();
+    assert!(
+        backwards.is_empty(),
+        "the watched seq went back: {backwards:?}"
+    );
+    assert_eq!(log.last_seq(), 8 * 150);
+    assert_eq!(*log.subscribe().borrow(), log.last_seq());
+}
+
+#[test]
+fn a_huge_length_in_a_resealed_record_degrades_the_log_instead_of_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        let first = log.append(&[ready("a")]).unwrap();
+        let (_, prev) =
+            codec::open_record(first, &log.records.get(seq_key(first)).unwrap().unwrap()).unwrap();
+        // Record 2, well linked, whose namespace claims 2^61 bytes; resealed, so its
+        // hash is valid and only decoding can find the lie.
+        let marker = "MARKERXX";
+        let content = stored::encode(2, 0, prev, &ready(marker)).unwrap();
+        let mut prefixed = vec![marker.len() as u8];
+        prefixed.extend_from_slice(marker.as_bytes());
+        let at = content
+            .windows(prefixed.len())
+            .position(|w| w == prefixed.as_slice())
+            .expect("the namespace is in the stored record");
+        let mut forged = content[..at].to_vec();
+        forged.push(253); // varint: a u64 follows
+        forged.extend_from_slice(&(1u64 << 61).to_le_bytes());
+        forged.extend_from_slice(&content[at + 1..]);
+        log.records
+            .insert(seq_key(2), codec::seal(forged).0)
+            .unwrap();
+        log.flush().unwrap();
+    }
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(
+        log.degraded(),
+        Some(&Corruption {
+            seq: 2,
+            defect: Defect::Undecodable
+        })
+    );
+    assert!(matches!(log.verify(), Err(LogError::Corrupt(c)) if c.seq == 2));
+}
+
+#[test]
+fn a_record_far_larger_than_any_command_still_decodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "n".repeat(4 << 20);
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        log.append(&[ready(&big)]).unwrap();
+        log.flush().unwrap();
+    }
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(log.degraded(), None);
+    assert_eq!(log.verify().unwrap(), 1);
+}
+
+/// A log of 11 records with snapshots at 4 and 8, whose snapshot at 8 was resealed
+/// over an intent without namespace `n0`: a valid hash, a valid anchor, a lie.
+pub(crate) fn log_with_a_forged_snapshot(dir: &std::path::Path) -> crate::intent::Intent {
+    let log = Log::open(dir, LogOptions { snapshot_every: 4 }).unwrap();
+    for i in 0..11 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    let stored = log.snapshots.get(seq_key(8)).unwrap().unwrap();
+    let (content, _) = codec::unseal(8, &stored).unwrap();
+    let mut body: serde_json::Value = serde_json::from_slice(&content[1..]).unwrap();
+    let namespaces = body["intent"]["namespaces"].as_object_mut().unwrap();
+    assert!(namespaces.remove("n0").is_some(), "{body}");
+    let mut forged = vec![content[0]];
+    serde_json::to_writer(&mut forged, &body).unwrap();
+    log.snapshots
+        .insert(seq_key(8), codec::seal(forged).0)
+        .unwrap();
+    log.flush().unwrap();
+    log.intent()
+}
+
+fn no_snapshots() -> LogOptions {
+    LogOptions {
+        snapshot_every: 1000,
+    }
+}
+
+#[test]
+fn verify_finds_a_resealed_forged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let honest = log_with_a_forged_snapshot(dir.path());
+    let log = Log::open(dir.path(), no_snapshots()).unwrap();
+    // Opening trusts the anchored snapshot: that is the point of verifying it.
+    assert!(log.degraded().is_none());
+    assert_ne!(log.intent(), honest);
+    match log.verify() {
+        Err(LogError::Corrupt(c)) => assert_eq!(
+            c,
+            Corruption {
+                seq: 8,
+                defect: Defect::SnapshotForged
+            }
+        ),
+        other => panic!("verify passed a forged snapshot: {other:?}"),
+    }
+}
+
+#[test]
+fn verify_finds_a_snapshot_anchored_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+        for i in 0..6 {
+            log.append(&[ready(&format!("n{i}"))]).unwrap();
+        }
+        // The snapshot at 4, copied under seq 5's key and seq: its anchor is 4's hash.
+        let stored = log.snapshots.get(seq_key(4)).unwrap().unwrap();
+        let (content, _) = codec::unseal(4, &stored).unwrap();
+        let mut body: serde_json::Value = serde_json::from_slice(&content[1..]).unwrap();
+        body["seq"] = 5.into();
+        let mut moved = vec![content[0]];
+        serde_json::to_writer(&mut moved, &body).unwrap();
+        log.snapshots
+            .insert(seq_key(5), codec::seal(moved).0)
+            .unwrap();
+        log.flush().unwrap();
+    }
+    let log = Log::open(dir.path(), no_snapshots()).unwrap();
+    assert!(matches!(
+        log.verify(),
+        Err(LogError::Corrupt(Corruption {
+            seq: 5,
+            defect: Defect::SnapshotUnanchored
+        }))
+    ));
+}
+
+#[test]
+fn honest_snapshots_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+    for i in 0..11 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    assert_eq!(log.verify().unwrap(), 11);
+}
+
+/// [`Log::verify_in_background`], three records at a time, without pauses.
+fn verify_in_chunks_of_3(log: &Arc<Log>) -> Result<Option<u64>, LogError> {
+    let pace = Pace {
+        chunk: 3,
+        pause: std::time::Duration::ZERO,
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(Log::verify_in_background(Arc::clone(log), pace, stop))
+}
+
+#[test]
+fn the_background_verification_degrades_the_log_on_a_forged_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    log_with_a_forged_snapshot(dir.path());
+    let log = Arc::new(Log::open(dir.path(), no_snapshots()).unwrap());
+    let result = verify_in_chunks_of_3(&log);
+    assert!(matches!(
+        result,
+        Err(LogError::Corrupt(Corruption { seq: 8, .. }))
+    ));
+    assert_eq!(
+        log.degraded().map(|c| c.defect),
+        Some(Defect::SnapshotForged)
+    );
+    assert!(matches!(
+        log.append(&[ready("x")]),
+        Err(LogError::Degraded(_))
+    ));
+    assert!(!log.healthy());
+}
+
+#[test]
+fn the_background_verification_of_an_honest_log_counts_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap());
+    for i in 0..12 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+    }
+    let result = verify_in_chunks_of_3(&log);
+    assert_eq!(result.unwrap(), Some(12));
+    assert!(log.degraded().is_none());
+}

@@ -55,6 +55,12 @@ pub enum Step {
         workload: String,
         revision: String,
     },
+    /// Nothing to do: `ensure_namespace` of a namespace that is ready. No hook (a
+    /// failing `after_namespace_prepared` would revoke the access of workloads that
+    /// run in it) and no driver call; completes `succeeded` with no effect event.
+    AlreadyReady {
+        namespace: String,
+    },
 }
 
 /// True when intent says `revision` is `w`'s active revision and runs: running intent
@@ -107,6 +113,11 @@ fn runs_on(driver: DriverKind, revision: &str, spec: &Spec) -> Result<(), Refusa
 pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refusal> {
     let ns_exists = |ns: &str| intent.namespaces.contains_key(ns);
     match op {
+        Op::EnsureNamespace { namespace } if intent.namespaces.contains_key(namespace) => {
+            Ok(Step::AlreadyReady {
+                namespace: namespace.clone(),
+            })
+        }
         Op::EnsureNamespace { namespace } => Ok(Step::EnsureNamespace {
             namespace: namespace.clone(),
         }),

@@ -330,6 +330,10 @@ impl Executor {
                 tracing::info!(command_id = %id, "already running: no hooks, no driver call");
                 Ok(None)
             }
+            Step::AlreadyReady { .. } => {
+                tracing::info!(command_id = %id, "namespace already ready: no hooks, no driver call");
+                Ok(None)
+            }
             Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await,
             Step::EnsureNamespace { .. } => {
                 let effect = self.perform(id, step, &LaunchEnv::new()).await?;
@@ -407,7 +411,7 @@ impl Executor {
     ) -> Result<Option<Event>, StepError> {
         let by = || Cause::Command(id.to_string());
         Ok(Some(match step {
-            Step::AlreadyRunning { .. } => return Ok(None),
+            Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => return Ok(None),
             Step::EnsureNamespace { namespace } => {
                 self.driver.ensure_namespace(&namespace).await?;
                 Event::NamespaceReady {
@@ -559,9 +563,9 @@ impl StepError {
 /// Namespace, workload and revision a step concerns (hook request fields).
 fn step_target(step: &Step) -> (String, Option<String>, Option<String>) {
     match step {
-        Step::EnsureNamespace { namespace } | Step::DeleteNamespace { namespace } => {
-            (namespace.clone(), None, None)
-        }
+        Step::EnsureNamespace { namespace }
+        | Step::DeleteNamespace { namespace }
+        | Step::AlreadyReady { namespace } => (namespace.clone(), None, None),
         Step::Prepare {
             namespace,
             workload,

@@ -286,6 +286,25 @@ fn activating_or_starting_what_already_runs_is_nothing_to_do() {
 }
 
 #[test]
+fn ensuring_a_ready_namespace_is_nothing_to_do() {
+    let intent = web_running_r1();
+    let op = Op::EnsureNamespace {
+        namespace: "ns".into(),
+    };
+    let ready = Step::AlreadyReady {
+        namespace: "ns".into(),
+    };
+    assert_eq!(decide(&intent, SIM, &op), Ok(ready));
+    let other = Op::EnsureNamespace {
+        namespace: "other".into(),
+    };
+    assert!(matches!(
+        decide(&intent, SIM, &other),
+        Ok(Step::EnsureNamespace { .. })
+    ));
+}
+
+#[test]
 fn a_stopped_or_failed_active_revision_is_started_for_real() {
     let mut stopped_by_command = web_running_r1();
     stopped_by_command.apply(4, &stopped(by("s1"), "r1"));

@@ -150,3 +150,26 @@ async fn after_a_crash_an_owner_recorded_as_cancelled_is_compensated_too() {
         "b was cut short and may have granted; c reported failure"
     );
 }
+
+#[tokio::test]
+async fn ensuring_a_ready_namespace_runs_no_hooks_and_cannot_revoke_it() {
+    let rig = rig(&["a", "b"]);
+    rig.staged().await;
+    assert_eq!(rig.activate("a1").await.outcome, Outcome::Succeeded);
+    rig.fake.clear();
+    rig.fake.on("b", AfterNamespacePrepared, Act::Fail(1));
+    let r = rig
+        .run("ns-again", "ensure_namespace", r#""namespace":"ns""#)
+        .await;
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
+    assert_eq!(
+        rig.fake.calls(),
+        vec![],
+        "no hook was called, nothing revoked"
+    );
+    assert_eq!(
+        kinds_of(&rig, "ns-again"),
+        ["command_received", "command_completed"]
+    );
+    assert_eq!(rig.r1().state, BackendState::Running);
+}

@@ -9,7 +9,7 @@
 
 use crate::auth::{Role, Tokens};
 use crate::fleet::{Fleet, FleetError};
-use crate::metrics::Metrics;
+use crate::metrics::{FleetGauges, Metrics};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -317,9 +317,16 @@ async fn healthz(State(state): Shared) -> ApiResult {
 }
 
 async fn metrics(State(state): Shared) -> Response {
+    let fleet = match state.fleet.hosts().await {
+        Ok(hosts) => Some(FleetGauges::count(&hosts)),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot read the host registry");
+            None
+        }
+    };
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(state.fleet.connected()),
+        state.metrics.render(state.fleet.connected(), fleet),
     )
         .into_response()
 }

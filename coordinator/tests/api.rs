@@ -58,7 +58,7 @@ async fn nats() -> Nats {
 struct Api {
     base: String,
     http: reqwest::Client,
-    _nats: Nats,
+    nats: Nats,
 }
 
 async fn api(tokens: Option<Tokens>) -> Api {
@@ -83,7 +83,7 @@ async fn api(tokens: Option<Tokens>) -> Api {
     Api {
         base,
         http: reqwest::Client::new(),
-        _nats: nats,
+        nats,
     }
 }
 
@@ -348,4 +348,53 @@ async fn the_client_says_plainly_when_the_token_is_missing_or_too_weak() {
         .await
         .expect("a submit token submits");
     assert_eq!(accepted["id"], "c1");
+}
+
+/// A failed flush shows in the fleet's metrics: a host whose beat says its log takes no
+/// writes is counted, without naming it.
+#[tokio::test]
+async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
+    let api = api(None).await;
+    let client = async_nats::connect(&api.nats.url).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let hosts = capstan_common::nats::bucket(
+        &js,
+        capstan_common::wire::HOSTS_BUCKET,
+        Retention::default().hosts_max_age,
+    )
+    .await
+    .expect("bucket");
+    for (host, healthy) in [("h1", true), ("h2", false)] {
+        let beat = capstan_common::wire::HostBeat {
+            host: host.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: Value::Null,
+            last_seq: 1,
+            healthy,
+            degraded: None,
+            log_failed: (!healthy).then(|| "flush failed".into()),
+            at: chrono::Utc::now(),
+        };
+        let body = serde_json::to_vec(&beat).expect("beat");
+        hosts.put(host, body.into()).await.expect("put");
+    }
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        text.contains("capstan_coordinator_hosts{status=\"alive\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("capstan_coordinator_hosts_unhealthy 1\n"),
+        "{text}"
+    );
+    assert!(!text.contains("h2"), "no host names: {text}");
 }

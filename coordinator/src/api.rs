@@ -3,7 +3,7 @@
 //!
 //! Every `/v1` request needs `Authorization: Bearer <token>` when the coordinator has
 //! a tokens file ([`crate::auth`]): `GET` a `read` or `submit` token, `POST` a
-//! `submit` token. `/healthz` and `/metrics` stay open (they show no fleet data).
+//! `submit` token. `/healthz` and `/metrics` stay open (counts only, no host's data).
 //! A `POST` body must be `application/json`, which a web page cannot send to another
 //! origin without a CORS preflight (that this API never answers).
 

@@ -31,6 +31,24 @@ pub struct HostInfo {
     pub version: String,
     pub drivers: Vec<String>,
     pub capabilities: serde_json::Value,
+    /// What the outbox last saw that should not happen (see [`outbox`]).
+    pub outbox_alarm: OutboxAlarm,
+}
+
+/// The outbox's alarm: `None`, or the last unexpected publish ack (a `duplicate`
+/// ack: something suppressed a record). Shown as `outbox_alarm` in heartbeats and
+/// `status` until the agent restarts. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct OutboxAlarm(Arc<std::sync::Mutex<Option<String>>>);
+
+impl OutboxAlarm {
+    pub fn set(&self, alarm: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(alarm);
+    }
+
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// The running transport.
@@ -86,6 +104,7 @@ impl Transport {
             Arc::clone(executor.log()),
             info.host.clone(),
             published_tx,
+            info.outbox_alarm.clone(),
             rest_rx.clone(),
         ));
         let others = vec![

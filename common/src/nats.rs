@@ -277,8 +277,11 @@ async fn ensure_stream(
     Ok(stream)
 }
 
+/// A full command stream refuses new commands (the coordinator answers 503) rather
+/// than dropping pending ones.
 fn harden_cmd(c: &mut stream::Config) {
     c.max_bytes = CMD_MAX_BYTES;
+    c.discard = stream::DiscardPolicy::New;
     c.max_message_size = MAX_MESSAGE_BYTES;
     c.allow_rollup = false;
 }

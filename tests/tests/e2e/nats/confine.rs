@@ -282,7 +282,10 @@ fn with_the_shipped_permissions_h1_cannot_fill_the_store() {
             "{evt:?}"
         );
         let cmd = config(&coordinator, "CAPSTAN_CMD").await;
-        assert!(cmd.max_bytes > 0, "{cmd:?}");
+        assert!(
+            cmd.max_bytes > 0 && cmd.discard == stream::DiscardPolicy::New,
+            "{cmd:?}"
+        );
         let info: Value = coordinator
             .request("INFO".to_string(), &json!({}))
             .await

@@ -161,3 +161,37 @@ impl Transport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_driver::sim::SimConfig;
+
+    #[tokio::test]
+    async fn an_outbox_alarm_shows_in_status_and_heartbeat() {
+        let rig = crate::testkit::Rig::new(SimConfig::default());
+        let info = HostInfo {
+            host: crate::testkit::HOST.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: serde_json::json!({}),
+            outbox_alarm: OutboxAlarm::default(),
+        };
+        let status = rpc::answer("status", b"", &rig.executor, &info, 0);
+        assert_eq!(status["outbox_alarm"], serde_json::Value::Null, "{status}");
+        // The outbox holds a clone of the HostInfo's alarm.
+        let outbox_side = info.outbox_alarm.clone();
+        outbox_side.set("record 5 was acknowledged as a duplicate".into());
+        let status = rpc::answer("status", b"", &rig.executor, &info, 0);
+        assert_eq!(
+            status["outbox_alarm"],
+            "record 5 was acknowledged as a duplicate"
+        );
+        let beat = registry::beat(&info, rig.executor.log(), 0);
+        let json = serde_json::to_value(&beat).expect("beats serialise");
+        assert_eq!(
+            json["outbox_alarm"],
+            "record 5 was acknowledged as a duplicate"
+        );
+    }
+}

@@ -85,21 +85,18 @@ pub async fn run(
     loop {
         match publish_all(&js, &log, &host, &published, &mut stop).await {
             Ok(()) => return,
-            Err(e @ OutboxError::Duplicate { .. }) => {
-                // Without message ids the server has nothing to de-duplicate against:
-                // someone is interfering with the stream.
-                tracing::error!(error = %e, "ALARM: unexpected duplicate publish ack");
-                alarm.set(e.to_string());
-                if pause(&mut stop, retry).await {
-                    return;
-                }
-                retry = (retry * 2).min(Duration::from_secs(2));
-            }
             Err(e) => {
-                let cause = std::error::Error::source(&e)
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default();
-                tracing::warn!(error = %format!("{e}{cause}"), "outbox paused; retrying");
+                if let OutboxError::Duplicate { .. } = e {
+                    // Without message ids the server has nothing to de-duplicate
+                    // against: someone is interfering with the stream.
+                    tracing::error!(error = %e, "ALARM: unexpected duplicate publish ack");
+                    alarm.set(e.to_string());
+                } else {
+                    let cause = std::error::Error::source(&e)
+                        .map(|s| format!(": {s}"))
+                        .unwrap_or_default();
+                    tracing::warn!(error = %format!("{e}{cause}"), "outbox paused; retrying");
+                }
                 if pause(&mut stop, retry).await {
                     return;
                 }

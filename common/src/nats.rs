@@ -239,42 +239,54 @@ pub const CMD_MAX_BYTES: i64 = 1 << 30;
 /// The largest value of a KV bucket entry (a heartbeat, a command binding).
 pub const MAX_VALUE_BYTES: i32 = 64 * 1024;
 
-/// Gets the stream `config.name`, creating it with `config` when missing, then makes
-/// sure it has the fields `harden` sets (limits, rollups and purges denied): an
-/// existing stream made by an older version is updated. Whoever may not update it
-/// (an agent, with the shipped permissions) logs a warning and uses it as it is; the
-/// coordinator migrates it.
+/// Sets the limits and denials of one stream of the layout on its config.
+type Harden = fn(&mut stream::Config);
+
+/// Gets the stream `config.name`, creating it with `config` and the fields `harden`
+/// sets (limits; rollups, purges and deletes denied) when missing. An existing stream
+/// is used as it is: [`migrate`] (the coordinator's) brings it up to date, since
+/// agents may not update streams with the shipped permissions.
 async fn ensure_stream(
     js: &jetstream::Context,
     mut config: stream::Config,
-    harden: impl Fn(&mut stream::Config),
+    harden: Harden,
 ) -> Result<stream::Stream, NatsError> {
     harden(&mut config);
     let name = config.name.clone();
-    let mut stream = js
-        .get_or_create_stream(config)
+    js.get_or_create_stream(config)
         .await
-        .map_err(|e| setup_error(&name)(e.into()))?;
-    let current = stream.cached_info().config.clone();
-    let mut wanted = current.clone();
-    harden(&mut wanted);
-    if wanted != current {
-        match js.update_stream(&wanted).await {
-            Ok(_) => {
-                tracing::info!(stream = %name, "stream updated to the current limits");
-                stream = js
-                    .get_stream(&name)
-                    .await
-                    .map_err(|e| setup_error(&name)(e.into()))?;
-            }
-            Err(e) => tracing::warn!(
-                stream = %name,
-                error = %e,
-                "cannot update the stream to the current limits (a coordinator will)"
-            ),
+        .map_err(|e| setup_error(&name)(e.into()))
+}
+
+/// Brings the existing streams and buckets of the layout up to date: every field a
+/// `harden_*` function sets (limits, denials) is set, everything else is kept (a
+/// bucket keeps its max age). Only what differs is updated, so a second call does
+/// nothing. Needs the permission to update streams (the coordinator's).
+pub async fn migrate(js: &jetstream::Context) -> Result<(), NatsError> {
+    let layout: [(String, Harden); 4] = [
+        (wire::CMD_STREAM.into(), harden_cmd),
+        (wire::EVT_STREAM.into(), harden_evt),
+        (format!("KV_{}", wire::HOSTS_BUCKET), harden_bucket),
+        (format!("KV_{}", wire::COMMANDS_BUCKET), harden_bucket),
+    ];
+    for (name, harden) in layout {
+        let current = js
+            .get_stream(&name)
+            .await
+            .map_err(|e| setup_error(&name)(e.into()))?
+            .cached_info()
+            .config
+            .clone();
+        let mut wanted = current.clone();
+        harden(&mut wanted);
+        if wanted != current {
+            js.update_stream(&wanted)
+                .await
+                .map_err(|e| setup_error(&name)(e.into()))?;
+            tracing::info!(stream = %name, "stream updated to the current limits");
         }
     }
-    Ok(stream)
+    Ok(())
 }
 
 /// A full command stream refuses new commands (the coordinator answers 503) rather

@@ -157,7 +157,7 @@ impl Fleet {
         self.layout
             .get_or_try_init(|| async {
                 cnats::cmd_stream(&self.js).await?;
-                Ok::<_, FleetError>(Layout {
+                let layout = Layout {
                     evt: cnats::evt_stream(&self.js).await?,
                     hosts: cnats::bucket(
                         &self.js,
@@ -171,7 +171,10 @@ impl Fleet {
                         self.retention.commands_max_age,
                     )
                     .await?,
-                })
+                };
+                // Streams and buckets an older version made get today's limits.
+                cnats::migrate(&self.js).await?;
+                Ok::<_, FleetError>(layout)
             })
             .await
     }

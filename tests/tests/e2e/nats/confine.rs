@@ -172,6 +172,13 @@ fn with_the_shipped_permissions_h1_cannot_purge_or_forge_heartbeats() {
             js.delete_stream(name).await.expect("delete");
             js.create_stream(config).await.expect("an old-style stream");
         }
+        let mut cmd = config(&js, "CAPSTAN_CMD").await;
+        cmd.max_bytes = -1;
+        cmd.max_message_size = -1;
+        cmd.discard = stream::DiscardPolicy::Old;
+        js.update_stream(&cmd)
+            .await
+            .expect("an old-style CAPSTAN_CMD");
     });
     let second = Coordinator::start(&fleet.server.url(), &fleet.keys, AS_COORDINATOR);
     fleet
@@ -186,6 +193,11 @@ fn with_the_shipped_permissions_h1_cannot_purge_or_forge_heartbeats() {
                 "{name} is migrated: {config:?}"
             );
         }
+        let cmd = config(&js, "CAPSTAN_CMD").await;
+        assert!(
+            cmd.max_bytes > 0 && cmd.discard == stream::DiscardPolicy::New,
+            "CAPSTAN_CMD is migrated: {cmd:?}"
+        );
         let evt = config(&js, "CAPSTAN_EVT").await;
         assert!(
             evt.max_bytes > 0

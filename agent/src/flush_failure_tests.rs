@@ -11,6 +11,7 @@ fn info() -> HostInfo {
         version: "test".into(),
         drivers: vec!["sim".into()],
         capabilities: serde_json::json!({}),
+        outbox_alarm: Default::default(),
     }
 }
 

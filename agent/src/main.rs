@@ -327,6 +327,7 @@ fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         drivers: vec![executor.driver().kind().to_string()],
         capabilities: serde_json::to_value(executor.driver().capabilities()).unwrap_or_default(),
+        outbox_alarm: Default::default(),
     }
 }
 

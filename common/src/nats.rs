@@ -224,56 +224,149 @@ fn setup_error(what: &str) -> impl FnOnce(Box<dyn std::error::Error + Send + Syn
     move |source| NatsError::Setup { what, source }
 }
 
+/// The largest message `CAPSTAN_CMD` and `CAPSTAN_EVT` take: a command (at most
+/// [`crate::MAX_COMMAND_BYTES`]) and the record that carries it, with room to spare.
+pub const MAX_MESSAGE_BYTES: i32 = 2 * crate::MAX_COMMAND_BYTES as i32;
+/// The most bytes `CAPSTAN_EVT` keeps; beyond it the oldest records (of any host) go.
+/// Kept below the account's JetStream file limit (`packaging/nats-server.conf`), so a
+/// full event stream never leaves the commands without room.
+pub const EVT_MAX_BYTES: i64 = 4 << 30;
+/// The most records `CAPSTAN_EVT` keeps per host; beyond it that host's oldest go.
+/// One host flooding its subject rolls over its own history first.
+pub const EVT_MAX_PER_HOST: i64 = 1_000_000;
+/// The most bytes `CAPSTAN_CMD` keeps (pending commands).
+pub const CMD_MAX_BYTES: i64 = 1 << 30;
+/// The largest value of a KV bucket entry (a heartbeat, a command binding).
+pub const MAX_VALUE_BYTES: i32 = 64 * 1024;
+
+/// Sets the limits and denials of one stream of the layout on its config.
+type Harden = fn(&mut stream::Config);
+
+/// Gets the stream `config.name`, creating it with `config` and the fields `harden`
+/// sets (limits; rollups, purges and deletes denied) when missing. An existing stream
+/// is used as it is: [`migrate`] (the coordinator's) brings it up to date, since
+/// agents may not update streams with the shipped permissions.
+async fn ensure_stream(
+    js: &jetstream::Context,
+    mut config: stream::Config,
+    harden: Harden,
+) -> Result<stream::Stream, NatsError> {
+    harden(&mut config);
+    let name = config.name.clone();
+    js.get_or_create_stream(config)
+        .await
+        .map_err(|e| setup_error(&name)(e.into()))
+}
+
+/// Brings the existing streams and buckets of the layout up to date: every field a
+/// `harden_*` function sets (limits, denials) is set, everything else is kept (a
+/// bucket keeps its max age). Only what differs is updated, so a second call does
+/// nothing. Needs the permission to update streams (the coordinator's).
+pub async fn migrate(js: &jetstream::Context) -> Result<(), NatsError> {
+    let layout: [(String, Harden); 4] = [
+        (wire::CMD_STREAM.into(), harden_cmd),
+        (wire::EVT_STREAM.into(), harden_evt),
+        (format!("KV_{}", wire::HOSTS_BUCKET), harden_bucket),
+        (format!("KV_{}", wire::COMMANDS_BUCKET), harden_bucket),
+    ];
+    for (name, harden) in layout {
+        let current = js
+            .get_stream(&name)
+            .await
+            .map_err(|e| setup_error(&name)(e.into()))?
+            .cached_info()
+            .config
+            .clone();
+        let mut wanted = current.clone();
+        harden(&mut wanted);
+        if wanted != current {
+            js.update_stream(&wanted)
+                .await
+                .map_err(|e| setup_error(&name)(e.into()))?;
+            tracing::info!(stream = %name, "stream updated to the current limits");
+        }
+    }
+    Ok(())
+}
+
+/// A full command stream refuses new commands (the coordinator answers 503) rather
+/// than dropping pending ones.
+fn harden_cmd(c: &mut stream::Config) {
+    c.max_bytes = CMD_MAX_BYTES;
+    c.discard = stream::DiscardPolicy::New;
+    c.max_message_size = MAX_MESSAGE_BYTES;
+    c.allow_rollup = false;
+}
+
+/// No rollup (`Nats-Rollup: all` on any subject would purge every other one), no
+/// purge, no delete: only limits remove messages.
+fn deny_removal(c: &mut stream::Config) {
+    c.allow_rollup = false;
+    c.deny_purge = true;
+    c.deny_delete = true;
+}
+
+fn harden_evt(c: &mut stream::Config) {
+    c.max_bytes = EVT_MAX_BYTES;
+    c.max_messages_per_subject = EVT_MAX_PER_HOST;
+    c.max_message_size = MAX_MESSAGE_BYTES;
+    c.discard = stream::DiscardPolicy::Old;
+    deny_removal(c);
+}
+
+fn harden_bucket(c: &mut stream::Config) {
+    c.max_message_size = MAX_VALUE_BYTES;
+    deny_removal(c);
+}
+
 /// The command stream: work-queue retention, so a command stays until its host acks it.
 pub async fn cmd_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
-    js.get_or_create_stream(stream::Config {
+    let config = stream::Config {
         name: wire::CMD_STREAM.into(),
         subjects: vec!["capstan.v1.cmd.*".into()],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         duplicate_window: Duration::from_secs(120),
         ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_error(wire::CMD_STREAM)(e.into()))
+    };
+    ensure_stream(js, config, harden_cmd).await
 }
 
-/// The event stream: every host's log records, kept (limits retention).
+/// The event stream: every host's log records, kept (limits retention, bounded by
+/// [`EVT_MAX_BYTES`] and [`EVT_MAX_PER_HOST`]). No duplicate window is relied on: the
+/// outbox publishes with `Nats-Expected-Last-Subject-Sequence` and no `Nats-Msg-Id`.
 pub async fn evt_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
-    js.get_or_create_stream(stream::Config {
+    let config = stream::Config {
         name: wire::EVT_STREAM.into(),
         subjects: vec!["capstan.v1.evt.*".into()],
         storage: stream::StorageType::File,
         duplicate_window: Duration::from_secs(120),
         allow_direct: true,
         ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_error(wire::EVT_STREAM)(e.into()))
+    };
+    ensure_stream(js, config, harden_evt).await
 }
 
 /// A KV bucket, created through its backing stream. (async-nats' `create_key_value`
 /// first reads account info in a shape nats-server 2.9 does not send; the stream
-/// config below is what a KV bucket is.)
+/// config below is what a KV bucket is, except that rollups and purges are denied.)
+/// An existing bucket keeps its max age.
 pub async fn bucket(
     js: &jetstream::Context,
     name: &str,
     max_age: Duration,
 ) -> Result<kv::Store, NatsError> {
-    js.get_or_create_stream(stream::Config {
+    let config = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
         max_messages_per_subject: 1,
         max_age,
-        allow_rollup: true,
-        deny_delete: true,
         allow_direct: true,
         discard: stream::DiscardPolicy::Old,
         storage: stream::StorageType::File,
         ..Default::default()
-    })
-    .await
-    .map_err(|e| setup_error(name)(e.into()))?;
+    };
+    ensure_stream(js, config, harden_bucket).await?;
     js.get_key_value(name)
         .await
         .map_err(|e| setup_error(name)(e.into()))

@@ -41,10 +41,9 @@ pub fn inbox_prefix(host: &str) -> String {
     format!("_INBOX_{host}")
 }
 
-/// `Nats-Msg-Id` of a log record: `<host>:<seq>`; JetStream drops a re-publish.
-pub fn record_msg_id(host: &str, seq: u64) -> String {
-    format!("{host}:{seq}")
-}
+/// How far in the future a heartbeat's `at` may be (clock skew) and still count as
+/// alive; a beat further ahead is `stale`.
+pub const BEAT_SKEW_SECS: u64 = 10;
 
 /// The RPC verbs an agent answers.
 pub const RPC_VERBS: &[&str] = &["ping", "status", "intent", "log"];
@@ -75,6 +74,10 @@ pub struct HostBeat {
     /// Why the log could not be made durable (a failed flush), if it could not.
     #[serde(default)]
     pub log_failed: Option<String>,
+    /// The outbox's alarm, if it saw a publish ack that should not happen (a
+    /// `duplicate` ack: a record of this host was suppressed). Older agents: none.
+    #[serde(default)]
+    pub outbox_alarm: Option<String>,
     /// When the agent wrote this entry.
     pub at: chrono::DateTime<chrono::Utc>,
 }

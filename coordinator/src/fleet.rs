@@ -112,6 +112,18 @@ fn key(id: &str) -> String {
     capstan_common::signing::to_hex(id.as_bytes())
 }
 
+/// `alive` for a beat at most `stale_after` old and at most
+/// [`wire::BEAT_SKEW_SECS`] in the future (clock skew); otherwise `stale`: a beat
+/// from further in the future says nothing about now.
+pub fn beat_status(age: chrono::Duration, stale_after: Duration) -> &'static str {
+    let skew = chrono::Duration::seconds(wire::BEAT_SKEW_SECS as i64);
+    match age.to_std() {
+        Ok(age) if age <= stale_after => "alive",
+        Err(_) if -age <= skew => "alive",
+        _ => "stale",
+    }
+}
+
 /// Checks a host name taken from a URL before it goes into a subject.
 pub fn check_host(host: &str) -> Result<(), FleetError> {
     validate::name("host", host).map_err(FleetError::BadCommand)
@@ -145,7 +157,7 @@ impl Fleet {
         self.layout
             .get_or_try_init(|| async {
                 cnats::cmd_stream(&self.js).await?;
-                Ok::<_, FleetError>(Layout {
+                let layout = Layout {
                     evt: cnats::evt_stream(&self.js).await?,
                     hosts: cnats::bucket(
                         &self.js,
@@ -159,7 +171,10 @@ impl Fleet {
                         self.retention.commands_max_age,
                     )
                     .await?,
-                })
+                };
+                // Streams and buckets an older version made get today's limits.
+                cnats::migrate(&self.js).await?;
+                Ok::<_, FleetError>(layout)
             })
             .await
     }
@@ -325,14 +340,16 @@ impl Fleet {
             let Ok(beat) = serde_json::from_slice::<HostBeat>(&bytes) else {
                 continue;
             };
+            // The key is the host: only it may write it (permissions); the body is
+            // whatever the writer said.
+            if beat.host != k {
+                tracing::warn!(key = %k, body_host = %beat.host, "ignoring a heartbeat whose body names another host");
+                continue;
+            }
             let age = now.signed_duration_since(beat.at);
-            let status = if age.to_std().unwrap_or_default() <= self.stale_after {
-                "alive"
-            } else {
-                "stale"
-            };
+            let status = beat_status(age, self.stale_after);
             out.push(HostStatus {
-                host: beat.host.clone(),
+                host: k.clone(),
                 status,
                 age_secs: Some(age.num_seconds()),
                 beat: Some(beat),
@@ -453,6 +470,18 @@ fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_beat_from_beyond_the_skew_is_not_alive() {
+        let stale_after = Duration::from_secs(15);
+        let secs = chrono::Duration::seconds;
+        assert_eq!(beat_status(secs(3), stale_after), "alive");
+        assert_eq!(beat_status(secs(16), stale_after), "stale");
+        let skew = wire::BEAT_SKEW_SECS as i64;
+        assert_eq!(beat_status(secs(-skew), stale_after), "alive");
+        assert_eq!(beat_status(secs(-skew - 1), stale_after), "stale");
+        assert_eq!(beat_status(secs(-3600), stale_after), "stale");
+    }
 
     #[test]
     fn completion_wins_over_a_later_rejection_of_a_replay() {

@@ -165,6 +165,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
             version: "test".into(),
             drivers: vec!["sim".into()],
             capabilities: serde_json::Value::Null,
+            outbox_alarm: Default::default(),
         },
     };
 

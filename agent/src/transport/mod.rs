@@ -31,6 +31,24 @@ pub struct HostInfo {
     pub version: String,
     pub drivers: Vec<String>,
     pub capabilities: serde_json::Value,
+    /// What the outbox last saw that should not happen (see [`outbox`]).
+    pub outbox_alarm: OutboxAlarm,
+}
+
+/// The outbox's alarm: `None`, or the last unexpected publish ack (a `duplicate`
+/// ack: something suppressed a record). Shown as `outbox_alarm` in heartbeats and
+/// `status` until the agent restarts. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct OutboxAlarm(Arc<std::sync::Mutex<Option<String>>>);
+
+impl OutboxAlarm {
+    pub fn set(&self, alarm: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(alarm);
+    }
+
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// The running transport.
@@ -86,6 +104,7 @@ impl Transport {
             Arc::clone(executor.log()),
             info.host.clone(),
             published_tx,
+            info.outbox_alarm.clone(),
             rest_rx.clone(),
         ));
         let others = vec![
@@ -140,5 +159,39 @@ impl Transport {
         for task in self.others {
             let _ = task.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_driver::sim::SimConfig;
+
+    #[tokio::test]
+    async fn an_outbox_alarm_shows_in_status_and_heartbeat() {
+        let rig = crate::testkit::Rig::new(SimConfig::default());
+        let info = HostInfo {
+            host: crate::testkit::HOST.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: serde_json::json!({}),
+            outbox_alarm: OutboxAlarm::default(),
+        };
+        let status = rpc::answer("status", b"", &rig.executor, &info, 0);
+        assert_eq!(status["outbox_alarm"], serde_json::Value::Null, "{status}");
+        // The outbox holds a clone of the HostInfo's alarm.
+        let outbox_side = info.outbox_alarm.clone();
+        outbox_side.set("record 5 was acknowledged as a duplicate".into());
+        let status = rpc::answer("status", b"", &rig.executor, &info, 0);
+        assert_eq!(
+            status["outbox_alarm"],
+            "record 5 was acknowledged as a duplicate"
+        );
+        let beat = registry::beat(&info, rig.executor.log(), 0);
+        let json = serde_json::to_value(&beat).expect("beats serialise");
+        assert_eq!(
+            json["outbox_alarm"],
+            "record 5 was acknowledged as a duplicate"
+        );
     }
 }

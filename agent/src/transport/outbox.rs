@@ -1,23 +1,35 @@
 //! The log is the outbox. Every record, once durable, is published to
 //! `capstan.v1.evt.<host>` (stream `CAPSTAN_EVT`) as its JSON form plus `host`, in seq
 //! order, one at a time: the next record is sent only after JetStream acknowledged
-//! the previous one, so the stream never holds a gap. Each message carries
-//! `Nats-Msg-Id: <host>:<seq>`, so a re-publish after a lost ack is dropped.
+//! the previous one, so the stream never holds a gap.
+//!
+//! Exactly once, without `Nats-Msg-Id`: JetStream de-duplicates message ids across
+//! the whole stream, so an id another host can also send (any id: the server does
+//! not tie ids to subjects) would let that host suppress our records. Instead every
+//! publish carries `Nats-Expected-Last-Subject-Sequence`: the stream sequence of the
+//! last message on our subject, i.e. of record `seq - 1` (0 for an empty subject).
+//! The server stores record `seq` only if that is still the subject's last message, so
+//! record `seq` can be stored only directly after record `seq - 1`, at most once: a
+//! second copy (a re-publish after a lost ack, a stale publish from before a
+//! reconnect) finds record `seq` last and is refused (`wrong last sequence`). Only
+//! this host can publish on its subject (permissions), so nobody else can move it.
 //!
 //! Where to resume is read from JetStream itself — the last message on the host's
-//! subject — at start and after every failure, so nothing is lost across an outage or
-//! an agent crash, and nothing is kept locally about it.
+//! subject, its record seq and stream sequence — at start and after every failure
+//! (a refused publish included), so nothing is lost across an outage or an agent
+//! crash, and nothing is kept locally about it.
+//!
+//! A `duplicate` publish ack cannot happen without message ids; if one comes, the
+//! record was not stored: it is an alarm (an error log and `outbox_alarm` in the
+//! heartbeat and `status`), and the record is published again after a re-read.
 
-use super::pause;
+use super::{pause, OutboxAlarm};
 use crate::log::Log;
-use async_nats::jetstream::{self, stream};
-use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use capstan_common::wire;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// How often the outbox looks for new records when it is idle.
 
 #[derive(Debug, thiserror::Error)]
 enum OutboxError {
@@ -35,17 +47,27 @@ enum OutboxError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("record {seq} was not stored: the subject moved on (a re-publish of a stored record, or a stale publish landed); re-reading")]
+    Moved {
+        seq: u64,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("record {seq} was acknowledged as a duplicate of stream message {stream_seq} and not stored; re-reading")]
+    Duplicate { seq: u64, stream_seq: u64 },
 }
 
-/// The seq of the host's last record in the stream (0 when there is none).
-async fn last_published(stream: &stream::Stream, subject: &str) -> Result<u64, OutboxError> {
+/// The host's last record in the stream: its record seq and its stream sequence
+/// (both 0 when there is none).
+async fn last_published(stream: &stream::Stream, subject: &str) -> Result<(u64, u64), OutboxError> {
     match stream.direct_get_last_for_subject(subject).await {
         Ok(message) => {
             let value: serde_json::Value = serde_json::from_slice(&message.payload)
                 .map_err(|e| OutboxError::Last(e.into()))?;
-            value["seq"].as_u64().ok_or(OutboxError::NoSeq)
+            let seq = value["seq"].as_u64().ok_or(OutboxError::NoSeq)?;
+            Ok((seq, message.sequence))
         }
-        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(0),
+        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok((0, 0)),
         Err(e) => Err(OutboxError::Last(e.into())),
     }
 }
@@ -56,6 +78,7 @@ pub async fn run(
     log: Arc<Log>,
     host: String,
     published: watch::Sender<u64>,
+    alarm: OutboxAlarm,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut retry = Duration::from_millis(200);
@@ -63,10 +86,17 @@ pub async fn run(
         match publish_all(&js, &log, &host, &published, &mut stop).await {
             Ok(()) => return,
             Err(e) => {
-                let cause = std::error::Error::source(&e)
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default();
-                tracing::warn!(error = %format!("{e}{cause}"), "outbox paused; retrying");
+                if let OutboxError::Duplicate { .. } = e {
+                    // Without message ids the server has nothing to de-duplicate
+                    // against: someone is interfering with the stream.
+                    tracing::error!(error = %e, "ALARM: unexpected duplicate publish ack");
+                    alarm.set(e.to_string());
+                } else {
+                    let cause = std::error::Error::source(&e)
+                        .map(|s| format!(": {s}"))
+                        .unwrap_or_default();
+                    tracing::warn!(error = %format!("{e}{cause}"), "outbox paused; retrying");
+                }
                 if pause(&mut stop, retry).await {
                     return;
                 }
@@ -87,7 +117,7 @@ async fn publish_all(
     let stream = capstan_common::nats::evt_stream(js)
         .await
         .map_err(OutboxError::Stream)?;
-    let mut acked = last_published(&stream, &subject).await?;
+    let (mut acked, mut last_stream_seq) = last_published(&stream, &subject).await?;
     let local = log.last_seq();
     if acked > local {
         tracing::error!(
@@ -124,17 +154,36 @@ async fn publish_all(
             let seq = record.seq;
             let mut body = record.to_json();
             body["host"] = host.into();
-            let mut headers = HeaderMap::new();
-            headers.insert("Nats-Msg-Id", wire::record_msg_id(host, seq).as_str());
-            let publish_error = |source: Box<dyn std::error::Error + Send + Sync>| {
-                OutboxError::Publish { seq, source }
+            let message = jetstream::message::PublishMessage::build()
+                .payload(body.to_string().into())
+                .expected_last_subject_sequence(last_stream_seq);
+            let publish_error = |e: jetstream::context::PublishError| {
+                if e.kind() == PublishErrorKind::WrongLastSequence {
+                    OutboxError::Moved {
+                        seq,
+                        source: e.into(),
+                    }
+                } else {
+                    OutboxError::Publish {
+                        seq,
+                        source: e.into(),
+                    }
+                }
             };
-            js.publish_with_headers(subject.clone(), headers, body.to_string().into())
+            let ack = js
+                .send_publish(subject.clone(), message)
                 .await
-                .map_err(|e| publish_error(e.into()))?
+                .map_err(publish_error)?
                 .await
-                .map_err(|e| publish_error(e.into()))?;
+                .map_err(publish_error)?;
+            if ack.duplicate {
+                return Err(OutboxError::Duplicate {
+                    seq,
+                    stream_seq: ack.sequence,
+                });
+            }
             acked = seq;
+            last_stream_seq = ack.sequence;
             published.send_replace(acked);
         }
     }

@@ -97,6 +97,7 @@ pub fn beat(info: &HostInfo, log: &Log, last_seq: u64) -> HostBeat {
         healthy: log.healthy(),
         degraded: log.degraded().map(ToString::to_string),
         log_failed: log.flush_failed(),
+        outbox_alarm: info.outbox_alarm.get(),
         at: chrono::Utc::now(),
     }
 }

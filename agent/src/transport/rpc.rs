@@ -1,7 +1,7 @@
 //! Request/reply on `capstan.v1.rpc.<host>.<verb>`, JSON both ways:
 //! - `ping` → `{host, version, at}`;
 //! - `status` → `{host, version, last_seq, published_seq, healthy, degraded, log_failed,
-//!   in_flight, drivers, capabilities}`: `healthy` is false while the log takes no
+//!   outbox_alarm, in_flight, drivers, capabilities}`: `healthy` is false while the log takes no
 //!   writes, `degraded` (a bad record) or `log_failed` (a failed flush) says why;
 //! - `intent` → the running intent (`capstan-agent intent --json`);
 //! - `log` (body `{"since":N,"limit":M}`, both optional) → `{records:[…], last_seq}`.
@@ -90,6 +90,7 @@ pub fn answer(
                 "healthy": log.healthy(),
                 "degraded": log.degraded().map(ToString::to_string),
                 "log_failed": log.flush_failed(),
+                "outbox_alarm": info.outbox_alarm.get(),
                 "in_flight": in_flight,
                 "drivers": info.drivers,
                 "capabilities": info.capabilities,

@@ -86,11 +86,12 @@ fn unsigned_mis_signed_wrong_host_and_old_commands_are_rejected() {
     fleet.stop();
 }
 
-fn shipped_config() -> PathBuf {
+pub(super) fn shipped_config() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packaging/nats-server.conf")
 }
 
-const AS_COORDINATOR: &str = "user = \"coordinator\"\npassword = \"change-me-coordinator\"";
+pub(super) const AS_COORDINATOR: &str =
+    "user = \"coordinator\"\npassword = \"change-me-coordinator\"";
 
 #[test]
 fn with_the_shipped_permissions_h1_cannot_read_h2s_commands() {

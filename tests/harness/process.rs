@@ -175,10 +175,15 @@ impl Process {
         self.wait_expecting(Exit::KILLED)
     }
 
-    /// Waits for it to end on its own and asserts it ended as `want`.
+    /// Waits (at most `READY`, then fails) for it to end on its own and asserts it
+    /// ended as `want`.
     #[track_caller]
     pub fn wait_expecting(self, want: Exit) -> String {
-        let exit = Exit::of(self.child.borrow_mut().wait().expect("wait"));
+        let exit = crate::wait_until(
+            format_args!("{} to exit (expecting {want})", self.name),
+            crate::READY,
+            || self.exited(),
+        );
         let stderr = self.stderr();
         assert_eq!(
             exit, want,

@@ -99,7 +99,8 @@ fn every_command_completes_exactly_once_across_sigkills() {
                 mid_command += 1;
                 "mid-command"
             }
-            Some(_) => "between commands",
+            // Between commands, or after a completion and before its answer.
+            Some(_) => "not mid-command",
             None => "after the last answer",
         };
         done = done.max(answered);

@@ -36,14 +36,13 @@ fn every_record_logged_during_an_outage_reaches_the_event_stream() {
     // The outage lasts as long as the issue asks; all along, the coordinator's
     // `/v1/hosts` (through `capstan hosts`) says NATS is unavailable or shows h1
     // `alive`/`stale`: never `gone`.
-    let mut polls = 0;
+    // (The wait above saw `nats_unavailable` at least once; how many polls fit in
+    // the outage depends on the machine, so no count is asserted.)
     while outage_began.elapsed() < OUTAGE {
         never_gone(coordinator);
-        polls += 1;
         // Paces the polls (the check above is the point, not a wait for anything).
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(polls >= 5, "only {polls} polls during the outage");
     fleet.server.restart();
 
     // The running agent reconnects and publishes everything it logged meanwhile.

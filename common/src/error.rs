@@ -92,6 +92,11 @@ pub enum ErrorCode {
     /// host, op or field; `issued_at` and `sig` do not count). Not retryable: send the
     /// new content under a new id.
     IdConflict,
+    // Execution (`failed`), appended at the end so that no existing variant moves.
+    /// The backend holds an object under the name this host's would have (a network
+    /// of another host's agent on a shared engine, or one made outside capstan): it is
+    /// neither adopted nor deleted. Not retryable: someone must remove or rename it.
+    NotOwned,
 }
 
 impl ErrorCode {
@@ -132,6 +137,7 @@ impl ErrorCode {
             Self::BackendFailed => "backend_failed",
             Self::DriverMismatch => "driver_mismatch",
             Self::IdConflict => "id_conflict",
+            Self::NotOwned => "not_owned",
         }
     }
 
@@ -179,6 +185,7 @@ mod tests {
             (ErrorCode::BackendFailed, "backend_failed"),
             (ErrorCode::DriverMismatch, "driver_mismatch"),
             (ErrorCode::IdConflict, "id_conflict"),
+            (ErrorCode::NotOwned, "not_owned"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));

@@ -273,11 +273,27 @@ mod tests {
             prop_assert_eq!(is_dns_label(&s), expect);
         }
 
+        /// Strings of name characters mixed with `=`, NUL, `-`, a space and a
+        /// non-ASCII letter: the answer is exactly the documented grammar.
         #[test]
-        fn env_names_never_contain_equals_or_nul(s in "\\PC{0,20}") {
-            if is_env_name(&s) {
-                prop_assert!(!s.contains('=') && !s.contains('\0'));
-            }
+        fn env_name_grammar_matches_definition(s in "[A-Za-z0-9_=\\x00 é-]{0,20}") {
+            let mut chars = s.chars();
+            let expect = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            prop_assert_eq!(is_env_name(&s), expect, "{:?}", s);
+        }
+
+        /// A valid name with `=` or NUL put anywhere in it is never a name.
+        #[test]
+        fn env_names_never_contain_equals_or_nul(
+            name in "[A-Za-z_][A-Za-z0-9_]{0,15}",
+            bad in prop::sample::select(vec!['=', '\0']),
+            at in any::<prop::sample::Index>(),
+        ) {
+            prop_assert!(is_env_name(&name));
+            let mut s = name.clone();
+            s.insert(at.index(name.len() + 1), bad);
+            prop_assert!(!is_env_name(&s), "{:?}", s);
         }
     }
 }

@@ -82,7 +82,11 @@ async fn api(tokens: Option<Tokens>) -> Api {
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
     Api {
         base,
-        http: reqwest::Client::new(),
+        // Every request bounded: a stuck handler fails the test instead of hanging it.
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("HTTP client"),
         nats,
     }
 }

@@ -444,7 +444,7 @@ impl Driver for DockerDriver {
             return Err(refused(
                 op,
                 namespace,
-                ErrorCode::DriverFailed,
+                ErrorCode::NotOwned,
                 format!("network {name} exists and is not this host's capstan network"),
             ));
         }
@@ -481,7 +481,7 @@ impl Driver for DockerDriver {
             return Err(refused(
                 op,
                 namespace,
-                ErrorCode::DriverFailed,
+                ErrorCode::NotOwned,
                 format!("network {name} is not this host's capstan network"),
             ));
         }

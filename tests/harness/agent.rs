@@ -151,6 +151,7 @@ pub struct Applied {
 impl Agent {
     /// An agent for `host` on the sim driver; add the rest, then `build()`.
     pub fn builder(host: &str) -> AgentBuilder {
+        crate::watchdog::watch();
         AgentBuilder {
             host: host.to_string(),
             driver: Driver::Sim,
@@ -275,6 +276,30 @@ impl Agent {
         )
     }
 
+    /// `apply` on `lines` fed through its stdin, its stdout piped. The pipe stays open
+    /// until [`Feed::close`]: `apply` cannot reach the end of its input and exit, so a
+    /// kill before the close always hits a live process.
+    pub fn start_apply_fed(&self, lines: &[impl Display]) -> (Process, Feed) {
+        let mut apply = self.start_apply(None);
+        let mut stdin = apply.stdin();
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        // Writes what the pipe takes, then keeps it open; a write into a killed
+        // process's pipe just fails.
+        let feeder = std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+            stdin
+        });
+        (apply, Feed(feeder))
+    }
+
+    /// Whether command `id` is in progress in the log: received and not completed
+    /// (e.g. where a kill cut it).
+    pub fn in_progress(&self, id: &str) -> bool {
+        let log = self.log_of(id);
+        let has = |kind: &str| log.iter().any(|r| r["kind"] == kind);
+        has("command_received") && !has("command_completed")
+    }
+
     /// The whole log as JSON objects (asserting `log --json` succeeded).
     pub fn log(&self) -> Vec<Value> {
         self.log_args(&[])
@@ -391,6 +416,17 @@ impl Agent {
             c,
             &self.path(&format!("run-{n}.log")),
         )
+    }
+}
+
+/// The writer of an [`Agent::start_apply_fed`] input, holding its pipe open.
+pub struct Feed(std::thread::JoinHandle<std::process::ChildStdin>);
+
+impl Feed {
+    /// Closes the pipe (once `apply` is dead or has read everything: the writer
+    /// must be done).
+    pub fn close(self) {
+        drop(self.0.join().expect("input feeder thread"));
     }
 }
 

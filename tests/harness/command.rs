@@ -28,6 +28,11 @@ impl Cmd {
         self
     }
 
+    /// Its `id` (empty if it has none).
+    pub fn id(&self) -> &str {
+        self.0.get("id").and_then(Value::as_str).unwrap_or_default()
+    }
+
     /// Removes field `key`.
     pub fn without(mut self, key: &str) -> Cmd {
         self.0.remove(key);

@@ -17,6 +17,7 @@ pub mod docker;
 pub mod hooks;
 pub mod nats;
 pub mod process;
+pub mod watchdog;
 
 use std::collections::HashSet;
 use std::fmt::Display;
@@ -57,6 +58,7 @@ pub fn wait_until<R: Ready>(
     timeout: Duration,
     mut condition: impl FnMut() -> R,
 ) -> R::Output {
+    watchdog::watch();
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = condition().ready() {

@@ -32,6 +32,7 @@ impl NatsServer {
 
     /// With a server config file (its listen address and store are overridden).
     pub fn start_with(config: Option<&Path>) -> NatsServer {
+        crate::watchdog::watch();
         let mut server = NatsServer {
             port: free_port(),
             store: tempfile::tempdir().expect("store dir"),
@@ -142,6 +143,7 @@ impl Coordinator {
 
     /// With extra top-level config lines too.
     pub fn start_with(nats_url: &str, keys: &Keys, top: &str, nats_extra: &str) -> Coordinator {
+        crate::watchdog::watch();
         let dir = tempfile::tempdir().expect("coordinator dir");
         let config = dir.path().join("coordinator.toml");
         let tokens = dir.path().join("tokens");

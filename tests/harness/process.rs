@@ -175,19 +175,15 @@ impl Process {
         self.wait_expecting(Exit::KILLED)
     }
 
-    /// Sends SIGKILL (if it still runs) and returns how it ended: for a test that
-    /// races a kill against the process finishing on its own, and asserts on that.
-    pub fn kill_or_finish(self) -> (Exit, String) {
-        // Killing an exited (unreaped) child only hits its zombie.
-        let _ = self.child.borrow_mut().kill();
-        let exit = Exit::of(self.child.borrow_mut().wait().expect("wait"));
-        (exit, self.stderr())
-    }
-
-    /// Waits for it to end on its own and asserts it ended as `want`.
+    /// Waits (at most `READY`, then fails) for it to end on its own and asserts it
+    /// ended as `want`.
     #[track_caller]
     pub fn wait_expecting(self, want: Exit) -> String {
-        let exit = Exit::of(self.child.borrow_mut().wait().expect("wait"));
+        let exit = crate::wait_until(
+            format_args!("{} to exit (expecting {want})", self.name),
+            crate::READY,
+            || self.exited(),
+        );
         let stderr = self.stderr();
         assert_eq!(
             exit, want,

@@ -132,9 +132,20 @@ fn prepare(rev: &str, spec_env: &str) -> String {
     )
 }
 
+/// How long a test waits for the executor: a hook that is not cut as it should be
+/// fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// `f`, or a failure naming `what` if it has not finished within [`BOUND`].
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
+}
+
 impl Rig {
     async fn run(&self, id: &str, op: &str, fields: &str) -> CommandResult {
-        self.base.executor.submit(&cmd(id, op, fields)).await
+        bounded(id, self.base.executor.submit(&cmd(id, op, fields))).await
     }
 
     async fn ok(&self, id: &str, op: &str, fields: &str) {
@@ -419,10 +430,11 @@ async fn cancelling_mid_preparation_revokes_the_cut_owner_and_every_completed_on
         tokio::select! {
             r = &mut run => panic!("finished before c was called: {r:?}"),
             () = called => {}
+            () = tokio::time::sleep(BOUND) => panic!("c was not called within {BOUND:?}"),
         }
     }
     cancel.cancel();
-    let r = run.await;
+    let r = bounded("the cancelled a1", run).await;
     let e = r.error.clone().unwrap();
     assert_eq!(e.code, ErrorCode::Cancelled, "{r:?}");
     assert!(r.retryable);

@@ -87,6 +87,12 @@ impl Flusher {
         self.shared.0.lock().expect("flusher lock").flushes
     }
 
+    /// How many writers wait for a flush (for tests that line writers up).
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        self.shared.0.lock().expect("flusher lock").waiters.len()
+    }
+
     /// Why a flush failed, once one has: nothing written since is durable.
     pub fn failed(&self) -> Option<String> {
         self.shared.0.lock().expect("flusher lock").failed.clone()

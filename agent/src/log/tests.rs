@@ -115,29 +115,66 @@ fn snapshots_bound_replay_and_agree_with_a_full_replay() {
 
 #[test]
 fn concurrent_writers_share_flushes() {
+    // Group commit's guarantee: every writer that waits while a flush runs is made
+    // durable by the next one. So: hold the first writer's flush (the log's own sled
+    // flush behind a gate) until 63 more writers wait, then let it go: exactly two
+    // flushes make all 64 appends durable.
+    const WRITERS: usize = 64;
     let dir = tempfile::tempdir().unwrap();
-    let log = std::sync::Arc::new(Log::open(dir.path(), LogOptions::default()).unwrap());
+    let mut log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let (started, flush_started) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let db = log.db.clone();
+    log.flusher = flusher::Flusher::start(log.last_seq(), move || {
+        started.send(()).map_err(|e| e.to_string())?;
+        gate.lock().unwrap().recv().map_err(|e| e.to_string())?;
+        db.flush().map(|_| ()).map_err(|e| e.to_string())
+    });
+    let log = std::sync::Arc::new(log);
+    let bound = std::time::Duration::from_secs(60);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let tasks: Vec<_> = (0..64)
-            .map(|i| {
-                let log = std::sync::Arc::clone(&log);
-                tokio::spawn(async move {
-                    log.append_durable(&[ready(&format!("n{i}"))])
-                        .await
-                        .unwrap()
-                })
+        let spawn = |i: usize| {
+            let log = std::sync::Arc::clone(&log);
+            tokio::spawn(async move {
+                log.append_durable(&[ready(&format!("n{i}"))])
+                    .await
+                    .unwrap()
             })
-            .collect();
+        };
+        let mut tasks = vec![spawn(0)];
+        flush_started
+            .recv_timeout(bound)
+            .expect("the first writer's flush to start");
+        tasks.extend((1..WRITERS).map(spawn));
+        let deadline = std::time::Instant::now() + bound;
+        while log.flusher.waiting() < WRITERS - 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {} writers wait",
+                log.flusher.waiting()
+            );
+            tokio::task::yield_now().await;
+        }
+        release.send(()).unwrap(); // flush 1: the first writer's append only
+        flush_started
+            .recv_timeout(bound)
+            .expect("the second flush to start");
+        release.send(()).unwrap(); // flush 2: the other 63
         for t in tasks {
-            t.await.unwrap();
+            tokio::time::timeout(bound, t)
+                .await
+                .expect("a writer waits beyond the bound")
+                .unwrap();
         }
     });
-    assert_eq!(log.verify().unwrap(), 64);
+    assert_eq!(log.flushes(), 2, "64 writers, two flushes");
+    assert_eq!(log.verify().unwrap(), WRITERS as u64);
 }
 
 #[test]

@@ -17,6 +17,16 @@ fn spec() -> Spec {
     }
 }
 
+/// How long a test waits for the sim's feed: a lost exit fails it instead of hanging.
+const BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `f`, or a failure naming `what` if it has not finished within [`BOUND`].
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {BOUND:?}"))
+}
+
 fn rev(revision: &str) -> RevisionRef<'_> {
     RevisionRef {
         namespace: "ns",
@@ -159,9 +169,9 @@ async fn exits_and_stops_are_reported_to_the_feed() {
     let exit = tokio::select! {
         ended = &mut feed => panic!("the feed ended: {ended:?}"),
         exit = async {
-            sim.watched().await;
+            bounded("the feed to watch", sim.watched()).await;
             sim.exit(rev("r1"), 3).unwrap();
-            rx.recv().await
+            bounded("r1's exit", rx.recv()).await
         } => exit.unwrap(),
     };
     assert_eq!(
@@ -180,7 +190,7 @@ async fn exits_and_stops_are_reported_to_the_feed() {
     sim.stop(rev("r1")).await.unwrap();
     let stopped = tokio::select! {
         ended = &mut feed => panic!("the feed ended: {ended:?}"),
-        exit = rx.recv() => exit.unwrap(),
+        exit = bounded("r1's stop", rx.recv()) => exit.unwrap(),
     };
     assert_eq!(stopped.exit_code, None, "a stop has no status of its own");
     assert!(
@@ -188,7 +198,7 @@ async fn exits_and_stops_are_reported_to_the_feed() {
         "stopping a stopped revision is no exit"
     );
     drop(rx);
-    feed.await.unwrap();
+    bounded("the feed to end", feed).await.unwrap();
 }
 
 #[tokio::test]
@@ -198,7 +208,7 @@ async fn a_sim_that_does_not_report_exits_has_no_feed() {
     let (tx, mut rx) = mpsc::channel(8);
     sim.watch_exits(tx).await.unwrap();
     sim.exit(rev("r1"), 1).unwrap();
-    assert_eq!(rx.recv().await, None);
+    assert_eq!(bounded("the closed feed", rx.recv()).await, None);
     assert_eq!(
         sim.host().revisions["ns/web@r1"].state,
         BackendState::Stopped

@@ -4,7 +4,6 @@
 
 use capstan_tests::agent::Agent;
 use capstan_tests::command::{Cmd, Spec};
-use capstan_tests::process::Exit;
 use capstan_tests::Rng;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -61,23 +60,26 @@ fn every_command_completes_exactly_once_across_sigkills() {
     let agent = Agent::builder("crash-host").build();
     let (lines, start_ids, retire_ids) = script(&agent);
     assert!(lines.len() >= 5000, "{} commands", lines.len());
-    let input = agent.write_input(&lines);
     let mut rng = Rng::from_env_or_time("crash");
 
-    let mut done = 0usize; // commands known completed (non-duplicate answers seen)
+    let mut done = 0usize; // answers every run gets back before it reaches new commands
+    let mut mid_command = 0usize;
     for kill in 0..KILLS {
-        let mut apply = agent.start_apply(Some(&input));
-        // Kill after a random number of answers past what is already done, plus a
-        // random sub-millisecond delay so the kill lands inside a command, not only
-        // between two.
-        let target = done + 1 + rng.below(lines.len() as u64 / KILLS as u64 * 2) as usize;
+        // Fed through a pipe held open until after the kill.
+        let (mut apply, feed) = agent.start_apply_fed(&lines);
+        // Kill after a random number of answers past what is already done (at most
+        // all but the last, so the reads below always end), plus a random
+        // sub-millisecond delay so the kill lands inside a command, not only between
+        // two.
+        let target = (done + 1 + rng.below(lines.len() as u64 / KILLS as u64 * 2) as usize)
+            .min(lines.len() - 1);
         let mut seen = 0;
         let mut reader = BufReader::new(apply.stdout());
         let mut line = String::new();
         while seen < target {
             line.clear();
             if reader.read_line(&mut line).expect("read apply output") == 0 {
-                break;
+                break; // it died: `kill` below says how
             }
             seen += 1;
         }
@@ -86,18 +88,25 @@ fn every_command_completes_exactly_once_across_sigkills() {
         while spin.elapsed() < delay {
             std::hint::spin_loop();
         }
-        // Late in the run the agent may answer everything (into the pipe) before the
-        // kill lands: then it must have exited 0 having answered every line.
-        let (exit, stderr) = apply.kill_or_finish();
+        // Asserts it was still running and that SIGKILL ended it.
+        apply.kill();
+        feed.close();
         let answered = seen + reader.lines().count();
-        match exit {
-            Exit::KILLED => {}
-            Exit::OK => assert_eq!(answered, lines.len(), "apply exited 0 early: {stderr}"),
-            other => panic!("apply ended with {other}: {stderr}"),
-        }
-        done = done.max(seen.saturating_sub(1));
-        eprintln!("kill {kill}: after {seen} answers ({exit})");
+        // The kill landed mid-command when the first unanswered command was received
+        // and not completed.
+        let state = match lines.get(answered) {
+            Some(next) if agent.in_progress(next.id()) => {
+                mid_command += 1;
+                "mid-command"
+            }
+            // Between commands, or after a completion and before its answer.
+            Some(_) => "not mid-command",
+            None => "after the last answer",
+        };
+        done = done.max(answered);
+        eprintln!("kill {kill}: SIGKILL after {answered} answers, {state}");
     }
+    eprintln!("{mid_command} of {KILLS} kills landed mid-command");
 
     // Apply the same file to the end.
     agent.apply_ok(&lines);

@@ -20,13 +20,25 @@ fn another_hosts_network_is_neither_adopted_nor_deleted() {
     let applied = y.apply(&[theirs.ensure_namespace("e"), theirs.delete_namespace("d")]);
     assert_eq!(applied.exit, Exit::Code(1), "{applied}");
     assert_eq!(applied.results.len(), 2, "{applied}");
-    for r in &applied.results {
+    let net = format!("capstan-{}", xc.ns);
+    // Refused as someone else's object (`not_owned`), not as an engine failure.
+    for (r, why) in applied.results.iter().zip([
+        format!(
+            "ensure_namespace {}: network {net} exists and is not this host's capstan network",
+            xc.ns
+        ),
+        format!(
+            "delete_namespace {}: network {net} is not this host's capstan network",
+            xc.ns
+        ),
+    ]) {
         assert_eq!(r["outcome"], "failed", "{r}");
-        assert_eq!(r["error"]["code"], "driver_failed", "{r}");
+        assert_eq!(r["error"]["code"], "not_owned", "{r}");
+        assert_eq!(r["error"]["message"], why, "{r}");
+        assert_eq!(r["retryable"], false, "{r}");
     }
     assert!(y.containers().is_empty(), "y sees none of x's containers");
     assert_eq!(x.containers(), vec![web], "x's container untouched");
-    let net = format!("capstan-{}", xc.ns);
     let labels = docker(&["network", "inspect", "-f", "{{json .Labels}}", &net]);
     assert!(labels.contains(&x.host), "still x's network: {labels}");
 }

@@ -6,8 +6,16 @@ use super::Fleet;
 use capstan_tests::nats::runtime;
 use serde_json::Value;
 
+/// An HTTP client whose every request (connect to last body byte) is bounded.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(capstan_tests::READY)
+        .build()
+        .expect("HTTP client")
+}
+
 async fn get(url: &str, token: &str) -> (u16, String) {
-    let r = reqwest::Client::new()
+    let r = client()
         .get(url)
         .bearer_auth(token)
         .send()
@@ -59,7 +67,7 @@ fn health_metrics_and_json_errors() {
             "{body}"
         );
 
-        let client = reqwest::Client::new();
+        let client = client();
         let post = |body: &'static str| {
             let client = client.clone();
             let url = format!("{base}/v1/commands");

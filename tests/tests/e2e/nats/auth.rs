@@ -151,7 +151,10 @@ fn with_the_shipped_permissions_h1_cannot_read_h2s_commands() {
             "Publish to \"$JS.API.CONSUMER.CREATE.CAPSTAN_CMD.steal.capstan.v1.cmd.h2\"",
         ] {
             while !seen.iter().any(|s: &String| s.contains(needle)) {
-                let v = violations.recv().await.expect("server errors");
+                let v = tokio::time::timeout(READY, violations.recv())
+                    .await
+                    .unwrap_or_else(|_| panic!("no {needle} violation within {READY:?}"))
+                    .expect("server errors");
                 assert!(v.to_lowercase().contains("permissions violation"), "{v}");
                 seen.push(v);
             }

@@ -52,10 +52,16 @@ fn round_trip_and_offline_delivery() {
     assert_eq!(done["status"], "succeeded", "{done}");
 
     // A failed command makes the CLI exit non-zero.
-    let id = coordinator.submit(&h1.commands("shop").start("start-nothing", "ghost"));
+    let shop = h1.commands("shop");
+    let id = coordinator.submit(&shop.start("start-nothing", "ghost"));
     let failed = coordinator.cli_json(&["wait", &id], 1);
     assert_eq!(failed["status"], "failed", "{failed}");
-    assert!(failed["error"]["code"].is_string());
+    assert_eq!(failed["error"]["code"], "workload_not_found", "{failed}");
+    assert_eq!(
+        failed["error"]["message"],
+        format!("workload {}/ghost is unknown", shop.ns),
+        "{failed}"
+    );
 
     // Unknown ids and bad input are JSON errors with codes.
     let out = coordinator.cli(&["status", "no-such-id"]);

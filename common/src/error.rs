@@ -97,6 +97,14 @@ pub enum ErrorCode {
     /// of another host's agent on a shared engine, or one made outside capstan): it is
     /// neither adopted nor deleted. Not retryable: someone must remove or rename it.
     NotOwned,
+    // Per hook call (the `code` of a `hook_failed` record), appended at the end. The
+    // command itself completes `hook_failed`; these say the owner may have granted.
+    /// The hook call ran past its timeout and was killed: it may have granted, so it
+    /// is compensated (also after a crash). Retryable.
+    HookTimeout,
+    /// The hook exited 0 but its reply was not valid: it believes it granted, so it is
+    /// compensated (also after a crash). Retryable.
+    HookInvalidReply,
 }
 
 impl ErrorCode {
@@ -138,6 +146,8 @@ impl ErrorCode {
             Self::DriverMismatch => "driver_mismatch",
             Self::IdConflict => "id_conflict",
             Self::NotOwned => "not_owned",
+            Self::HookTimeout => "hook_timeout",
+            Self::HookInvalidReply => "hook_invalid_reply",
         }
     }
 
@@ -146,7 +156,12 @@ impl ErrorCode {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Self::HookFailed | Self::Cancelled | Self::Interrupted | Self::LogFailed
+            Self::HookFailed
+                | Self::HookTimeout
+                | Self::HookInvalidReply
+                | Self::Cancelled
+                | Self::Interrupted
+                | Self::LogFailed
         )
     }
 }
@@ -190,6 +205,14 @@ mod tests {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));
             assert!(!code.is_retryable(), "{wire}");
+        }
+        for (code, wire) in [
+            (ErrorCode::HookTimeout, "hook_timeout"),
+            (ErrorCode::HookInvalidReply, "hook_invalid_reply"),
+        ] {
+            assert_eq!(code.as_str(), wire);
+            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));
+            assert!(code.is_retryable(), "{wire}");
         }
     }
 }

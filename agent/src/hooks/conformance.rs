@@ -512,8 +512,8 @@ async fn a_hook_that_hangs_is_cut_at_its_timeout_counts_as_failed_and_is_compens
         .for_command("a1")
         .unwrap()
         .into_iter()
-        .any(|r| matches!(&r.event, Event::HookFailed { owner, code: ErrorCode::HookFailed, .. } if owner == "slow"));
-    assert!(failed, "hook_failed recorded for slow");
+        .any(|r| matches!(&r.event, Event::HookFailed { owner, code: ErrorCode::HookTimeout, .. } if owner == "slow"));
+    assert!(failed, "hook_failed recorded for slow, code hook_timeout");
 }
 
 #[tokio::test]

@@ -104,10 +104,15 @@ impl PhaseError {
     }
 }
 
+/// The code a failed call is recorded with. It says whether the owner may have granted
+/// (cut short or an invalid reply: compensated, live and after a crash) or not (it
+/// reported failure or could not be reached: it cleans up after itself).
 fn failure_code(f: CallFailure) -> ErrorCode {
     match f {
         CallFailure::Cancelled => ErrorCode::Cancelled,
-        _ => ErrorCode::HookFailed,
+        CallFailure::Timeout => ErrorCode::HookTimeout,
+        CallFailure::Reply => ErrorCode::HookInvalidReply,
+        CallFailure::Spawn | CallFailure::Exit => ErrorCode::HookFailed,
     }
 }
 
@@ -315,11 +320,10 @@ impl Hooks {
                 .collect::<Vec<_>>()
         };
         let started = owners_where(started_of, Some(phase));
-        // A call recorded as failed is skipped unless it was cancelled (cut short, it
-        // may have granted). A timeout or an invalid reply is recorded with the same
-        // code as a reported failure, so a crash between its `hook_failed` and its
-        // compensation (the first call the live path makes) leaves it uncompensated.
-        let failed = owners_where(failed_not_cancelled_of, Some(phase));
+        // A call recorded as failed is skipped only when the owner reported failure or
+        // could not be reached (`hook_failed`); one cut short or with an invalid reply
+        // (`cancelled`, `hook_timeout`, `hook_invalid_reply`) may have granted.
+        let failed = owners_where(failed_without_granting_of, Some(phase));
         let undone = owners_where(succeeded_of, undo);
         let mut todo = Vec::new();
         for name in &started {
@@ -348,11 +352,11 @@ fn started_of(e: &Event) -> Option<(Phase, &str)> {
     }
 }
 
-fn failed_not_cancelled_of(e: &Event) -> Option<(Phase, &str)> {
+fn failed_without_granting_of(e: &Event) -> Option<(Phase, &str)> {
     match e {
         Event::HookFailed {
             phase, owner, code, ..
-        } if *code != ErrorCode::Cancelled => Some((*phase, owner)),
+        } if *code == ErrorCode::HookFailed => Some((*phase, owner)),
         _ => None,
     }
 }

@@ -97,15 +97,17 @@ async fn an_owner_that_replied_invalidly_is_compensated_one_that_failed_or_was_u
 }
 
 #[tokio::test]
-async fn after_a_crash_an_owner_recorded_as_cancelled_is_compensated_too() {
-    let rig = rig(&["a", "b", "c"]);
+async fn after_a_crash_an_owner_cut_short_or_with_an_invalid_reply_is_compensated_too() {
+    let rig = rig(&["a", "b", "c", "d", "e"]);
     let log = rig.base.executor.log();
     let (id, phase) = ("c1".to_string(), BeforeWorkloadStart);
     let mut events = Vec::new();
     for (owner, code) in [
         ("a", None),
         ("b", Some(ErrorCode::Cancelled)),
-        ("c", Some(ErrorCode::HookFailed)),
+        ("c", Some(ErrorCode::HookTimeout)),
+        ("d", Some(ErrorCode::HookInvalidReply)),
+        ("e", Some(ErrorCode::HookFailed)),
     ] {
         let (command_id, owner) = (id.clone(), owner.to_string());
         events.push(Event::HookStarted {
@@ -130,7 +132,7 @@ async fn after_a_crash_an_owner_recorded_as_cancelled_is_compensated_too() {
     log.append_durable(&events).await.unwrap();
     let history = log.for_command(&id).unwrap();
     let fake = Arc::new(Fake::default());
-    let owners = ["a", "b", "c"].map(|n| owner(n, Duration::from_secs(30)));
+    let owners = ["a", "b", "c", "d", "e"].map(|n| owner(n, Duration::from_secs(30)));
     let hooks = Hooks::new(owners.to_vec(), fake.clone());
     let ctx = super::super::HookContext {
         host: testkit::HOST.into(),
@@ -146,8 +148,8 @@ async fn after_a_crash_an_owner_recorded_as_cancelled_is_compensated_too() {
     assert_eq!(e.unwrap().code(), ErrorCode::Interrupted);
     assert_eq!(
         fake.calls_in(BeforeWorkloadStop),
-        names(&["b", "a"]),
-        "b was cut short and may have granted; c reported failure"
+        names(&["d", "c", "b", "a"]),
+        "b, c were cut short and d replied nonsense: they may have granted; e reported failure"
     );
 }
 

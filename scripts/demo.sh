@@ -29,7 +29,8 @@ cmd() { # id op-fields
 echo "== apply ($(wc -l <"$dir/rollout.jsonl") commands; data dir $dir)"
 RUST_LOG=error run apply "$dir/rollout.jsonl"
 echo "== apply again: every command is answered from the log (duplicate), nothing runs twice"
-RUST_LOG=error run apply "$dir/rollout.jsonl" | head -3
+RUST_LOG=error run apply "$dir/rollout.jsonl" >"$dir/again.jsonl"
+head -3 "$dir/again.jsonl"
 echo "== audit log"
 run log
 echo "== log verify"

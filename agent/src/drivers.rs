@@ -37,13 +37,12 @@ fn list(kinds: &[DriverKind]) -> String {
 }
 
 /// Opens `config.driver` for `host`, keeping its state (if any) under `data_dir`.
+/// `host` labels the objects of the real drivers; the sim driver does not use it.
 pub async fn open(
     config: &AgentConfig,
-    host: &str,
+    #[cfg_attr(not(feature = "docker"), allow(unused_variables))] host: &str,
     data_dir: &Path,
 ) -> Result<Arc<dyn Driver>, OpenError> {
-    // `host` is used by the real drivers only (objects are labelled with it).
-    let _ = host;
     match config.driver {
         DriverKind::Sim => Ok(Arc::new(
             SimDriver::open(data_dir, config.sim.clone()).map_err(OpenError::Sim)?,

@@ -68,7 +68,8 @@ impl Executor {
     /// given up on or drifted is still recorded, so the log says what the agent found.
     pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
         let mut report = ReconcileReport::default();
-        let manages = self.driver.capabilities().manages_lifecycle;
+        let capabilities = self.driver.capabilities();
+        let manages = capabilities.manages_lifecycle;
         let observed = match self.driver.observe().await {
             Ok(o) => o,
             Err(e) => {
@@ -162,7 +163,7 @@ impl Executor {
                     revision,
                 } => {
                     report.drift += 1;
-                    let reap = self.driver.capabilities().reaps_orphans;
+                    let reap = capabilities.reaps_orphans;
                     tracing::warn!(%namespace, %workload, %revision, reap, "found a backend labelled ours that intent does not know");
                     let mut reaped = false;
                     if reap {

@@ -35,6 +35,7 @@ pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
         working_dir: None,
         mounts: vec![],
         ports: vec![],
+        systemd: Default::default(),
     }
 }
 

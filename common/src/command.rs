@@ -137,6 +137,39 @@ pub struct Spec {
     /// Ports published on the host.
     #[serde(default)]
     pub ports: Vec<PortMapping>,
+    /// Settings only the systemd driver reads. Absent when every setting has its
+    /// default, so specs that do not use it keep their canonical JSON (and hashes).
+    #[serde(default, skip_serializing_if = "SystemdSpec::is_default")]
+    pub systemd: SystemdSpec,
+}
+
+/// A systemd unit's own settings. Each one relaxes or bounds the hardened default the
+/// systemd driver writes (`docs/systemd.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemdSpec {
+    /// `User=`: a user name or a numeric uid; `None`: root.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `Group=`: a group name or a numeric gid.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Absolute paths the workload may write besides its namespace's state directory
+    /// (`ReadWritePaths=`; the rest of the file system is read-only).
+    #[serde(default)]
+    pub read_write_paths: Vec<String>,
+    /// `MemoryMax=` in bytes.
+    #[serde(default)]
+    pub memory_max_bytes: Option<u64>,
+    /// `CPUQuota=` in percent of one CPU (200 = two CPUs).
+    #[serde(default)]
+    pub cpu_quota_percent: Option<u32>,
+}
+
+impl SystemdSpec {
+    pub fn is_default(&self) -> bool {
+        *self == SystemdSpec::default()
+    }
 }
 
 /// One mount: a host path (absolute `source`) or a named volume (`source` a volume

@@ -170,6 +170,7 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
             ));
         }
     }
+    systemd(spec)?;
     match (&spec.image, spec.driver) {
         (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
@@ -184,6 +185,55 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
         )),
         _ => Ok(()),
     }
+}
+
+/// The systemd driver's own rules: an absolute program to run, and settings it can
+/// write into a unit. Other drivers refuse a spec that carries systemd settings.
+fn systemd(spec: &Spec) -> Result<(), Rejection> {
+    let invalid = |m: &str| Err(Rejection::new(ErrorCode::InvalidSpec, m));
+    let s = &spec.systemd;
+    if spec.driver != DriverKind::Systemd {
+        if !s.is_default() {
+            return invalid("`systemd` settings are only for driver systemd");
+        }
+        return Ok(());
+    }
+    match spec.command.first() {
+        Some(program) if is_abs_path(program) => {}
+        _ => return invalid("driver systemd needs `command` whose first item is an absolute path"),
+    }
+    if spec.image.is_some() {
+        return invalid("driver systemd runs no image: leave `image` out");
+    }
+    if !spec.mounts.is_empty() || !spec.ports.is_empty() {
+        return invalid("driver systemd has no `mounts` or `ports`: use `systemd.read_write_paths`");
+    }
+    for id in [&s.user, &s.group].into_iter().flatten() {
+        if !is_account_name(id) {
+            return invalid("`systemd.user`/`group` must be a number or match ^[a-z_][a-z0-9_-]{0,31}$");
+        }
+    }
+    if !s.read_write_paths.iter().all(|p| is_abs_path(p)) {
+        return invalid("`systemd.read_write_paths` must be absolute paths without NUL, newline, `,` or `..`");
+    }
+    if s.memory_max_bytes == Some(0) || s.cpu_quota_percent == Some(0) {
+        return invalid("`systemd.memory_max_bytes` and `cpu_quota_percent` must be above 0");
+    }
+    Ok(())
+}
+
+/// A user or group as systemd's `User=`/`Group=` take it: a numeric id or a portable
+/// account name.
+pub fn is_account_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    if !b.is_empty() && b.len() <= 10 && b.iter().all(u8::is_ascii_digit) {
+        return true;
+    }
+    !b.is_empty()
+        && b.len() <= 32
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
 }
 
 /// An absolute path of at most 4096 bytes, without NUL, newline, `,` (the mount

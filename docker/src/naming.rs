@@ -237,6 +237,7 @@ mod tests {
                 host_ip: Some("127.0.0.1".into()),
                 protocol: Protocol::Tcp,
             }],
+            systemd: Default::default(),
         }
     }
 

@@ -162,6 +162,7 @@ fn commands(n: usize, namespaces: usize) -> Vec<Command> {
                 working_dir: None,
                 mounts: vec![],
                 ports: vec![],
+                systemd: Default::default(),
             },
         });
         out.push(Op::ActivateRevision {

@@ -14,6 +14,7 @@ fn spec() -> Spec {
         working_dir: None,
         mounts: vec![],
         ports: vec![],
+        systemd: Default::default(),
     }
 }
 

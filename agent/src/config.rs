@@ -5,6 +5,8 @@ use crate::hooks::{self, HookConfig, HookConfigError, HookOwner};
 use capstan_common::DriverKind;
 #[cfg(feature = "docker")]
 use capstan_docker::DockerConfig;
+#[cfg(feature = "systemd")]
+use capstan_systemd::SystemdConfig;
 use capstan_driver::sim::SimConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -47,6 +49,10 @@ pub struct AgentConfig {
     #[cfg(feature = "docker")]
     #[serde(default)]
     pub docker: DockerConfig,
+    /// The systemd driver's section; owned by `capstan-systemd`.
+    #[cfg(feature = "systemd")]
+    #[serde(default)]
+    pub systemd: SystemdConfig,
     /// Lifecycle hook owners, in calling order (`[[hooks]]`). Read once at start and
     /// frozen: changing them needs an agent restart.
     #[serde(default)]

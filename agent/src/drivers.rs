@@ -1,6 +1,6 @@
 //! The drivers compiled into this build, and opening the one the config names. The
 //! agent is their composition: each real driver is a crate behind a cargo feature
-//! (`docker`), so a build links only the backends it can drive.
+//! (`docker`, `systemd`), so a build links only the backends it can drive.
 
 use crate::config::AgentConfig;
 use capstan_common::DriverKind;
@@ -13,6 +13,9 @@ pub fn compiled() -> Vec<DriverKind> {
     let mut kinds = vec![DriverKind::Sim];
     if cfg!(feature = "docker") {
         kinds.push(DriverKind::Docker);
+    }
+    if cfg!(feature = "systemd") {
+        kinds.push(DriverKind::Systemd);
     }
     kinds
 }
@@ -40,7 +43,11 @@ fn list(kinds: &[DriverKind]) -> String {
 /// `host` labels the objects of the real drivers; the sim driver does not use it.
 pub async fn open(
     config: &AgentConfig,
-    #[cfg_attr(not(feature = "docker"), allow(unused_variables))] host: &str,
+    #[cfg_attr(
+        not(any(feature = "docker", feature = "systemd")),
+        allow(unused_variables)
+    )]
+    host: &str,
     data_dir: &Path,
 ) -> Result<Arc<dyn Driver>, OpenError> {
     match config.driver {
@@ -52,6 +59,12 @@ pub async fn open(
             capstan_docker::DockerDriver::connect(host, config.docker.clone())
                 .await
                 .map_err(|e| OpenError::Backend(DriverKind::Docker, e))?,
+        )),
+        #[cfg(feature = "systemd")]
+        DriverKind::Systemd => Ok(Arc::new(
+            capstan_systemd::SystemdDriver::connect(host, config.systemd.clone())
+                .await
+                .map_err(|e| OpenError::Backend(DriverKind::Systemd, e))?,
         )),
         other => Err(OpenError::NotCompiled(other)),
     }

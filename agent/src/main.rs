@@ -18,10 +18,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// `--version`: the release and the drivers compiled into this build (cargo features).
-const VERSION: &str = if cfg!(feature = "docker") {
-    concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker)")
-} else {
-    concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim)")
+const VERSION: &str = match (cfg!(feature = "docker"), cfg!(feature = "systemd")) {
+    (true, true) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker, systemd)"),
+    (true, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker)"),
+    (false, true) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, systemd)"),
+    (false, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim)"),
 };
 
 #[derive(Parser)]

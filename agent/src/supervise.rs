@@ -3,7 +3,8 @@
 //! when it also declares `restarts_exits` is a workload whose intent is running on that
 //! very revision started again, after a capped exponential backoff; otherwise the
 //! backend restarts its own (systemd's `Restart=`, a Deployment) and the agent only
-//! records what happened. Every restart attempt is logged, and its outcome recorded
+//! records what happened (and `workload_failed/backend_failed` when the backend gave
+//! up on a revision intent wants running). Every restart attempt is logged, and its outcome recorded
 //! (`workload_started`/`workload_failed` with cause `supervisor`; a revision the
 //! backend has given up on is `workload_failed/backend_failed`, not restarted). The
 //! decision is re-checked under the namespace's lock right before acting, so a
@@ -154,7 +155,18 @@ impl Supervisor {
             exit_code: exit.exit_code,
         }])
         .await?;
-        if !self.executor.driver().capabilities().restarts_exits || !self.wanted(&exit) {
+        if !self.wanted(&exit) {
+            return Ok(());
+        }
+        if !self.executor.driver().capabilities().restarts_exits {
+            // The backend restarts its own; the agent only reports when it gave up.
+            let _serial = self.executor.lock_namespace(&exit.namespace).await;
+            if !self.wanted(&exit) {
+                return Ok(());
+            }
+            if let Some(event) = self.gave_up(&exit).await {
+                log.append_durable(&[event]).await?;
+            }
             return Ok(());
         }
         let key = capstan_common::workload_key(&exit.namespace, &exit.workload);
@@ -186,32 +198,41 @@ impl Supervisor {
             workload: &exit.workload,
             revision: &exit.revision,
         };
-        let gave_up = match driver.state(rev).await {
-            Ok(Some(BackendState::Running)) => {
-                tracing::info!(workload = %key, "restart not needed: it runs again");
-                return Ok(());
-            }
-            Ok(Some(BackendState::Failed { reason })) => Some(reason),
-            _ => None,
-        };
-        let event = match gave_up {
-            Some(reason) => {
-                tracing::warn!(workload = %key, %reason, "not restarted: the backend gave up on it");
-                Event::WorkloadFailed {
-                    cause: Cause::Supervisor,
-                    namespace: exit.namespace,
-                    workload: exit.workload,
-                    code: ErrorCode::BackendFailed,
-                    message: format!(
-                        "the backend gave up on revision {}: {reason}",
-                        exit.revision
-                    ),
-                }
-            }
+        if let Ok(Some(BackendState::Running)) = driver.state(rev).await {
+            tracing::info!(workload = %key, "restart not needed: it runs again");
+            return Ok(());
+        }
+        let event = match self.gave_up(&exit).await {
+            Some(failed) => failed,
             None => self.restart(rev, &key, attempt).await,
         };
         log.append_durable(&[event]).await?;
         Ok(())
+    }
+
+    /// `workload_failed/backend_failed` when the backend has given up on the exited
+    /// revision (systemd's `failed` after its start limit, a crash-looping pod).
+    async fn gave_up(&self, exit: &Exit) -> Option<Event> {
+        let rev = RevisionRef {
+            namespace: &exit.namespace,
+            workload: &exit.workload,
+            revision: &exit.revision,
+        };
+        let Ok(Some(BackendState::Failed { reason })) = self.executor.driver().state(rev).await
+        else {
+            return None;
+        };
+        tracing::warn!(workload = %rev, %reason, "the backend gave up on it");
+        Some(Event::WorkloadFailed {
+            cause: Cause::Supervisor,
+            namespace: exit.namespace.clone(),
+            workload: exit.workload.clone(),
+            code: ErrorCode::BackendFailed,
+            message: format!(
+                "the backend gave up on revision {}: {reason}",
+                exit.revision
+            ),
+        })
     }
 
     /// Resumes `rev` and says what happened.
@@ -388,6 +409,23 @@ mod tests {
             "{last:?}"
         );
         assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
+        assert_eq!(restarts(&rig), 0);
+    }
+
+    #[tokio::test]
+    async fn when_the_backend_restarts_its_own_its_giving_up_is_reported() {
+        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
+        rig.sim.give_up(R1, "exit-code after 5 restarts").unwrap();
+        handled(&supervisor, 1).await;
+        let last = rig.records().pop().unwrap().event;
+        assert!(
+            matches!(
+                &last,
+                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
+                    if message.ends_with("exit-code after 5 restarts")
+            ),
+            "{last:?}"
+        );
         assert_eq!(restarts(&rig), 0);
     }
 

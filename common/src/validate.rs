@@ -264,6 +264,63 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn systemd_spec(command: &[&str]) -> Spec {
+        Spec {
+            driver: DriverKind::Systemd,
+            image: None,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            env: Default::default(),
+            working_dir: None,
+            mounts: vec![],
+            ports: vec![],
+            systemd: Default::default(),
+        }
+    }
+
+    fn invalid(spec: &Spec) -> String {
+        let e = super::spec(spec).expect_err("should be refused");
+        assert_eq!(e.code, ErrorCode::InvalidSpec, "{e:?}");
+        e.message
+    }
+
+    #[test]
+    fn a_systemd_spec_runs_an_absolute_program_with_settings_a_unit_can_hold() {
+        let mut ok = systemd_spec(&["/usr/bin/app", "--flag", "a b; $X %h"]);
+        ok.systemd.user = Some("app".into());
+        ok.systemd.group = Some("1001".into());
+        ok.systemd.read_write_paths = vec!["/srv/app data".into()];
+        ok.systemd.memory_max_bytes = Some(64 << 20);
+        ok.systemd.cpu_quota_percent = Some(150);
+        super::spec(&ok).unwrap();
+
+        assert!(invalid(&systemd_spec(&[])).contains("absolute"));
+        assert!(invalid(&systemd_spec(&["app"])).contains("absolute"));
+        assert!(invalid(&systemd_spec(&["-/bin/app"])).contains("absolute"));
+        let mut image = systemd_spec(&["/bin/app"]);
+        image.image = Some("busybox".into());
+        assert!(invalid(&image).contains("image"));
+        for user in ["Root", "a b", "x\ny", "", "-x", &"a".repeat(33)] {
+            let mut s = systemd_spec(&["/bin/app"]);
+            s.systemd.user = Some(user.into());
+            assert!(invalid(&s).contains("user"), "{user:?}");
+        }
+        let mut path = systemd_spec(&["/bin/app"]);
+        path.systemd.read_write_paths = vec!["relative".into()];
+        assert!(invalid(&path).contains("read_write_paths"));
+        let mut zero = systemd_spec(&["/bin/app"]);
+        zero.systemd.memory_max_bytes = Some(0);
+        assert!(invalid(&zero).contains("above 0"));
+    }
+
+    #[test]
+    fn other_drivers_refuse_systemd_settings() {
+        let mut s = systemd_spec(&["/bin/app"]);
+        s.driver = DriverKind::Sim;
+        super::spec(&s).unwrap();
+        s.systemd.user = Some("app".into());
+        assert!(invalid(&s).contains("only for driver systemd"));
+    }
+
     #[test]
     fn dns_labels() {
         for ok in ["a", "a1", "web-1", "0", &"a".repeat(63)] {

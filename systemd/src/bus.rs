@@ -1,0 +1,419 @@
+//! systemd's manager over D-Bus: jobs waited on to their end, unit states read in one
+//! place, reloads coalesced, and the stream of unit state changes. Everything the
+//! driver asks systemd goes through here; nothing here knows about revisions.
+
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use zbus::proxy::CacheProperties;
+use zbus::{OwnedObjectPath, OwnedVariant};
+use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
+
+/// The object path prefix of every unit named `capstan-…`.
+const OUR_UNIT_PATHS: &str = "/org/freedesktop/systemd1/unit/capstan_2d";
+
+/// A D-Bus call or a job that did not end as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot connect to the bus at {address}")]
+    Connect {
+        address: String,
+        #[source]
+        source: zbus::Error,
+    },
+    #[error("{call} {unit}")]
+    Call {
+        call: &'static str,
+        unit: String,
+        #[source]
+        source: zbus::Error,
+    },
+    /// The job ran and ended with another result than `done`.
+    #[error("{verb} job of {unit} ended `{job_result}` (unit result `{unit_result}`)")]
+    Job {
+        verb: &'static str,
+        unit: String,
+        job_result: String,
+        unit_result: String,
+    },
+    #[error("{verb} job of {unit} did not end within {0:?}", timeout)]
+    JobTimeout {
+        verb: &'static str,
+        unit: String,
+        timeout: Duration,
+    },
+    #[error("the job stream ended before the {verb} job of {unit} did")]
+    StreamEnded { verb: &'static str, unit: String },
+}
+
+impl BusError {
+    /// The unit's `Result` when a job failed, e.g. `exit-code` or `start-limit-hit`.
+    pub fn unit_result(&self) -> Option<&str> {
+        match self {
+            BusError::Job { unit_result, .. } => Some(unit_result),
+            _ => None,
+        }
+    }
+}
+
+/// What systemd says about one unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitStatus {
+    /// `loaded`, `not-found`, `error`, `masked`…
+    pub load_state: String,
+    /// `active`, `activating`, `deactivating`, `inactive`, `failed`, `reloading`.
+    pub active_state: String,
+    pub sub_state: String,
+    /// The unit's `Result`: `success`, `exit-code`, `signal`, `start-limit-hit`…
+    pub result: String,
+    /// `ActiveEnterTimestamp` in µs since the epoch (0: never active).
+    pub active_enter_timestamp: u64,
+    /// The main process's exit status, when it exited.
+    pub exec_main_status: i32,
+    /// How often systemd restarted it (`Restart=`) since it was last started.
+    pub n_restarts: u32,
+}
+
+impl UnitStatus {
+    pub fn is_running(&self) -> bool {
+        // `activating` includes `auto-restart`: systemd is bringing it back.
+        matches!(
+            self.active_state.as_str(),
+            "active" | "activating" | "reloading"
+        )
+    }
+}
+
+/// A change of a unit's state, as the signal carried it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    pub unit: String,
+    pub active_state: String,
+    pub sub_state: String,
+}
+
+/// The connection to one systemd's manager.
+pub struct Bus {
+    conn: zbus::Connection,
+    manager: ManagerProxy<'static>,
+    job_timeout: Duration,
+    /// Reload coalescing: `written` counts file changes, `reloaded` is the last count
+    /// a finished reload covered; one reload at a time.
+    written: AtomicU64,
+    reloaded: AtomicU64,
+    reloading: tokio::sync::Mutex<()>,
+    reloads: AtomicU64,
+}
+
+impl Bus {
+    /// Connects to `address` (`unix:path=…`; `None`: the system bus) and subscribes to
+    /// the manager's signals.
+    pub async fn connect(address: Option<&str>, job_timeout: Duration) -> Result<Bus, BusError> {
+        let shown = address.unwrap_or("the system bus").to_string();
+        let connect_error = |source| BusError::Connect {
+            address: shown.clone(),
+            source,
+        };
+        let builder = match address {
+            Some(a) => zbus::connection::Builder::address(a),
+            None => zbus::connection::Builder::system(),
+        };
+        let conn = builder.build().await.map_err(connect_error)?;
+        let manager = ManagerProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(connect_error)?;
+        // Without a subscriber systemd sends no JobRemoved and no unit changes.
+        manager.subscribe().await.map_err(connect_error)?;
+        Ok(Bus {
+            conn,
+            manager,
+            job_timeout,
+            written: AtomicU64::new(0),
+            reloaded: AtomicU64::new(0),
+            reloading: tokio::sync::Mutex::new(()),
+            reloads: AtomicU64::new(0),
+        })
+    }
+
+    /// systemd's version string (e.g. `252.38-1~deb12u1`).
+    pub async fn version(&self) -> Result<String, BusError> {
+        self.manager.version().await.map_err(call("Version", ""))
+    }
+
+    /// Notes that unit files changed on disk; returns the change's number for
+    /// [`Bus::reload_covering`].
+    pub fn files_changed(&self) -> u64 {
+        self.written.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Makes sure a reload that began after change `change` has finished. Concurrent
+    /// callers share reloads: a rollout of many units needs one or two, not one each.
+    pub async fn reload_covering(&self, change: u64) -> Result<(), BusError> {
+        if self.reloaded.load(Ordering::SeqCst) >= change {
+            return Ok(());
+        }
+        let _one = self.reloading.lock().await;
+        if self.reloaded.load(Ordering::SeqCst) >= change {
+            return Ok(());
+        }
+        // Everything written up to here is on disk: this reload covers it all.
+        let covers = self.written.load(Ordering::SeqCst);
+        self.manager
+            .reload()
+            .await
+            .map_err(call("Reload", ""))?;
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        self.reloaded.fetch_max(covers, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Reloads if any change is not covered yet.
+    pub async fn reload_if_needed(&self) -> Result<(), BusError> {
+        self.reload_covering(self.written.load(Ordering::SeqCst)).await
+    }
+
+    /// How many reloads this connection made (for benchmarks and tests).
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    pub async fn start(&self, unit: &str) -> Result<(), BusError> {
+        self.job("start", unit).await
+    }
+
+    pub async fn restart(&self, unit: &str) -> Result<(), BusError> {
+        self.job("restart", unit).await
+    }
+
+    pub async fn stop(&self, unit: &str) -> Result<(), BusError> {
+        self.job("stop", unit).await
+    }
+
+    /// Forgets a unit's failure (and its start-limit count) so it can start again.
+    pub async fn reset_failed(&self, unit: &str) -> Result<(), BusError> {
+        match self.manager.reset_failed_unit(unit.to_string()).await {
+            // Not loaded: nothing to reset.
+            Err(e) if is_no_such_unit(&e) => Ok(()),
+            other => other.map_err(call("ResetFailedUnit", unit)),
+        }
+    }
+
+    /// Queues `verb` for `unit` (mode `replace`) and waits for its `JobRemoved`. The
+    /// signal stream is opened before the call, so a job that ends at once is seen.
+    async fn job(&self, verb: &'static str, unit: &str) -> Result<(), BusError> {
+        let mut removed = self
+            .manager
+            .receive_job_removed()
+            .await
+            .map_err(call("JobRemoved", unit))?;
+        let (name, mode) = (unit.to_string(), "replace".to_string());
+        let job: OwnedObjectPath = match verb {
+            "start" => self.manager.start_unit(name, mode).await,
+            "restart" => self.manager.restart_unit(name, mode).await,
+            _ => match self.manager.stop_unit(name, mode).await {
+                // Not loaded: not running, so already stopped.
+                Err(e) if is_no_such_unit(&e) => return Ok(()),
+                other => other,
+            },
+        }
+        .map_err(call(verb_call(verb), unit))?;
+        let wait = async {
+            while let Some(signal) = removed.next().await {
+                let Ok(args) = signal.args() else { continue };
+                if args.job.as_str() == job.as_str() {
+                    return Some(args.result.to_string());
+                }
+            }
+            None
+        };
+        let result = tokio::time::timeout(self.job_timeout, wait)
+            .await
+            .map_err(|_| BusError::JobTimeout {
+                verb,
+                unit: unit.into(),
+                timeout: self.job_timeout,
+            })?
+            .ok_or_else(|| BusError::StreamEnded {
+                verb,
+                unit: unit.into(),
+            })?;
+        if result == "done" {
+            return Ok(());
+        }
+        let unit_result = match self.status(unit).await {
+            Ok(s) => s.result,
+            Err(_) => "unknown".into(),
+        };
+        Err(BusError::Job {
+            verb,
+            unit: unit.into(),
+            job_result: result,
+            unit_result,
+        })
+    }
+
+    /// The unit's state, loading it from disk if systemd has not yet.
+    pub async fn status(&self, unit: &str) -> Result<UnitStatus, BusError> {
+        let path = self
+            .manager
+            .load_unit(unit.to_string())
+            .await
+            .map_err(call("LoadUnit", unit))?;
+        self.status_at(unit, path).await
+    }
+
+    async fn status_at(&self, unit: &str, path: OwnedObjectPath) -> Result<UnitStatus, BusError> {
+        let err = |what| call(what, unit);
+        let u = UnitProxy::builder(&self.conn)
+            .path(path.clone())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(err("Unit"))?;
+        let s = ServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(err("Service"))?;
+        let load_state = u.load_state().await.map_err(err("LoadState"))?;
+        let active_state = u.active_state().await.map_err(err("ActiveState"))?;
+        let sub_state = u.sub_state().await.map_err(err("SubState"))?;
+        let loaded = load_state == "loaded";
+        Ok(UnitStatus {
+            active_enter_timestamp: u
+                .active_enter_timestamp()
+                .await
+                .map_err(err("ActiveEnterTimestamp"))?,
+            result: if loaded {
+                s.result().await.map_err(err("Result"))?
+            } else {
+                String::new()
+            },
+            exec_main_status: if loaded {
+                s.exec_main_status().await.map_err(err("ExecMainStatus"))?
+            } else {
+                0
+            },
+            n_restarts: if loaded {
+                s.n_restarts().await.map_err(err("NRestarts"))?
+            } else {
+                0
+            },
+            load_state,
+            active_state,
+            sub_state,
+        })
+    }
+
+    /// The states of every loaded unit named `capstan-*`: name → (active, sub).
+    pub async fn list_ours(&self) -> Result<HashMap<String, (String, String)>, BusError> {
+        let units = self
+            .manager
+            .list_units_by_patterns(vec![], vec!["capstan-*".into()])
+            .await
+            .map_err(call("ListUnitsByPatterns", "capstan-*"))?;
+        Ok(units
+            .into_iter()
+            .map(|u| (u.0, (u.3, u.4)))
+            .collect())
+    }
+
+    /// A stream of the state changes of units named `capstan-*`. Opened before it
+    /// returns: no change after this call is missed.
+    pub async fn watch(
+        &self,
+    ) -> Result<impl futures::Stream<Item = StateChange> + Send + 'static, BusError> {
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender("org.freedesktop.systemd1")
+            .interface("org.freedesktop.DBus.Properties")
+            .member("PropertiesChanged")
+            .path_namespace("/org/freedesktop/systemd1/unit")
+            .arg(0, "org.freedesktop.systemd1.Unit")
+            .build()
+            .map_err(call("AddMatch", "PropertiesChanged"))?;
+        let stream = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
+            .await
+            .map_err(call("AddMatch", "PropertiesChanged"))?;
+        Ok(stream.filter_map(|message| async move { state_change(&message.ok()?) }))
+    }
+}
+
+/// A `PropertiesChanged` of one of our units that carries its `ActiveState`.
+fn state_change(message: &zbus::Message) -> Option<StateChange> {
+    let header = message.header();
+    let path = header.path()?.as_str().to_string();
+    if !path.starts_with(OUR_UNIT_PATHS) {
+        return None;
+    }
+    let (_, changed, _): (String, HashMap<String, OwnedVariant>, Vec<String>) =
+        message.body().deserialize().ok()?;
+    let text = |key: &str| -> Option<String> {
+        String::try_from(changed.get(key)?.try_clone().ok()?).ok()
+    };
+    Some(StateChange {
+        unit: unit_from_path(&path)?,
+        active_state: text("ActiveState")?,
+        sub_state: text("SubState").unwrap_or_default(),
+    })
+}
+
+/// The unit name an object path spells: `_XX` is the byte 0xXX.
+pub fn unit_from_path(path: &str) -> Option<String> {
+    let label = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
+    let bytes = label.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'_' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn is_no_such_unit(e: &zbus::Error) -> bool {
+    matches!(e, zbus::Error::MethodError(name, _, _)
+        if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit")
+}
+
+fn verb_call(verb: &str) -> &'static str {
+    match verb {
+        "start" => "StartUnit",
+        "restart" => "RestartUnit",
+        _ => "StopUnit",
+    }
+}
+
+fn call(call: &'static str, unit: &str) -> impl FnOnce(zbus::Error) -> BusError {
+    let unit = unit.to_string();
+    move |source| BusError::Call { call, unit, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_paths_spell_unit_names() {
+        assert_eq!(
+            unit_from_path("/org/freedesktop/systemd1/unit/capstan_2dns_2dweb_2dr1_2eservice"),
+            Some("capstan-ns-web-r1.service".into())
+        );
+        assert_eq!(
+            unit_from_path("/org/freedesktop/systemd1/unit/capstan_2dteam_5cx2da_2eslice"),
+            Some("capstan-team\\x2da.slice".into())
+        );
+        assert_eq!(unit_from_path("/org/freedesktop/systemd1/unit/bad_zz"), None);
+        assert_eq!(unit_from_path("/elsewhere"), None);
+    }
+}

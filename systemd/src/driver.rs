@@ -1,0 +1,504 @@
+//! The [`Driver`] over systemd: what each operation writes, reloads, starts and stops.
+
+use crate::bus::{Bus, BusError, UnitStatus};
+use crate::config::SystemdConfig;
+use crate::unit::{Markers, UnitSettings};
+use crate::{files, naming, unit};
+use capstan_common::{DriverKind, ErrorCode, Spec};
+use capstan_driver::{
+    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
+    RevisionRef,
+};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The systemd driver.
+pub struct SystemdDriver {
+    bus: Bus,
+    host: String,
+    config: SystemdConfig,
+}
+
+/// One unit file of ours on disk, with what its markers say.
+struct OurUnit {
+    name: String,
+    markers: Markers,
+}
+
+fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(BusError) -> DriverError {
+    move |e| {
+        // A job systemd ran and failed is a refusal with its results, not a broken bus.
+        if let BusError::Job { unit_result, .. } = &e {
+            let code = if unit_result == "start-limit-hit" {
+                ErrorCode::BackendFailed
+            } else {
+                ErrorCode::DriverFailed
+            };
+            return DriverError::Refused {
+                op,
+                target: target.to_string(),
+                code,
+                reason: e.to_string(),
+            };
+        }
+        DriverError::Backend {
+            op,
+            target: target.to_string(),
+            source: Box::new(e),
+        }
+    }
+}
+
+fn io(op: &'static str, target: impl ToString) -> impl FnOnce(std::io::Error) -> DriverError {
+    move |e| DriverError::Backend {
+        op,
+        target: target.to_string(),
+        source: Box::new(e),
+    }
+}
+
+fn refused(
+    op: &'static str,
+    target: impl ToString,
+    code: ErrorCode,
+    reason: impl Into<String>,
+) -> DriverError {
+    DriverError::Refused {
+        op,
+        target: target.to_string(),
+        code,
+        reason: reason.into(),
+    }
+}
+
+impl SystemdDriver {
+    /// Connects to systemd's bus and checks the unit directory is there.
+    pub async fn connect(host: &str, config: SystemdConfig) -> Result<SystemdDriver, DriverError> {
+        let op = "connect";
+        let timeout = Duration::from_secs(config.job_timeout_secs.max(1).into());
+        let bus = Bus::connect(config.bus.as_deref(), timeout)
+            .await
+            .map_err(backend(op, config.bus.as_deref().unwrap_or("system bus")))?;
+        if !config.unit_dir.is_dir() {
+            return Err(refused(
+                op,
+                config.unit_dir.display(),
+                ErrorCode::DriverFailed,
+                "the unit directory does not exist",
+            ));
+        }
+        let version = bus.version().await.map_err(backend(op, "systemd"))?;
+        tracing::info!(%version, unit_dir = %config.unit_dir.display(), "connected to systemd");
+        Ok(SystemdDriver {
+            bus,
+            host: host.into(),
+            config,
+        })
+    }
+
+    /// The D-Bus connection (for tests and benchmarks: reload counts).
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    fn settings(&self, namespace: &str) -> UnitSettings {
+        UnitSettings {
+            state_dir: self.namespace_dir(namespace),
+            stop_timeout_secs: self.config.stop_timeout_secs,
+            start_limit_interval_secs: self.config.start_limit_interval_secs,
+            start_limit_burst: self.config.start_limit_burst,
+            restart_sec_ms: self.config.restart_sec_ms,
+        }
+    }
+
+    fn namespace_dir(&self, namespace: &str) -> PathBuf {
+        self.config.state_dir.join(namespace)
+    }
+
+    fn unit_path(&self, unit: &str) -> PathBuf {
+        self.config.unit_dir.join(unit)
+    }
+
+    fn env_path(&self, unit: &str) -> PathBuf {
+        self.config
+            .unit_dir
+            .join(naming::dropin_dir(unit))
+            .join(naming::ENV_DROPIN)
+    }
+
+    /// The markers of `unit`'s file when it is this host's; `None` when there is no
+    /// file; refused when the file is not ours.
+    fn ours(&self, op: &'static str, unit: &str) -> Result<Option<Markers>, DriverError> {
+        let path = self.unit_path(unit);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(op, unit)(e)),
+        };
+        match unit::markers(&text) {
+            Some(m) if m.host == self.host => Ok(Some(m)),
+            _ => Err(refused(
+                op,
+                unit,
+                ErrorCode::NotOwned,
+                "the unit file exists but is not this host's capstan unit",
+            )),
+        }
+    }
+
+    /// Every service unit file of this host's, read from the unit directory.
+    fn scan(&self, op: &'static str) -> Result<Vec<OurUnit>, DriverError> {
+        let dir = &self.config.unit_dir;
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io(op, dir.display()))? {
+            let entry = entry.map_err(io(op, dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !naming::is_capstan_unit_file(&name) || !name.ends_with(".service") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            match unit::markers(&text) {
+                Some(markers) if markers.host == self.host => out.push(OurUnit { name, markers }),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the revision's unit (when it differs); true when it changed.
+    fn write_unit(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+    ) -> Result<bool, DriverError> {
+        let name = naming::unit_name(rev);
+        let text = unit::service(&self.host, rev, spec, &self.settings(rev.namespace))
+            .map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+        // Refuses a file that is not ours. One of ours with another spec is a leftover
+        // of an earlier life of the host: the log is the truth, so it is rewritten.
+        if let Some(existing) = self.ours(op, &name)? {
+            let same = (&existing.namespace, &existing.workload, &existing.revision);
+            if same != (&rev.namespace.to_string(), &rev.workload.to_string(), &rev.revision.to_string()) {
+                return Err(refused(
+                    op,
+                    rev,
+                    ErrorCode::NotOwned,
+                    format!("unit {name} belongs to another revision"),
+                ));
+            }
+        }
+        files::write_if_changed(&self.unit_path(&name), &text).map_err(io(op, &name))
+    }
+
+    /// Writes the launch environment drop-in (when it differs); true when it changed.
+    fn write_env(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<bool, DriverError> {
+        let name = naming::unit_name(rev);
+        let text = unit::env_dropin(&merged_env(spec, launch_env))
+            .map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+        files::write_if_changed(&self.env_path(&name), &text).map_err(io(op, &name))
+    }
+
+    /// Makes systemd read what changed since its last reload (shared with concurrent
+    /// operations).
+    async fn reload(&self, op: &'static str, changed: bool) -> Result<(), DriverError> {
+        let target = if changed {
+            self.bus.files_changed()
+        } else {
+            return self.bus.reload_if_needed().await.map_err(backend(op, "reload"));
+        };
+        self.bus
+            .reload_covering(target)
+            .await
+            .map_err(backend(op, "reload"))
+    }
+
+    async fn status(&self, op: &'static str, unit: &str) -> Result<UnitStatus, DriverError> {
+        self.bus.status(unit).await.map_err(backend(op, unit))
+    }
+
+    /// Brings `unit` up with what is on disk now: a restart when it runs and its files
+    /// changed, a start when it does not run, nothing when it runs unchanged.
+    async fn bring_up(&self, op: &'static str, unit: &str, changed: bool) -> Result<(), DriverError> {
+        let status = self.status(op, unit).await?;
+        if status.active_state == "active" && !changed {
+            return Ok(());
+        }
+        if status.active_state == "failed" {
+            self.bus.reset_failed(unit).await.map_err(backend(op, unit))?;
+        }
+        if status.is_running() {
+            self.bus.restart(unit).await.map_err(backend(op, unit))
+        } else {
+            self.bus.start(unit).await.map_err(backend(op, unit))
+        }
+    }
+
+    /// Stops every revision of `rev`'s workload but `rev`.
+    async fn stop_others(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        for other in self.scan(op)? {
+            let m = &other.markers;
+            if m.namespace == rev.namespace && m.workload == rev.workload && m.revision != rev.revision
+            {
+                self.bus.stop(&other.name).await.map_err(backend(op, &other.name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state of one unit as a [`BackendState`].
+    fn backend_state(status: &UnitStatus) -> BackendState {
+        if status.active_state == "failed" {
+            let restarts = match status.n_restarts {
+                0 => String::new(),
+                n => format!(" after {n} restarts"),
+            };
+            BackendState::Failed {
+                reason: format!("{}{restarts}", status.result),
+            }
+        } else if status.is_running() {
+            BackendState::Running
+        } else {
+            BackendState::Stopped
+        }
+    }
+
+    /// Sends an [`Exit`] for each of our units that stops running, until `exits` is
+    /// dropped or the bus stream ends.
+    async fn forward_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        let op = "watch";
+        let mut changes = Box::pin(self.bus.watch().await.map_err(backend(op, "units"))?);
+        // The last state seen of each unit: an exit is leaving `active`/`deactivating`,
+        // or arriving in `failed` (systemd gave up) from anything else.
+        let mut last: HashMap<String, String> = HashMap::new();
+        loop {
+            let change = tokio::select! {
+                change = changes.next() => change,
+                () = exits.closed() => return Ok(()),
+            };
+            let Some(change) = change else {
+                return Err(refused(op, "units", ErrorCode::DriverFailed, "the bus stream ended"));
+            };
+            let before = last.insert(change.unit.clone(), change.active_state.clone());
+            let was_up = before
+                .as_deref()
+                .is_none_or(|s| matches!(s, "active" | "deactivating" | "reloading"));
+            let exited = match change.active_state.as_str() {
+                "failed" => before.as_deref() != Some("failed"),
+                "inactive" => was_up,
+                "activating" => was_up && change.sub_state == "auto-restart",
+                _ => false,
+            };
+            if !exited {
+                continue;
+            }
+            let Ok(Some(m)) = self.ours(op, &change.unit) else {
+                continue;
+            };
+            let exit_code = match self.bus.status(&change.unit).await {
+                Ok(s) => Some(i64::from(s.exec_main_status)),
+                Err(_) => None,
+            };
+            let exit = Exit {
+                namespace: m.namespace,
+                workload: m.workload,
+                revision: m.revision,
+                exit_code,
+            };
+            if exits.send(exit).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn remove_unit_files(dir: &Path, unit: &str) -> std::io::Result<bool> {
+    let dropins = files::remove_dir(&dir.join(naming::dropin_dir(unit)))?;
+    Ok(files::remove(&dir.join(unit))? || dropins)
+}
+
+#[async_trait::async_trait]
+impl Driver for SystemdDriver {
+    fn kind(&self) -> DriverKind {
+        DriverKind::Systemd
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            manages_lifecycle: self.config.manage_lifecycle,
+            reports_exits: true,
+            restarts_exits: false,
+            reaps_orphans: self.config.reap_orphans,
+        }
+    }
+
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        let op = "ensure_namespace";
+        let dir = self.namespace_dir(namespace);
+        std::fs::create_dir_all(&dir).map_err(io(op, dir.display()))?;
+        let slice = naming::slice_name(namespace);
+        let changed = files::write_if_changed(
+            &self.unit_path(&slice),
+            &unit::slice(&self.host, namespace),
+        )
+        .map_err(io(op, &slice))?;
+        self.reload(op, changed).await
+    }
+
+    async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        let op = "delete_namespace";
+        let left: Vec<String> = self
+            .scan(op)?
+            .into_iter()
+            .filter(|u| u.markers.namespace == namespace)
+            .map(|u| u.name)
+            .collect();
+        if !left.is_empty() {
+            return Err(refused(
+                op,
+                namespace,
+                ErrorCode::NamespaceNotEmpty,
+                format!("units of it exist: {}", left.join(", ")),
+            ));
+        }
+        let slice = naming::slice_name(namespace);
+        let removed = files::remove(&self.unit_path(&slice)).map_err(io(op, &slice))?;
+        files::remove_dir(&self.namespace_dir(namespace)).map_err(io(op, namespace))?;
+        self.reload(op, removed).await
+    }
+
+    async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
+        let changed = self.write_unit("prepare", rev, spec)?;
+        if changed {
+            // systemd reads it at the next reload, which every start waits for.
+            self.bus.files_changed();
+        }
+        Ok(())
+    }
+
+    async fn activate(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+        _previous: Option<&str>,
+    ) -> Result<(), DriverError> {
+        let op = "activate";
+        let unit = naming::unit_name(rev);
+        let changed = self.write_unit(op, rev, spec)? | self.write_env(op, rev, spec, launch_env)?;
+        self.reload(op, changed).await?;
+        self.bring_up(op, &unit, changed).await?;
+        self.stop_others(op, rev).await
+    }
+
+    async fn start(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<(), DriverError> {
+        let op = "start";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            return Err(DriverError::Missing { op, target: rev.to_string() });
+        }
+        let changed = self.write_env(op, rev, spec, launch_env)?;
+        self.reload(op, changed).await?;
+        self.bring_up(op, &unit, changed).await
+    }
+
+    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "resume";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            return Err(DriverError::Missing { op, target: rev.to_string() });
+        }
+        self.reload(op, false).await?;
+        self.bring_up(op, &unit, false).await
+    }
+
+    async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "stop";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            return Err(DriverError::Missing { op, target: rev.to_string() });
+        }
+        self.bus.stop(&unit).await.map_err(backend(op, &unit))
+    }
+
+    async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let op = "retire";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            // Already gone: retire converges.
+            return Ok(());
+        }
+        self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
+        let removed =
+            remove_unit_files(&self.config.unit_dir, &unit).map_err(io(op, &unit))?;
+        self.reload(op, removed).await?;
+        self.bus.reset_failed(&unit).await.map_err(backend(op, &unit))
+    }
+
+    async fn observe(&self) -> Result<Observed, DriverError> {
+        let op = "observe";
+        let mut observed = Observed::default();
+        let loaded = self.bus.list_ours().await.map_err(backend(op, "units"))?;
+        let dir = &self.config.unit_dir;
+        for entry in std::fs::read_dir(dir).map_err(io(op, dir.display()))? {
+            let entry = entry.map_err(io(op, dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".slice") && naming::is_capstan_unit_file(&name) {
+                let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                    continue;
+                };
+                if let Some((host, namespace)) = unit::slice_markers(&text) {
+                    if host == self.host {
+                        observed.namespaces.insert(namespace);
+                    }
+                }
+            }
+        }
+        for u in self.scan(op)? {
+            let state = match loaded.get(&u.name) {
+                Some((active, _)) if active == "failed" => {
+                    Self::backend_state(&self.status(op, &u.name).await?)
+                }
+                Some((active, _)) if matches!(active.as_str(), "active" | "activating" | "reloading") => {
+                    BackendState::Running
+                }
+                _ => BackendState::Stopped,
+            };
+            let m = u.markers;
+            observed
+                .workloads
+                .entry(capstan_common::workload_key(&m.namespace, &m.workload))
+                .or_default()
+                .insert(m.revision, state);
+        }
+        Ok(observed)
+    }
+
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        let op = "state";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Self::backend_state(&self.status(op, &unit).await?)))
+    }
+
+    async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        self.forward_exits(exits).await
+    }
+}

@@ -1,0 +1,101 @@
+//! The unit files on disk: written atomically (a temporary file, fsync, rename, fsync
+//! of the directory) and only when their content changes, so an unchanged rollout
+//! costs no reload and no restart.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `content` to `path` unless it already holds exactly that. True when it wrote.
+pub fn write_if_changed(path: &Path, content: &str) -> std::io::Result<bool> {
+    match std::fs::read(path) {
+        Ok(existing) if existing == content.as_bytes() => return Ok(false),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile_in(dir, path)?;
+    tmp.1.write_all(content.as_bytes())?;
+    tmp.1.sync_all()?;
+    std::fs::rename(&tmp.0, path)?;
+    sync_dir(dir)?;
+    Ok(true)
+}
+
+/// Removes `path`; true when it was there.
+pub fn remove(path: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes the directory `path` and what is in it; true when it was there.
+pub fn remove_dir(path: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A new file beside `path` (same file system, so the rename is atomic). The name
+/// starts with `.` so systemd never reads it as a unit.
+fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    let base = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for attempt in 0u32.. {
+        let tmp = dir.join(format!(".{base}.{}.{attempt}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_only_changes_and_leaves_no_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.service");
+        assert!(write_if_changed(&path, "one").unwrap());
+        assert!(!write_if_changed(&path, "one").unwrap());
+        assert!(write_if_changed(&path, "two").unwrap());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["a.service"]);
+        assert!(remove(&path).unwrap());
+        assert!(!remove(&path).unwrap());
+    }
+
+    #[test]
+    fn creates_the_directory_of_a_drop_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.service.d").join("50-env.conf");
+        assert!(write_if_changed(&path, "[Service]\n").unwrap());
+        assert!(remove_dir(&dir.path().join("x.service.d")).unwrap());
+    }
+}

@@ -4,3 +4,7 @@
 //! started by `activate`/`start`, with the launch environment in a drop-in written
 //! before every (re)start. Units are found again by the `X-Capstan-*` markers the
 //! driver writes into them, and a unit without them is never touched.
+
+pub mod escape;
+pub mod naming;
+pub mod unit;

@@ -1,0 +1,1 @@
+//! The unit files as text, rendered from a spec.

@@ -4,6 +4,7 @@
 //! `env-util.c:replace_env_argv` for `$`, `load-fragment.c` for the settings). It
 //! shares nothing with the encoder, and fails on anything the encoder should never
 //! produce (a specifier, a variable, a second command, a prefix on the program).
+//! [`hostile`] is the corpus of values the tests feed through both.
 
 pub type Decoded<T> = Result<T, String>;
 
@@ -266,4 +267,56 @@ pub fn path_list(line: &str, key: &str) -> Decoded<Vec<String>> {
         paths.push(utf8(specifiers(&word)?)?);
     }
     Ok(paths)
+}
+
+/// Values meant to break out of a quoted word, a line or a section, or to be
+/// expanded by systemd.
+pub fn hostile() -> Vec<String> {
+    let mut values: Vec<String> = [
+        "\nExecStartPre=/bin/sh -c id",
+        "\"\n[Service]",
+        "\"\nExecStartPre=/bin/sh\n\"",
+        "\r[Unit]\rX-Capstan-Host=evil",
+        "%h",
+        "%",
+        "%%",
+        "100%",
+        "$(id)",
+        "${HOME}",
+        "$HOME",
+        "$$",
+        "$",
+        "a$",
+        "`id`",
+        "\\\\",
+        "trailing\\",
+        "\\",
+        "\\x41\\n\\;",
+        "'single'",
+        "\"double\"",
+        "'",
+        "\"",
+        ";",
+        "\\;",
+        "a;b",
+        "tab\there",
+        "cr\rhere",
+        "del\x7f",
+        "soh\x01",
+        "esc\x1b[31m",
+        "é",
+        "🦀 crab",
+        "\u{85}next-line\u{2028}",
+        "",
+        " ",
+        "  padded  ",
+        "#not a comment",
+        "[Unit]",
+        "A=B C=D",
+    ]
+    .map(String::from)
+    .to_vec();
+    values.push("x".repeat(64 * 1024));
+    values.push("é%$\\\"\n".repeat(4 * 1024));
+    values
 }

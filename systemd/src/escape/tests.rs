@@ -1,58 +1,6 @@
-use super::decode;
+use super::decode::{self, hostile};
 use super::*;
 use proptest::prelude::*;
-
-/// Values meant to break out of a quoted word, a line or a section, or to be
-/// expanded by systemd.
-fn hostile() -> Vec<String> {
-    let mut values: Vec<String> = [
-        "\nExecStartPre=/bin/sh -c id",
-        "\"\n[Service]",
-        "\"\nExecStartPre=/bin/sh\n\"",
-        "\r[Unit]\rX-Capstan-Host=evil",
-        "%h",
-        "%",
-        "%%",
-        "100%",
-        "$(id)",
-        "${HOME}",
-        "$HOME",
-        "$$",
-        "$",
-        "a$",
-        "`id`",
-        "\\\\",
-        "trailing\\",
-        "\\",
-        "\\x41\\n\\;",
-        "'single'",
-        "\"double\"",
-        "'",
-        "\"",
-        ";",
-        "\\;",
-        "a;b",
-        "tab\there",
-        "cr\rhere",
-        "del\x7f",
-        "soh\x01",
-        "esc\x1b[31m",
-        "é",
-        "🦀 crab",
-        "\u{85}next-line\u{2028}",
-        "",
-        " ",
-        "  padded  ",
-        "#not a comment",
-        "[Unit]",
-        "A=B C=D",
-    ]
-    .map(String::from)
-    .to_vec();
-    values.push("x".repeat(64 * 1024));
-    values.push("é%$\\\"\n".repeat(4 * 1024));
-    values
-}
 
 fn one_line(line: &str) {
     assert!(!line.contains(['\n', '\r', '\0']), "not one line: {line:?}");

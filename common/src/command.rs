@@ -27,6 +27,7 @@ pub struct Command {
 /// The operation and its fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // few and short-lived: boxing the spec buys nothing
 pub enum Op {
     EnsureNamespace {
         namespace: String,

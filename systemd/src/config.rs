@@ -60,15 +60,15 @@ fn default_stop_timeout() -> u32 {
 }
 
 fn default_start_limit_interval() -> u32 {
-    10
+    60
 }
 
 fn default_start_limit_burst() -> u32 {
-    5
+    10
 }
 
 fn default_restart_ms() -> u32 {
-    100
+    1000
 }
 
 impl Default for SystemdConfig {

@@ -349,7 +349,8 @@ impl Driver for SystemdDriver {
         let slice = naming::slice_name(namespace);
         let changed = files::write_if_changed(
             &self.unit_path(&slice),
-            &unit::slice(&self.host, namespace),
+            &unit::slice(&self.host, namespace)
+                .map_err(|e| refused(op, namespace, e.code(), e.to_string()))?,
         )
         .map_err(io(op, &slice))?;
         self.reload(op, changed).await

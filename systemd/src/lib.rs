@@ -4,10 +4,14 @@
 //! started by `activate`/`start`, with the launch environment in a drop-in written
 //! before every (re)start. Units are found again by the `X-Capstan-*` markers the
 //! driver writes into them, and a unit without them is never touched.
+
 pub mod bus;
-pub mod files;
 mod config;
 mod driver;
+pub mod escape;
+pub mod files;
+pub mod naming;
+pub mod unit;
 
 pub use config::SystemdConfig;
 pub use driver::SystemdDriver;

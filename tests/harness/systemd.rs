@@ -24,8 +24,9 @@
 //!   that a [`SystemdHost::reboot`] is a new boot to systemd and its journal;
 //! - no gettys (`systemd.getty_auto=0`); systemd logs to its journal
 //!   (`systemd.log_target=journal`; [`SystemdHost::log`], shown by failure messages),
-//!   and an empty file is its `/dev/console` (PID 1 writes status lines there, which
-//!   must not reach the machine's console; not being a tty, it takes nothing).
+//!   and an empty file is its `/dev/console` (PID 1 opens `/dev/console` for its
+//!   status lines, which must not reach the machine's console; this file, not being a
+//!   tty, takes nothing).
 //!
 //! Everything else is the machine's filesystem, so host paths are valid inside —
 //! except under `/tmp`, `/var/tmp`, `/run` and `/etc/systemd/system`. That is why a

@@ -1,7 +1,9 @@
 //! The harness itself: a `SystemdHost` boots to `running` with nothing but the stock
-//! units, runs a unit written into its unit dir with the environment and argv the unit
-//! gives, tells a clean stop from a failure, and several hosts run side by side with
-//! the same unit name without seeing each other's units or processes.
+//! units, answers on its bus address from the machine, runs a unit written into its
+//! unit dir with the environment and argv the unit gives, tells a clean stop from a
+//! failure, reboots keeping its unit dir, state and journal, and several hosts run
+//! side by side with the same unit name without seeing each other's units or
+//! processes. `capstan-envdump` keeps every byte of its argv and env.
 
 use capstan_tests::systemd::{envdump, SystemdHost};
 use capstan_tests::{unique, wait_until, READY};
@@ -49,6 +51,24 @@ fn a_unit_runs_the_workload_with_its_environment_and_argv() {
         .trim()
         .is_empty(),
         "the machine's own enabled units are not in the test host"
+    );
+    // The bus address works from the machine, as the driver uses it.
+    let bus = std::process::Command::new("busctl")
+        .arg(format!("--address={}", host.bus_address()))
+        .args([
+            "get-property",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "SystemState",
+        ])
+        .output()
+        .expect("run busctl");
+    assert_eq!(
+        String::from_utf8_lossy(&bus.stdout).trim(),
+        "s \"running\"",
+        "{}",
+        String::from_utf8_lossy(&bus.stderr)
     );
     let name = format!("smoke-{}", unique("smoke"));
     let dump = write_unit(

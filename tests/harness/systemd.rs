@@ -43,12 +43,16 @@
 //! die of the same signal, fails to reset SIGKILL's handler, prints `unshare:
 //! sigprocmask unblock failed: Invalid argument` and **exits 1**: [`EXIT`], which
 //! [`SystemdHost::kill`] asserts. `--kill-child` makes `unshare`'s own death kill
-//! systemd, so dropping a host in any state leaves nothing running.
+//! systemd, so dropping a host in any state leaves nothing running, and `setpriv
+//! --pdeathsig KILL` makes the test binary's death kill `unshare`, so not even a
+//! watchdog abort leaves a host behind (its dir and cgroups stay, until the next
+//! boot sweeps them away).
 
 use crate::process::{send_signal, Exit, Process};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How `unshare` ends once its child, systemd, was SIGKILLed (see the module doc).
@@ -107,10 +111,13 @@ impl SystemdHost {
     pub fn boot() -> SystemdHost {
         crate::watchdog::watch();
         std::fs::create_dir_all(ROOT).unwrap_or_else(|e| panic!("cannot create {ROOT}: {e}"));
+        sweep();
         let dir = tempfile::Builder::new()
             .prefix("host-")
             .tempdir_in(ROOT)
             .expect("a host dir");
+        std::fs::write(dir.path().join("owner"), std::process::id().to_string())
+            .expect("write the host's owner");
         // Readable by all, and the state dir writable by all (like /tmp), so that
         // workloads running as another user (`User=`, `DynamicUser=`) can use them.
         for (sub, mode) in [
@@ -152,8 +159,11 @@ impl SystemdHost {
         let boot_id = self.dir.path().join(format!("boot_id-{}", self.boots));
         std::fs::copy("/proc/sys/kernel/random/uuid", &boot_id).expect("a new boot id");
         std::fs::File::create(&console).expect("a console file");
-        let mut c = Command::new("unshare");
-        c.args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
+        // setpriv --pdeathsig: unshare dies with the test binary, even one that aborts
+        // (the watchdog) and runs no drop; --kill-child takes systemd with it.
+        let mut c = Command::new("setpriv");
+        c.args(["--pdeathsig", "KILL", "--", "unshare"])
+            .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
             .args(["sh", "-c", SETUP, "sh"])
             .arg(self.unit_dir())
             .arg(&console)
@@ -173,7 +183,7 @@ impl SystemdHost {
             self.dir.path().display(),
             self.boots
         );
-        let process = Process::spawn(name.clone(), c, &log);
+        let process = spawn_for_life(name.clone(), c, &log);
         let unshare = process.id();
         // systemd is unshare's only child: the `sh` above, which execs it.
         let children = format!("/proc/{unshare}/task/{unshare}/children");
@@ -394,6 +404,47 @@ impl Drop for SystemdHost {
     }
 }
 
+/// [`Process::spawn`] on a thread that lives as long as the test binary. The parent
+/// death signal (`setpriv --pdeathsig`) fires when the *thread* that forked the child
+/// ends, so a host booted on a test's own thread (or a scoped thread, or a blocking
+/// task) would die with that thread, not with the test binary.
+fn spawn_for_life(name: String, command: Command, stderr: &Path) -> Process {
+    type Spawned = Result<Process, String>;
+    type Request = (String, Command, PathBuf, mpsc::Sender<Spawned>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("capstan-tests systemd spawner".into())
+            .spawn(move || {
+                for (name, command, stderr, reply) in rx {
+                    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        Process::spawn(name, command, &stderr)
+                    }))
+                    .map_err(|panic| {
+                        panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .unwrap_or_else(|| "Process::spawn panicked".into())
+                    });
+                    let _ = reply.send(spawned);
+                }
+            })
+            .expect("start the spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((name, command, stderr.to_path_buf(), reply))
+        .expect("the spawner thread runs");
+    answer
+        .recv()
+        .expect("the spawner thread answers")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Shows the boot's state and log if the wait for it gives up.
 struct Booting<'a>(&'a SystemdHost);
 
@@ -413,6 +464,27 @@ impl std::fmt::Display for Booting<'_> {
             String::from_utf8_lossy(&jobs.stdout),
             host.log()
         )
+    }
+}
+
+/// Removes what hosts of test binaries that are gone left behind (a binary that
+/// aborted runs no drop; its hosts died with it): their dirs and cgroups. A host whose
+/// `owner` file is not written yet, or names a live process, is left alone.
+fn sweep() {
+    let Ok(entries) = std::fs::read_dir(ROOT) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let owner = std::fs::read_to_string(entry.path().join("owner"));
+        let Some(pid) = owner.ok().and_then(|o| o.trim().parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if remove_cgroups(&cgroups(&entry.file_name())).is_ok() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Sets up the real services capstan's tests use (see DESIGN.md "Real parts in tests"):
-#   - the Debian packages (nats-server, docker.io, busybox-static, openssh-server, ...)
+#   - the Debian packages (nats-server, docker.io, busybox-static, openssh-server, ...;
+#     systemd, dbus, util-linux and mount for the systemd tests' own systemd per test,
+#     tests/harness/systemd.rs: /usr/lib/systemd/systemd, dbus-daemon, unshare,
+#     nsenter, journalctl)
 #   - a private dockerd on its own socket and data root (never /var/run/docker.sock)
 #   - the test image capstan-test/busybox:1, built offline with `docker import`
 # Idempotent: a re-run with everything in place takes about a second.
 # nats-server and sshd are NOT started here; tests start their own on free loopback ports.
+# Nor is systemd: each systemd test boots its own, as PID 1 of its own namespaces.
 set -euo pipefail
 
 RUN_DIR=/run/capstan-ci
@@ -13,7 +17,8 @@ SOCK=$RUN_DIR/docker.sock
 PIDFILE=$RUN_DIR/dockerd.pid
 LOG=$RUN_DIR/dockerd.log
 IMAGE=capstan-test/busybox:1
-PACKAGES=(nats-server docker.io tini busybox-static openssh-server iproute2 procps)
+PACKAGES=(nats-server docker.io tini busybox-static openssh-server iproute2 procps
+  systemd dbus util-linux mount)
 
 say() { echo "services.sh: $*" >&2; }
 docker() { command docker -H "unix://$SOCK" "$@"; }

@@ -10,6 +10,9 @@
 //!   SIGKILLs a child that still runs, without asserting.
 //! - [`wait_until`]: the one readiness wait (a log line, a file, a record, a port).
 //! - [`docker`], [`nats`]: the real dockerd and nats-server the tests drive.
+//! - [`systemd::SystemdHost`]: a real systemd per test, as PID 1 of its own PID and
+//!   mount namespace, and [`systemd::envdump`], the workload that the systemd tests
+//!   run in it (the `capstan-envdump` binary of this crate).
 
 pub mod agent;
 pub mod command;
@@ -17,6 +20,7 @@ pub mod docker;
 pub mod hooks;
 pub mod nats;
 pub mod process;
+pub mod systemd;
 pub mod watchdog;
 
 use std::collections::HashSet;

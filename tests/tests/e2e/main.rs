@@ -1,12 +1,15 @@
 //! capstan's end-to-end tests, as one test binary: the real `capstan-agent`,
 //! `capstan-coordinator` and `capstan` binaries (built first: `cargo build --workspace
-//! --bins`) against real services — the private dockerd of `.ci/services.sh` and a
-//! nats-server per test. Harness: the `capstan_tests` library (`tests/harness/`).
+//! --bins`) against real services — the private dockerd of `.ci/services.sh`, a
+//! nats-server per test and a systemd per test (`capstan_tests::systemd`). Harness:
+//! the `capstan_tests` library (`tests/harness/`).
 //!
 //! Run a group with a filter: `cargo test -p capstan-tests --test e2e docker::` (every
-//! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`.
+//! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`,
+//! `systemd::`.
 
 mod core;
 mod docker;
 mod hooks;
 mod nats;
+mod systemd;

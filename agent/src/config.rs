@@ -5,9 +5,9 @@ use crate::hooks::{self, HookConfig, HookConfigError, HookOwner};
 use capstan_common::DriverKind;
 #[cfg(feature = "docker")]
 use capstan_docker::DockerConfig;
+use capstan_driver::sim::SimConfig;
 #[cfg(feature = "systemd")]
 use capstan_systemd::SystemdConfig;
-use capstan_driver::sim::SimConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

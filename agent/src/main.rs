@@ -19,7 +19,10 @@ use std::sync::Arc;
 
 /// `--version`: the release and the drivers compiled into this build (cargo features).
 const VERSION: &str = match (cfg!(feature = "docker"), cfg!(feature = "systemd")) {
-    (true, true) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker, systemd)"),
+    (true, true) => concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (drivers: sim, docker, systemd)"
+    ),
     (true, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker)"),
     (false, true) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, systemd)"),
     (false, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim)"),

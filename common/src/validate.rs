@@ -206,15 +206,21 @@ fn systemd(spec: &Spec) -> Result<(), Rejection> {
         return invalid("driver systemd runs no image: leave `image` out");
     }
     if !spec.mounts.is_empty() || !spec.ports.is_empty() {
-        return invalid("driver systemd has no `mounts` or `ports`: use `systemd.read_write_paths`");
+        return invalid(
+            "driver systemd has no `mounts` or `ports`: use `systemd.read_write_paths`",
+        );
     }
     for id in [&s.user, &s.group].into_iter().flatten() {
         if !is_account_name(id) {
-            return invalid("`systemd.user`/`group` must be a number or match ^[a-z_][a-z0-9_-]{0,31}$");
+            return invalid(
+                "`systemd.user`/`group` must be a number or match ^[a-z_][a-z0-9_-]{0,31}$",
+            );
         }
     }
     if !s.read_write_paths.iter().all(|p| is_abs_path(p)) {
-        return invalid("`systemd.read_write_paths` must be absolute paths without NUL, newline, `,` or `..`");
+        return invalid(
+            "`systemd.read_write_paths` must be absolute paths without NUL, newline, `,` or `..`",
+        );
     }
     if s.memory_max_bytes == Some(0) || s.cpu_quota_percent == Some(0) {
         return invalid("`systemd.memory_max_bytes` and `cpu_quota_percent` must be above 0");

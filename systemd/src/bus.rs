@@ -161,10 +161,7 @@ impl Bus {
         }
         // Everything written up to here is on disk: this reload covers it all.
         let covers = self.written.load(Ordering::SeqCst);
-        self.manager
-            .reload()
-            .await
-            .map_err(call("Reload", ""))?;
+        self.manager.reload().await.map_err(call("Reload", ""))?;
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.reloaded.fetch_max(covers, Ordering::SeqCst);
         Ok(())
@@ -172,7 +169,8 @@ impl Bus {
 
     /// Reloads if any change is not covered yet.
     pub async fn reload_if_needed(&self) -> Result<(), BusError> {
-        self.reload_covering(self.written.load(Ordering::SeqCst)).await
+        self.reload_covering(self.written.load(Ordering::SeqCst))
+            .await
     }
 
     /// How many reloads this connection made (for benchmarks and tests).
@@ -316,10 +314,7 @@ impl Bus {
             .list_units_by_patterns(vec![], vec!["capstan-*".into()])
             .await
             .map_err(call("ListUnitsByPatterns", "capstan-*"))?;
-        Ok(units
-            .into_iter()
-            .map(|u| (u.0, (u.3, u.4)))
-            .collect())
+        Ok(units.into_iter().map(|u| (u.0, (u.3, u.4))).collect())
     }
 
     /// A stream of the state changes of units named `capstan-*`. Opened before it
@@ -413,7 +408,10 @@ mod tests {
             unit_from_path("/org/freedesktop/systemd1/unit/capstan_2dteam_5cx2da_2eslice"),
             Some("capstan-team\\x2da.slice".into())
         );
-        assert_eq!(unit_from_path("/org/freedesktop/systemd1/unit/bad_zz"), None);
+        assert_eq!(
+            unit_from_path("/org/freedesktop/systemd1/unit/bad_zz"),
+            None
+        );
         assert_eq!(unit_from_path("/elsewhere"), None);
     }
 }

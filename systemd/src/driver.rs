@@ -183,7 +183,13 @@ impl SystemdDriver {
         // of an earlier life of the host: the log is the truth, so it is rewritten.
         if let Some(existing) = self.ours(op, &name)? {
             let same = (&existing.namespace, &existing.workload, &existing.revision);
-            if same != (&rev.namespace.to_string(), &rev.workload.to_string(), &rev.revision.to_string()) {
+            if same
+                != (
+                    &rev.namespace.to_string(),
+                    &rev.workload.to_string(),
+                    &rev.revision.to_string(),
+                )
+            {
                 return Err(refused(
                     op,
                     rev,
@@ -215,7 +221,11 @@ impl SystemdDriver {
         let target = if changed {
             self.bus.files_changed()
         } else {
-            return self.bus.reload_if_needed().await.map_err(backend(op, "reload"));
+            return self
+                .bus
+                .reload_if_needed()
+                .await
+                .map_err(backend(op, "reload"));
         };
         self.bus
             .reload_covering(target)
@@ -229,13 +239,21 @@ impl SystemdDriver {
 
     /// Brings `unit` up with what is on disk now: a restart when it runs and its files
     /// changed, a start when it does not run, nothing when it runs unchanged.
-    async fn bring_up(&self, op: &'static str, unit: &str, changed: bool) -> Result<(), DriverError> {
+    async fn bring_up(
+        &self,
+        op: &'static str,
+        unit: &str,
+        changed: bool,
+    ) -> Result<(), DriverError> {
         let status = self.status(op, unit).await?;
         if status.active_state == "active" && !changed {
             return Ok(());
         }
         if status.active_state == "failed" {
-            self.bus.reset_failed(unit).await.map_err(backend(op, unit))?;
+            self.bus
+                .reset_failed(unit)
+                .await
+                .map_err(backend(op, unit))?;
         }
         if status.is_running() {
             self.bus.restart(unit).await.map_err(backend(op, unit))
@@ -248,9 +266,14 @@ impl SystemdDriver {
     async fn stop_others(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         for other in self.scan(op)? {
             let m = &other.markers;
-            if m.namespace == rev.namespace && m.workload == rev.workload && m.revision != rev.revision
+            if m.namespace == rev.namespace
+                && m.workload == rev.workload
+                && m.revision != rev.revision
             {
-                self.bus.stop(&other.name).await.map_err(backend(op, &other.name))?;
+                self.bus
+                    .stop(&other.name)
+                    .await
+                    .map_err(backend(op, &other.name))?;
             }
         }
         Ok(())
@@ -275,7 +298,10 @@ impl SystemdDriver {
 
     /// Sends an [`Exit`] for each of our units that stops running, until `exits` is
     /// dropped or the bus stream ends.
-    async fn forward_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+    async fn forward_exits(
+        &self,
+        exits: tokio::sync::mpsc::Sender<Exit>,
+    ) -> Result<(), DriverError> {
         let op = "watch";
         let mut changes = Box::pin(self.bus.watch().await.map_err(backend(op, "units"))?);
         // The last state seen of each unit: an exit is leaving `active`/`deactivating`,
@@ -287,7 +313,12 @@ impl SystemdDriver {
                 () = exits.closed() => return Ok(()),
             };
             let Some(change) = change else {
-                return Err(refused(op, "units", ErrorCode::DriverFailed, "the bus stream ended"));
+                return Err(refused(
+                    op,
+                    "units",
+                    ErrorCode::DriverFailed,
+                    "the bus stream ended",
+                ));
             };
             let before = last.insert(change.unit.clone(), change.active_state.clone());
             let was_up = before
@@ -396,7 +427,8 @@ impl Driver for SystemdDriver {
     ) -> Result<(), DriverError> {
         let op = "activate";
         let unit = naming::unit_name(rev);
-        let changed = self.write_unit(op, rev, spec)? | self.write_env(op, rev, spec, launch_env)?;
+        let changed =
+            self.write_unit(op, rev, spec)? | self.write_env(op, rev, spec, launch_env)?;
         self.reload(op, changed).await?;
         self.bring_up(op, &unit, changed).await?;
         self.stop_others(op, rev).await
@@ -411,7 +443,10 @@ impl Driver for SystemdDriver {
         let op = "start";
         let unit = naming::unit_name(rev);
         if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing { op, target: rev.to_string() });
+            return Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            });
         }
         let changed = self.write_env(op, rev, spec, launch_env)?;
         self.reload(op, changed).await?;
@@ -422,7 +457,10 @@ impl Driver for SystemdDriver {
         let op = "resume";
         let unit = naming::unit_name(rev);
         if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing { op, target: rev.to_string() });
+            return Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            });
         }
         self.reload(op, false).await?;
         self.bring_up(op, &unit, false).await
@@ -432,7 +470,10 @@ impl Driver for SystemdDriver {
         let op = "stop";
         let unit = naming::unit_name(rev);
         if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing { op, target: rev.to_string() });
+            return Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            });
         }
         self.bus.stop(&unit).await.map_err(backend(op, &unit))
     }
@@ -445,10 +486,12 @@ impl Driver for SystemdDriver {
             return Ok(());
         }
         self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
-        let removed =
-            remove_unit_files(&self.config.unit_dir, &unit).map_err(io(op, &unit))?;
+        let removed = remove_unit_files(&self.config.unit_dir, &unit).map_err(io(op, &unit))?;
         self.reload(op, removed).await?;
-        self.bus.reset_failed(&unit).await.map_err(backend(op, &unit))
+        self.bus
+            .reset_failed(&unit)
+            .await
+            .map_err(backend(op, &unit))
     }
 
     async fn observe(&self) -> Result<Observed, DriverError> {
@@ -475,7 +518,9 @@ impl Driver for SystemdDriver {
                 Some((active, _)) if active == "failed" => {
                     Self::backend_state(&self.status(op, &u.name).await?)
                 }
-                Some((active, _)) if matches!(active.as_str(), "active" | "activating" | "reloading") => {
+                Some((active, _))
+                    if matches!(active.as_str(), "active" | "activating" | "reloading") =>
+                {
                     BackendState::Running
                 }
                 _ => BackendState::Stopped,

@@ -179,6 +179,9 @@ impl SystemdDriver {
         let name = naming::unit_name(rev);
         let text = unit::service(&self.host, rev, spec, &self.settings(rev.namespace))
             .map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+        // The spec's env goes into the drop-in at activation; refuse it now, before
+        // anything is written, if it cannot be.
+        unit::env_dropin(&spec.env).map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
         // Refuses a file that is not ours. One of ours with another spec is a leftover
         // of an earlier life of the host: the log is the truth, so it is rewritten.
         if let Some(existing) = self.ours(op, &name)? {
@@ -306,7 +309,16 @@ impl SystemdDriver {
         let mut changes = Box::pin(self.bus.watch().await.map_err(backend(op, "units"))?);
         // The last state seen of each unit: an exit is leaving `active`/`deactivating`,
         // or arriving in `failed` (systemd gave up) from anything else.
-        let mut last: HashMap<String, String> = HashMap::new();
+        // Seeded after the stream is open, so a unit that runs now and exits next is
+        // known to have been up; a unit loaded later starts out inactive.
+        let mut last: HashMap<String, String> = self
+            .bus
+            .list_ours()
+            .await
+            .map_err(backend(op, "units"))?
+            .into_iter()
+            .map(|(unit, (active, _))| (unit, active))
+            .collect();
         loop {
             let change = tokio::select! {
                 change = changes.next() => change,
@@ -323,7 +335,7 @@ impl SystemdDriver {
             let before = last.insert(change.unit.clone(), change.active_state.clone());
             let was_up = before
                 .as_deref()
-                .is_none_or(|s| matches!(s, "active" | "deactivating" | "reloading"));
+                .is_some_and(|s| matches!(s, "active" | "deactivating" | "reloading"));
             let exited = match change.active_state.as_str() {
                 "failed" => before.as_deref() != Some("failed"),
                 "inactive" => was_up,
@@ -470,10 +482,8 @@ impl Driver for SystemdDriver {
         let op = "stop";
         let unit = naming::unit_name(rev);
         if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            });
+            // Nothing of it: stopped is what was asked.
+            return Ok(());
         }
         self.bus.stop(&unit).await.map_err(backend(op, &unit))
     }

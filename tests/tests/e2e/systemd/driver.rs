@@ -1,0 +1,424 @@
+//! The systemd driver against a real systemd, called directly (the agent's use of it is
+//! in the sibling modules): the driver contract, the launch environment reaching the
+//! process, restarts only on change, failures carrying systemd's results, exits seen
+//! over D-Bus, exact retires, ownership, and reloads shared by concurrent activations.
+
+use super::{dump, spec_running};
+use capstan_common::{ErrorCode, Spec};
+use capstan_driver::testkit::Kit;
+use capstan_driver::{BackendState, Driver, LaunchEnv, RevisionRef};
+use capstan_systemd::{naming, SystemdConfig, SystemdDriver};
+use capstan_tests::systemd::SystemdHost;
+use capstan_tests::{wait_until, READY};
+use std::collections::BTreeMap;
+
+/// A runtime and a driver on `host`'s systemd, for host name `h1`.
+pub fn connect(
+    host: &SystemdHost,
+    tune: impl FnOnce(&mut SystemdConfig),
+) -> (tokio::runtime::Runtime, SystemdDriver) {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut config = SystemdConfig {
+        bus: Some(host.bus_address()),
+        unit_dir: host.unit_dir(),
+        state_dir: host.state_dir(),
+        ..SystemdConfig::default()
+    };
+    tune(&mut config);
+    let driver = rt
+        .block_on(SystemdDriver::connect("h1", config))
+        .expect("connect to the test host's systemd");
+    (rt, driver)
+}
+
+fn rev<'a>(ns: &'a str, workload: &'a str, revision: &'a str) -> RevisionRef<'a> {
+    RevisionRef {
+        namespace: ns,
+        workload,
+        revision,
+    }
+}
+
+fn launch(pairs: &[(&str, &str)]) -> LaunchEnv {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Prepares and activates `r` with `launch_env`.
+fn up(
+    rt: &tokio::runtime::Runtime,
+    d: &SystemdDriver,
+    r: RevisionRef<'_>,
+    spec: &Spec,
+    env: &LaunchEnv,
+) {
+    rt.block_on(async {
+        d.ensure_namespace(r.namespace).await?;
+        d.prepare(r, spec).await?;
+        d.activate(r, spec, env, None).await
+    })
+    .unwrap_or_else(|e| panic!("activate {r}: {}", e.report()));
+}
+
+#[test]
+fn the_driver_keeps_the_contract() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let spec = spec_running(&host, "kit", "contract");
+    rt.block_on(Kit::new(&d, "kit", spec).run())
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log()));
+    assert!(
+        naming_files(&host).is_empty(),
+        "the kit leaves nothing: {:?}",
+        naming_files(&host)
+    );
+}
+
+/// Our files left in the unit dir.
+fn naming_files(host: &SystemdHost) -> Vec<String> {
+    std::fs::read_dir(host.unit_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| naming::is_capstan_unit_file(n) || n.ends_with(".d"))
+        .collect()
+}
+
+#[test]
+fn the_process_sees_the_spec_env_then_the_launch_env() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let mut spec = spec_running(&host, "ns", "web");
+    spec.env = BTreeMap::from([
+        ("MODE".into(), "spec".into()),
+        ("TOKEN".into(), "from-spec".into()),
+    ]);
+    let r1 = rev("ns", "web", "r1");
+    up(
+        &rt,
+        &d,
+        r1,
+        &spec,
+        &launch(&[("TOKEN", "opaque-t1"), ("IAM", "opaque-role")]),
+    );
+    let seen = dump(&host, "ns", "web");
+    let env = &seen["env"];
+    assert_eq!(env["MODE"], "spec");
+    assert_eq!(
+        env["TOKEN"], "opaque-t1",
+        "the launch env wins on a shared name"
+    );
+    assert_eq!(env["IAM"], "opaque-role");
+    let ours = ["MODE", "TOKEN", "IAM"];
+    // Whatever else is there is systemd's own, never a leftover or an injection.
+    let systemd_own = [
+        "PATH",
+        "INVOCATION_ID",
+        "SYSTEMD_EXEC_PID",
+        "JOURNAL_STREAM",
+        "LANG",
+        "LANGUAGE",
+    ];
+    for name in env.as_object().unwrap().keys() {
+        assert!(
+            ours.contains(&name.as_str())
+                || systemd_own.contains(&name.as_str())
+                || name.starts_with("LC_"),
+            "unexpected variable {name} in {env}"
+        );
+    }
+    let unit = naming::unit_name(r1);
+    let dropin = host
+        .unit_dir()
+        .join(naming::dropin_dir(&unit))
+        .join(naming::ENV_DROPIN);
+    assert!(dropin.exists(), "the environment lives in the drop-in");
+    assert!(
+        !std::fs::read_to_string(host.unit_dir().join(&unit))
+            .unwrap()
+            .contains("opaque-"),
+        "the unit itself carries no launch environment"
+    );
+}
+
+#[test]
+fn hostile_values_reach_the_process_byte_for_byte_or_are_refused() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let hostile = [
+        "line\nExecStartPre=/bin/sh -c 'touch /pwned'",
+        "\"\n[Service]\nExecStart=/bin/false",
+        "%h %n %%",
+        "$(id) `id` ${HOME} $HOME $$",
+        "back\\slash \\\\ \\n \\x41 trailing\\",
+        "'single' \"double\"",
+        ";",
+        "\\;",
+        "tab\tcr\rdel\u{7f}bell\u{7}",
+        "non-ascii é ✓ \u{2028}",
+        "",
+        " leading and trailing ",
+        "-@+!:",
+    ];
+    let big = "x%$\\\"".repeat(64 * 1024 / 5);
+    let mut spec = spec_running(&host, "ns", "hostile");
+    spec.command.extend(hostile.iter().map(|s| s.to_string()));
+    spec.command.push(big.clone());
+    spec.env = hostile
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (format!("HOSTILE_{i}"), v.to_string()))
+        .collect();
+    spec.env.insert("HOSTILE_BIG".into(), big.clone());
+    up(
+        &rt,
+        &d,
+        rev("ns", "hostile", "r1"),
+        &spec,
+        &LaunchEnv::new(),
+    );
+    let seen = dump(&host, "ns", "hostile");
+    let argv: Vec<&str> = seen["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().expect("argv is UTF-8"))
+        .collect();
+    let wanted: Vec<&str> = spec.command.iter().map(String::as_str).collect();
+    assert_eq!(argv, wanted, "argv byte for byte");
+    for (name, value) in &spec.env {
+        assert_eq!(seen["env"][name], value.as_str(), "{name} byte for byte");
+    }
+    assert!(!std::path::Path::new("/pwned").exists());
+    let unit_text = std::fs::read_to_string(
+        host.unit_dir()
+            .join(naming::unit_name(rev("ns", "hostile", "r1"))),
+    )
+    .unwrap();
+    let sections: Vec<&str> = unit_text.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(
+        sections,
+        ["[Unit]", "[Service]"],
+        "no value added a section"
+    );
+
+    // What cannot be written is refused with a code, and nothing is written for it.
+    let mut nul = spec_running(&host, "ns", "nul");
+    nul.env.insert("BAD".into(), "a\0b".into());
+    let mut dollar_program = spec_running(&host, "ns", "prog");
+    dollar_program.command[0] = "/bin/$HOME".into();
+    for (workload, spec, code) in [
+        ("nul", nul, ErrorCode::InvalidEnv),
+        ("prog", dollar_program, ErrorCode::InvalidSpec),
+    ] {
+        let r = rev("ns", workload, "r1");
+        let err = rt
+            .block_on(async {
+                d.prepare(r, &spec).await?;
+                d.activate(r, &spec, &LaunchEnv::new(), None).await
+            })
+            .expect_err("refused");
+        assert_eq!(err.code(), code, "{workload}: {}", err.report());
+        assert!(
+            !host.unit_dir().join(naming::unit_name(r)).exists(),
+            "{workload}: nothing written"
+        );
+    }
+}
+
+#[test]
+fn reactivation_restarts_once_on_a_change_and_never_without_one() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let spec = spec_running(&host, "ns", "web");
+    let r1 = rev("ns", "web", "r1");
+    let unit = naming::unit_name(r1);
+    up(&rt, &d, r1, &spec, &launch(&[("T", "opaque-1")]));
+    let first = dump(&host, "ns", "web");
+    let entered = host.property(&unit, "ActiveEnterTimestamp");
+    let reloads = d.bus().reloads();
+
+    rt.block_on(d.activate(r1, &spec, &launch(&[("T", "opaque-1")]), None))
+        .unwrap();
+    assert_eq!(
+        host.property(&unit, "ActiveEnterTimestamp"),
+        entered,
+        "no restart"
+    );
+    assert_eq!(d.bus().reloads(), reloads, "no reload either");
+
+    std::fs::remove_file(super::dump_path(&host, "ns", "web")).unwrap();
+    rt.block_on(d.activate(r1, &spec, &launch(&[("T", "opaque-2")]), None))
+        .unwrap();
+    let second = dump(&host, "ns", "web");
+    assert_eq!(second["env"]["T"], "opaque-2");
+    assert_ne!(second["pid"], first["pid"], "restarted");
+    let starts = host
+        .journal(&["-u", &unit, "-o", "cat"])
+        .lines()
+        .filter(|l| l.starts_with("Started "))
+        .count();
+    assert_eq!(starts, 2, "one start, then one restart");
+}
+
+#[test]
+fn a_failed_start_carries_the_job_result_and_the_units_result() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let mut spec = spec_running(&host, "ns", "bad");
+    spec.systemd.user = Some("nosuchuser".into());
+    let r1 = rev("ns", "bad", "r1");
+    let err = rt
+        .block_on(async {
+            d.ensure_namespace("ns").await?;
+            d.prepare(r1, &spec).await?;
+            d.activate(r1, &spec, &LaunchEnv::new(), None).await
+        })
+        .expect_err("the start fails");
+    let report = err.report();
+    assert_eq!(err.code(), ErrorCode::DriverFailed, "{report}");
+    assert!(report.contains("`failed`"), "the job result: {report}");
+    assert!(report.contains("exit-code"), "the unit's Result: {report}");
+}
+
+#[test]
+fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |c| {
+        c.restart_sec_ms = 100;
+        c.start_limit_burst = 3;
+        c.start_limit_interval_secs = 60;
+    });
+    let mut spec = spec_running(&host, "ns", "crash");
+    spec.env.insert("ENVDUMP_EXIT".into(), "3".into());
+    let r1 = rev("ns", "crash", "r1");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let d = std::sync::Arc::new(d);
+    let watcher = {
+        let d = std::sync::Arc::clone(&d);
+        rt.spawn(async move { d.watch_exits(tx).await })
+    };
+    up(&rt, &d, r1, &spec, &LaunchEnv::new());
+    let state = wait_until("the unit to be failed", READY, || {
+        match rt.block_on(d.state(r1)).unwrap() {
+            Some(BackendState::Failed { reason }) => Some(reason),
+            _ => None,
+        }
+    });
+    assert!(state.starts_with("exit-code"), "{state}");
+    let mut exits = Vec::new();
+    wait_until("three exits", READY, || {
+        while let Ok(e) = rx.try_recv() {
+            exits.push(e);
+        }
+        exits.len() >= 3
+    });
+    assert!(
+        exits
+            .iter()
+            .all(|e| e.revision == "r1" && e.exit_code == Some(3)),
+        "{exits:?}"
+    );
+    drop(rx);
+    watcher.abort();
+}
+
+#[test]
+fn retiring_an_old_revision_leaves_the_newer_one_running() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let spec = spec_running(&host, "ns", "web");
+    let (r1, r2) = (rev("ns", "web", "r1"), rev("ns", "web", "r2"));
+    up(&rt, &d, r1, &spec, &LaunchEnv::new());
+    up(&rt, &d, r2, &spec, &LaunchEnv::new());
+    assert_eq!(
+        rt.block_on(d.state(r1)).unwrap(),
+        Some(BackendState::Stopped),
+        "activating r2 stopped r1"
+    );
+    let u2 = naming::unit_name(r2);
+    let entered = host.property(&u2, "ActiveEnterTimestamp");
+    rt.block_on(d.retire(r1)).unwrap();
+    rt.block_on(d.retire(r1)).unwrap();
+    assert_eq!(rt.block_on(d.state(r1)).unwrap(), None);
+    assert_eq!(host.property(&u2, "ActiveState"), "active");
+    assert_eq!(host.property(&u2, "ActiveEnterTimestamp"), entered);
+    assert!(!host.unit_dir().join(naming::unit_name(r1)).exists());
+    assert!(!host
+        .unit_dir()
+        .join(naming::dropin_dir(&naming::unit_name(r1)))
+        .exists());
+    let err = rt
+        .block_on(d.delete_namespace("ns"))
+        .expect_err("r2 is still there");
+    assert_eq!(err.code(), ErrorCode::NamespaceNotEmpty);
+}
+
+#[test]
+fn a_unit_that_is_not_ours_is_never_touched() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let r1 = rev("ns", "web", "r1");
+    let path = host.unit_dir().join(naming::unit_name(r1));
+    let foreign = "[Service]\nExecStart=/bin/true\n";
+    std::fs::write(&path, foreign).unwrap();
+    let spec = spec_running(&host, "ns", "web");
+    for err in [
+        rt.block_on(d.prepare(r1, &spec)).expect_err("prepare"),
+        rt.block_on(d.activate(r1, &spec, &LaunchEnv::new(), None))
+            .expect_err("activate"),
+        rt.block_on(d.retire(r1)).expect_err("retire"),
+        rt.block_on(d.stop(r1)).expect_err("stop"),
+    ] {
+        assert_eq!(err.code(), ErrorCode::NotOwned, "{}", err.report());
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), foreign);
+}
+
+#[test]
+fn concurrent_activations_share_their_reloads() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let d = std::sync::Arc::new(d);
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let specs: Vec<Spec> = names.iter().map(|w| spec_running(&host, "ns", w)).collect();
+    rt.block_on(async {
+        d.ensure_namespace("ns").await?;
+        for (w, spec) in names.iter().zip(&specs) {
+            d.prepare(rev("ns", w, "r1"), spec).await?;
+        }
+        Ok::<_, capstan_driver::DriverError>(())
+    })
+    .unwrap();
+    let before = d.bus().reloads();
+    rt.block_on(async {
+        let tasks: Vec<_> = names
+            .iter()
+            .zip(&specs)
+            .map(|(w, spec)| {
+                let (d, w, spec) = (std::sync::Arc::clone(&d), w.clone(), spec.clone());
+                tokio::spawn(async move {
+                    d.activate(
+                        rev("ns", &w, "r1"),
+                        &spec,
+                        &launch(&[("T", "opaque-1")]),
+                        None,
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    });
+    let reloads = d.bus().reloads() - before;
+    assert!(
+        (1..=3).contains(&reloads),
+        "10 activations took {reloads} reloads"
+    );
+    for w in &names {
+        assert_eq!(dump(&host, "ns", w)["env"]["T"], "opaque-1");
+    }
+}

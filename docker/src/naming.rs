@@ -7,7 +7,6 @@ use bollard::models::{
 };
 use capstan_common::Spec;
 use capstan_driver::RevisionRef;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
 /// Every object capstan creates carries this label, set to `true`.
@@ -61,19 +60,7 @@ pub fn hashed_name(rev: RevisionRef<'_>) -> String {
     format!("{head}-{hash}")
 }
 
-/// The first 12 hex digits of the SHA-256 of `bytes`.
-pub fn short_hash(bytes: &[u8]) -> String {
-    capstan_common::signing::to_hex(&Sha256::digest(bytes)[..6])
-}
-
-/// The hash recorded in [`SPEC_HASH`].
-pub fn spec_hash(spec: &Spec) -> String {
-    short_hash(
-        serde_json::to_string(spec)
-            .expect("a Spec always serialises")
-            .as_bytes(),
-    )
-}
+pub use capstan_driver::{short_hash, spec_hash};
 
 /// The hash recorded in [`ENV_HASH`].
 pub fn env_hash(env: &BTreeMap<String, String>) -> String {

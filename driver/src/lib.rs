@@ -22,6 +22,23 @@ pub fn merged_env(spec: &Spec, launch_env: &LaunchEnv) -> BTreeMap<String, Strin
     env
 }
 
+/// The first 12 hex digits of the SHA-256 of `bytes`: the short hashes drivers put
+/// into names and labels.
+pub fn short_hash(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    capstan_common::signing::to_hex(&sha2::Sha256::digest(bytes)[..6])
+}
+
+/// The hash of a revision's spec (of its canonical JSON) that drivers record on what
+/// they create, to tell a reused object from a leftover.
+pub fn spec_hash(spec: &Spec) -> String {
+    short_hash(
+        serde_json::to_string(spec)
+            .expect("a Spec always serialises")
+            .as_bytes(),
+    )
+}
+
 /// The address of one revision on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RevisionRef<'a> {

@@ -13,9 +13,7 @@
 //! escaped), and the hashed form has one part fewer, so a shortened name can only
 //! meet another name on a 48-bit hash collision.
 
-use capstan_common::Spec;
 use capstan_driver::RevisionRef;
-use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
 /// Every name capstan gives a unit begins with this.
@@ -73,19 +71,7 @@ pub fn is_capstan_unit_file(file_name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'.' | b'\\' | b'-'))
 }
 
-/// The first 12 hex digits of the SHA-256 of `bytes`.
-pub fn short_hash(bytes: &[u8]) -> String {
-    capstan_common::signing::to_hex(&Sha256::digest(bytes)[..6])
-}
-
-/// The hash of a revision's spec (of its canonical JSON), recorded in its unit.
-pub fn spec_hash(spec: &Spec) -> String {
-    short_hash(
-        serde_json::to_string(spec)
-            .expect("a Spec always serialises")
-            .as_bytes(),
-    )
-}
+pub use capstan_driver::{short_hash, spec_hash};
 
 /// A namespace as it stands in names: escaped, or hashed when that is too long.
 fn namespace_part(namespace: &str) -> String {

@@ -258,11 +258,21 @@ impl SystemdDriver {
                 .await
                 .map_err(backend(op, unit))?;
         }
-        if status.is_running() {
-            self.bus.restart(unit).await.map_err(backend(op, unit))
+        let up = if status.is_running() {
+            self.bus.restart(unit).await
         } else {
-            self.bus.start(unit).await.map_err(backend(op, unit))
+            self.bus.start(unit).await
+        };
+        if let Err(e) = up {
+            // systemd retries a failed start on its own (`Restart=on-failure`), but the
+            // command fails here: the revision must not come up later behind the
+            // agent's back (next to the revision still running). A stop cancels that.
+            if let Err(stop) = self.bus.stop(unit).await {
+                tracing::warn!(%unit, error = %stop, "could not stop a unit whose start failed");
+            }
+            return Err(backend(op, unit)(e));
         }
+        Ok(())
     }
 
     /// Stops every revision of `rev`'s workload but `rev`.

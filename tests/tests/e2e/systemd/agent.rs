@@ -1,17 +1,18 @@
-//! The agent on the systemd driver, against a real systemd: commands through `apply`
-//! (and NATS, where the agent must be running), hooks' placeholders reaching the
-//! process and never the log, agent restarts that leave units alone (or stop and
+//! The agent on the systemd driver, against a real systemd: commands through `apply`,
+//! hooks' placeholders reaching the process and never the log, agent restarts that leave units alone (or stop and
 //! start them when the agent manages their lifecycle), a crash loop reported once
 //! systemd gives up, failed starts and hostile specs. The driver called directly is
 //! `driver.rs`.
 
-use super::{argv, dump, dump_path, spec_hostile, spec_running, systemd_own};
+use super::{
+    argv, dump, dump_path, spec_crashing_once_flagged, spec_hostile, spec_running,
+    start_crash_loop, systemd_own,
+};
 use capstan_driver::RevisionRef;
 use capstan_systemd::naming;
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::Spec;
 use capstan_tests::hooks::{hook_records, Hook};
-use capstan_tests::nats::{Coordinator, Keys, NatsServer};
 use capstan_tests::process::{Exit, Process};
 use capstan_tests::systemd::SystemdHost;
 use capstan_tests::{unique, wait_until, READY};
@@ -384,23 +385,21 @@ fn with_managed_lifecycle_sigterm_stops_running_units_and_startup_starts_them() 
 #[test]
 fn a_crash_loop_under_a_running_agent_is_recorded_until_systemd_gives_up() {
     let host = SystemdHost::boot();
-    let mut server = NatsServer::start();
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&server.url(), &keys, "");
-    let a = agent(&host, "sdcrash")
-        .systemd_tuning(3, 100)
-        .nats(&server.url())
-        .signing(&keys.public)
-        .build();
+    let a = agent(&host, "sdcrash").systemd_tuning(3, 100).build();
     let c = a.commands("ns");
-    let daemon = a.run();
-    let mut crash = spec_running(&host, "ns", "crash");
-    crash.env.insert("ENVDUMP_EXIT".into(), "3".into());
-    coordinator.run_all(&[
+    a.apply_ok(&[
         c.ensure_namespace("ns"),
-        c.prepare("p1", "crash", "r1", crash.into()),
+        c.prepare(
+            "p1",
+            "crash",
+            "r1",
+            spec_crashing_once_flagged(&host, "ns", "crash").into(),
+        ),
         c.activate("a1", "crash", "r1"),
     ]);
+    dump(&host, "ns", "crash");
+    let daemon = a.run();
+    start_crash_loop(&host, "ns", "crash", &unit("crash", "r1"));
     let u = unit("crash", "r1");
     wait_until(
         format_args!("{u} to be failed; systemd's log:\n{}", host.log()),
@@ -409,8 +408,6 @@ fn a_crash_loop_under_a_running_agent_is_recorded_until_systemd_gives_up() {
     );
     daemon.wait_for_text("the backend gave up on it");
     daemon.stop();
-    coordinator.stop();
-    server.stop();
 
     let log = a.log();
     let of = |kind: &str| -> Vec<&Value> { log.iter().filter(|r| r["kind"] == kind).collect() };
@@ -436,10 +433,11 @@ fn a_crash_loop_under_a_running_agent_is_recorded_until_systemd_gives_up() {
         before.len() >= 3,
         "each of the 3 runs' exits before the failure: {exits:#?}"
     );
-    for e in &exits {
+    // The kill (status 9), then the runs that exit 3.
+    for (i, e) in exits.iter().enumerate() {
         assert_eq!(e["workload"], "crash", "{e}");
         assert_eq!(e["revision"], "r1", "{e}");
-        assert_eq!(e["exit_code"], 3, "{e}");
+        assert_eq!(e["exit_code"], if i == 0 { 9 } else { 3 }, "{e}");
     }
     let intent = a.intent();
     let w = &intent["workloads"]["ns/crash"];

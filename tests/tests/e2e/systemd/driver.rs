@@ -252,8 +252,7 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         c.start_limit_burst = 3;
         c.start_limit_interval_secs = 60;
     });
-    let mut spec = spec_running(&host, "ns", "crash");
-    spec.env.insert("ENVDUMP_EXIT".into(), "3".into());
+    let spec = super::spec_crashing_once_flagged(&host, "ns", "crash");
     let r1 = rev("ns", "crash", "r1");
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let d = std::sync::Arc::new(d);
@@ -262,6 +261,8 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         rt.spawn(async move { d.watch_exits(tx).await })
     };
     up(&rt, &d, r1, &spec, &LaunchEnv::new());
+    dump(&host, "ns", "crash");
+    super::start_crash_loop(&host, "ns", "crash", &naming::unit_name(r1));
     let state = wait_until("the unit to be failed", READY, || {
         match rt.block_on(d.state(r1)).unwrap() {
             Some(BackendState::Failed { reason }) => Some(reason),
@@ -276,10 +277,11 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         }
         exits.len() >= 3
     });
+    // The kill (status 9), then the runs that exit 3.
+    assert!(exits.iter().all(|e| e.revision == "r1"), "{exits:?}");
+    assert_eq!(exits[0].exit_code, Some(9), "{exits:?}");
     assert!(
-        exits
-            .iter()
-            .all(|e| e.revision == "r1" && e.exit_code == Some(3)),
+        exits[1..].iter().all(|e| e.exit_code == Some(3)),
         "{exits:?}"
     );
     drop(rx);

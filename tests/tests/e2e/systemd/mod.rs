@@ -35,6 +35,37 @@ pub fn spec_running(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
     }
 }
 
+/// A systemd spec with `ENVDUMP_EXIT=3` that runs `capstan-envdump` (as
+/// [`spec_running`]) like any workload until the file [`crash_flag`] exists; from then
+/// on each run writes its dump and exits 3 at once. So the command's start job always
+/// succeeds (a process exiting at once can beat systemd's check of its exec, and fail
+/// the start job itself), and a crash loop begins when the test kills the running
+/// process after creating the flag.
+pub fn spec_crashing_once_flagged(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
+    let mut spec = spec_running(host, ns, workload);
+    let script = format!(
+        "[ -e '{}' ] || unset ENVDUMP_EXIT; exec \"$0\" \"$@\"",
+        crash_flag(host, ns, workload).display()
+    );
+    let mut command = vec!["/bin/sh".to_string(), "-c".to_string(), script];
+    command.append(&mut spec.command);
+    spec.command = command;
+    spec.env.insert("ENVDUMP_EXIT".into(), "3".into());
+    spec
+}
+
+/// The file that turns [`spec_crashing_once_flagged`] into a crash loop.
+pub fn crash_flag(host: &SystemdHost, ns: &str, workload: &str) -> PathBuf {
+    host.state_dir().join(ns).join(format!("{workload}.crash"))
+}
+
+/// Starts the crash loop of [`spec_crashing_once_flagged`]'s running `unit`: the
+/// flag, then SIGKILL to the process (a failure, which `Restart=on-failure` restarts).
+pub fn start_crash_loop(host: &SystemdHost, ns: &str, workload: &str, unit: &str) {
+    std::fs::write(crash_flag(host, ns, workload), "").expect("write the crash flag");
+    host.systemctl_ok(&["kill", "--signal=KILL", unit]);
+}
+
 /// The argv of a dump (each entry UTF-8).
 pub fn argv(seen: &Value) -> Vec<String> {
     seen["argv"]

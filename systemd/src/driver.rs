@@ -1,6 +1,6 @@
 //! The [`Driver`] over systemd: what each operation writes, reloads, starts and stops.
 
-use crate::bus::{Bus, BusError, UnitStatus};
+use crate::bus::{Bus, BusError, Change, UnitStatus};
 use crate::config::SystemdConfig;
 use crate::unit::{Markers, UnitSettings};
 use crate::{files, naming, unit};
@@ -329,6 +329,8 @@ impl SystemdDriver {
             .into_iter()
             .map(|(unit, (active, _))| (unit, active))
             .collect();
+        // The last `ExecMainStatus` each unit's signals carried.
+        let mut statuses: HashMap<String, i32> = HashMap::new();
         loop {
             let change = tokio::select! {
                 change = changes.next() => change,
@@ -341,6 +343,13 @@ impl SystemdDriver {
                     ErrorCode::DriverFailed,
                     "the bus stream ended",
                 ));
+            };
+            let change = match change {
+                Change::MainStatus { unit, status } => {
+                    statuses.insert(unit, status);
+                    continue;
+                }
+                Change::State(change) => change,
             };
             let before = last.insert(change.unit.clone(), change.active_state.clone());
             let was_up = before
@@ -358,10 +367,9 @@ impl SystemdDriver {
             let Ok(Some(m)) = self.ours(op, &change.unit) else {
                 continue;
             };
-            let exit_code = match self.bus.status(&change.unit).await {
-                Ok(s) => Some(i64::from(s.exec_main_status)),
-                Err(_) => None,
-            };
+            // The status sent with this change, never one read later: by then systemd
+            // may have started the next run (and reset it).
+            let exit_code = statuses.get(&change.unit).copied().map(i64::from);
             let exit = Exit {
                 namespace: m.namespace,
                 workload: m.workload,

@@ -161,7 +161,7 @@ impl Supervisor {
         if !self.executor.driver().capabilities().restarts_exits {
             // The backend restarts its own; the agent only reports when it gave up.
             let _serial = self.executor.lock_namespace(&exit.namespace).await;
-            if !self.wanted(&exit) {
+            if !self.wanted(&exit) || self.give_up_reported(&exit) {
                 return Ok(());
             }
             if let Some(event) = self.gave_up(&exit).await {
@@ -208,6 +208,18 @@ impl Supervisor {
         };
         log.append_durable(&[event]).await?;
         Ok(())
+    }
+
+    /// Whether the workload's giving up is reported already: its last failure is
+    /// `backend_failed` and it has not started since (a start clears it). Several exits
+    /// of one crash loop can be handled after the backend gave up (systemd's restarts
+    /// come faster than a loaded agent reads their states): one report, not one each.
+    fn give_up_reported(&self, exit: &Exit) -> bool {
+        self.executor.log().with_intent(|intent| {
+            intent
+                .workload(&exit.namespace, &exit.workload)
+                .is_some_and(|w| w.failed == Some(ErrorCode::BackendFailed))
+        })
     }
 
     /// `workload_failed/backend_failed` when the backend has given up on the exited
@@ -427,6 +439,29 @@ mod tests {
             "{last:?}"
         );
         assert_eq!(restarts(&rig), 0);
+    }
+
+    #[tokio::test]
+    async fn a_give_up_is_reported_once_however_many_exits_see_it() {
+        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
+        rig.sim.give_up(R1, "exit-code after 3 restarts").unwrap();
+        handled(&supervisor, 1).await;
+        // A late exit of the same crash loop, handled once the backend had given up.
+        supervisor
+            .handle(Exit {
+                namespace: "ns".into(),
+                workload: "web".into(),
+                revision: "r1".into(),
+                exit_code: Some(3),
+            })
+            .await;
+        let failed = rig
+            .records()
+            .iter()
+            .filter(|r| matches!(r.event, Event::WorkloadFailed { .. }))
+            .count();
+        assert_eq!(failed, 1);
+        assert_eq!(rig.kinds().last(), Some(&"workload_exited"));
     }
 
     #[tokio::test]

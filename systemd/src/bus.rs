@@ -93,6 +93,19 @@ pub struct StateChange {
     pub sub_state: String,
 }
 
+/// What one `PropertiesChanged` signal of one of our units said, in the order
+/// systemd sent them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Its `ActiveState` (interface `org.freedesktop.systemd1.Unit`).
+    State(StateChange),
+    /// Its main process's `ExecMainStatus` (interface `…Service`). systemd sends a
+    /// unit's service properties just before its unit properties, with the values
+    /// of that moment: the status that goes with the state change that follows (a
+    /// status read later may already be the next run's).
+    MainStatus { unit: String, status: i32 },
+}
+
 /// The connection to one systemd's manager.
 pub struct Bus {
     conn: zbus::Connection,
@@ -317,44 +330,53 @@ impl Bus {
         Ok(units.into_iter().map(|u| (u.0, (u.3, u.4))).collect())
     }
 
-    /// A stream of the state changes of units named `capstan-*`. Opened before it
-    /// returns: no change after this call is missed.
+    /// A stream of the state changes (and main exit statuses) of units named
+    /// `capstan-*`, in the order systemd sent them (one match rule, one stream).
+    /// Opened before it returns: no change after this call is missed.
     pub async fn watch(
         &self,
-    ) -> Result<impl futures::Stream<Item = StateChange> + Send + 'static, BusError> {
+    ) -> Result<impl futures::Stream<Item = Change> + Send + 'static, BusError> {
         let rule = zbus::MatchRule::builder()
             .msg_type(zbus::message::Type::Signal)
             .sender("org.freedesktop.systemd1")
             .interface("org.freedesktop.DBus.Properties")
             .member("PropertiesChanged")
             .path_namespace("/org/freedesktop/systemd1/unit")
-            .arg(0, "org.freedesktop.systemd1.Unit")
             .build()
             .map_err(call("AddMatch", "PropertiesChanged"))?;
         let stream = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
             .await
             .map_err(call("AddMatch", "PropertiesChanged"))?;
-        Ok(stream.filter_map(|message| async move { state_change(&message.ok()?) }))
+        Ok(stream.filter_map(|message| async move { change(&message.ok()?) }))
     }
 }
 
-/// A `PropertiesChanged` of one of our units that carries its `ActiveState`.
-fn state_change(message: &zbus::Message) -> Option<StateChange> {
+/// A `PropertiesChanged` of one of our units that carries its `ActiveState` or its
+/// service's `ExecMainStatus`.
+fn change(message: &zbus::Message) -> Option<Change> {
     let header = message.header();
     let path = header.path()?.as_str().to_string();
     if !path.starts_with(OUR_UNIT_PATHS) {
         return None;
     }
-    let (_, changed, _): (String, HashMap<String, OwnedVariant>, Vec<String>) =
+    let (interface, changed, _): (String, HashMap<String, OwnedVariant>, Vec<String>) =
         message.body().deserialize().ok()?;
-    let text = |key: &str| -> Option<String> {
-        String::try_from(changed.get(key)?.try_clone().ok()?).ok()
-    };
-    Some(StateChange {
-        unit: unit_from_path(&path)?,
-        active_state: text("ActiveState")?,
-        sub_state: text("SubState").unwrap_or_default(),
-    })
+    let value = |key: &str| changed.get(key)?.try_clone().ok();
+    let unit = unit_from_path(&path)?;
+    match interface.as_str() {
+        "org.freedesktop.systemd1.Unit" => Some(Change::State(StateChange {
+            unit,
+            active_state: String::try_from(value("ActiveState")?).ok()?,
+            sub_state: value("SubState")
+                .and_then(|v| String::try_from(v).ok())
+                .unwrap_or_default(),
+        })),
+        "org.freedesktop.systemd1.Service" => Some(Change::MainStatus {
+            unit,
+            status: i32::try_from(value("ExecMainStatus")?).ok()?,
+        }),
+        _ => None,
+    }
 }
 
 /// The unit name an object path spells: `_XX` is the byte 0xXX.

@@ -1,6 +1,6 @@
 //! The [`Driver`] over systemd: what each operation writes, reloads, starts and stops.
 
-use crate::bus::{Bus, BusError, UnitStatus};
+use crate::bus::{Bus, BusError, Change, UnitStatus};
 use crate::config::SystemdConfig;
 use crate::unit::{Markers, UnitSettings};
 use crate::{files, naming, unit};
@@ -258,11 +258,21 @@ impl SystemdDriver {
                 .await
                 .map_err(backend(op, unit))?;
         }
-        if status.is_running() {
-            self.bus.restart(unit).await.map_err(backend(op, unit))
+        let up = if status.is_running() {
+            self.bus.restart(unit).await
         } else {
-            self.bus.start(unit).await.map_err(backend(op, unit))
+            self.bus.start(unit).await
+        };
+        if let Err(e) = up {
+            // systemd retries a failed start on its own (`Restart=on-failure`), but the
+            // command fails here: the revision must not come up later behind the
+            // agent's back (next to the revision still running). A stop cancels that.
+            if let Err(stop) = self.bus.stop(unit).await {
+                tracing::warn!(%unit, error = %stop, "could not stop a unit whose start failed");
+            }
+            return Err(backend(op, unit)(e));
         }
+        Ok(())
     }
 
     /// Stops every revision of `rev`'s workload but `rev`.
@@ -319,6 +329,8 @@ impl SystemdDriver {
             .into_iter()
             .map(|(unit, (active, _))| (unit, active))
             .collect();
+        // The last `ExecMainStatus` each unit's signals carried.
+        let mut statuses: HashMap<String, i32> = HashMap::new();
         loop {
             let change = tokio::select! {
                 change = changes.next() => change,
@@ -332,6 +344,13 @@ impl SystemdDriver {
                     "the bus stream ended",
                 ));
             };
+            let change = match change {
+                Change::MainStatus { unit, status } => {
+                    statuses.insert(unit, status);
+                    continue;
+                }
+                Change::State(change) => change,
+            };
             let before = last.insert(change.unit.clone(), change.active_state.clone());
             if !is_exit(before.as_deref(), &change.active_state, &change.sub_state) {
                 continue;
@@ -339,10 +358,9 @@ impl SystemdDriver {
             let Ok(Some(m)) = self.ours(op, &change.unit) else {
                 continue;
             };
-            let exit_code = match self.bus.status(&change.unit).await {
-                Ok(s) => Some(i64::from(s.exec_main_status)),
-                Err(_) => None,
-            };
+            // The status sent with this change, never one read later: by then systemd
+            // may have started the next run (and reset it).
+            let exit_code = statuses.get(&change.unit).copied().map(i64::from);
             let exit = Exit {
                 namespace: m.namespace,
                 workload: m.workload,

@@ -1,6 +1,7 @@
 //! The one way a test gets a `capstan-agent`: [`Agent::builder`] writes its config
-//! (driver, hooks, NATS, signing) into its own temp dir; the [`Agent`] runs the CLI
-//! (`apply`, `log`, `intent`, `log verify`) and `run` daemons against it.
+//! (driver: sim, docker or a test's systemd; hooks, NATS, signing) into its own temp
+//! dir; the [`Agent`] runs the CLI (`apply`, `log`, `intent`, `log verify`) and `run`
+//! daemons against it.
 //!
 //! The temp dir holds `agent.toml`, the data dir `data/`, hook scripts and the files
 //! they write, `apply` inputs, and each daemon's stderr (`run-<n>.log`).
@@ -23,6 +24,19 @@ pub enum Driver {
     Docker {
         reap_orphans: bool,
     },
+    /// A test's [`crate::systemd::SystemdHost`]: its bus, unit dir and state dir.
+    Systemd(Systemd),
+}
+
+/// The `[systemd]` section of an agent on a [`crate::systemd::SystemdHost`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Systemd {
+    pub bus: String,
+    pub unit_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub manage_lifecycle: bool,
+    /// `start_limit_burst` and `restart_sec_ms`; `None`: the driver's defaults.
+    pub tuning: Option<(u32, u32)>,
 }
 
 /// An agent's configuration; [`AgentBuilder::build`] writes it.
@@ -56,6 +70,42 @@ impl AgentBuilder {
         );
         self.driver = Driver::Docker { reap_orphans: reap };
         self
+    }
+
+    /// The systemd driver on `host` (`manage_lifecycle = false`, the driver's
+    /// default). Call it again after a reboot of `host` (its bus moves).
+    pub fn systemd(mut self, host: &crate::systemd::SystemdHost) -> AgentBuilder {
+        let (manage_lifecycle, tuning) = match &self.driver {
+            Driver::Systemd(s) => (s.manage_lifecycle, s.tuning),
+            _ => (false, None),
+        };
+        self.driver = Driver::Systemd(Systemd {
+            bus: host.bus_address(),
+            unit_dir: host.unit_dir(),
+            state_dir: host.state_dir(),
+            manage_lifecycle,
+            tuning,
+        });
+        self
+    }
+
+    /// `manage_lifecycle` for the systemd driver.
+    pub fn systemd_lifecycle(mut self, manage: bool) -> AgentBuilder {
+        self.systemd_settings().manage_lifecycle = manage;
+        self
+    }
+
+    /// `start_limit_burst` and `restart_sec_ms` for the systemd driver.
+    pub fn systemd_tuning(mut self, start_limit_burst: u32, restart_sec_ms: u32) -> AgentBuilder {
+        self.systemd_settings().tuning = Some((start_limit_burst, restart_sec_ms));
+        self
+    }
+
+    fn systemd_settings(&mut self) -> &mut Systemd {
+        match &mut self.driver {
+            Driver::Systemd(s) => s,
+            _ => panic!("systemd(host) first"),
+        }
     }
 
     /// Adds an exec hook owner (called in the order added).
@@ -112,6 +162,21 @@ impl AgentBuilder {
                  reap_orphans = {reap_orphans}\nstop_timeout_secs = 10\n",
                 crate::docker::docker_host()
             )),
+            Driver::Systemd(s) => {
+                add(&format!(
+                    "driver = \"systemd\"\n[systemd]\nbus = {:?}\nunit_dir = {:?}\n\
+                     state_dir = {:?}\nmanage_lifecycle = {}\n",
+                    s.bus,
+                    s.unit_dir.display().to_string(),
+                    s.state_dir.display().to_string(),
+                    s.manage_lifecycle
+                ));
+                if let Some((burst, restart_ms)) = s.tuning {
+                    add(&format!(
+                        "start_limit_burst = {burst}\nrestart_sec_ms = {restart_ms}\n"
+                    ));
+                }
+            }
         }
         for hook in &self.hooks {
             add(&hook.install(dir));

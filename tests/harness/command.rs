@@ -90,6 +90,16 @@ impl Spec {
     }
 }
 
+/// The same spec as JSON (e.g. a systemd spec built as `capstan_common::Spec`).
+impl From<capstan_common::Spec> for Spec {
+    fn from(spec: capstan_common::Spec) -> Spec {
+        match serde_json::to_value(spec).expect("a spec is JSON") {
+            Value::Object(map) => Spec(map),
+            other => panic!("a spec is an object, not {other}"),
+        }
+    }
+}
+
 impl From<Spec> for Value {
     fn from(s: Spec) -> Value {
         Value::Object(s.0)

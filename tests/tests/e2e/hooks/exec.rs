@@ -1,5 +1,5 @@
 //! Exec hooks end to end: real hook scripts called by `capstan-agent apply` on the
-//! sim driver. (docker projection: `hooks::docker`; systemd: pending that driver.)
+//! sim driver. (docker projection: `hooks::docker`; systemd: `systemd::agent`.)
 
 use super::{rollout, web};
 use capstan_tests::agent::Agent;

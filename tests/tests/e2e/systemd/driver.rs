@@ -112,19 +112,9 @@ fn the_process_sees_the_spec_env_then_the_launch_env() {
     assert_eq!(env["IAM"], "opaque-role");
     let ours = ["MODE", "TOKEN", "IAM"];
     // Whatever else is there is systemd's own, never a leftover or an injection.
-    let systemd_own = [
-        "PATH",
-        "INVOCATION_ID",
-        "SYSTEMD_EXEC_PID",
-        "JOURNAL_STREAM",
-        "LANG",
-        "LANGUAGE",
-    ];
     for name in env.as_object().unwrap().keys() {
         assert!(
-            ours.contains(&name.as_str())
-                || systemd_own.contains(&name.as_str())
-                || name.starts_with("LC_"),
+            ours.contains(&name.as_str()) || super::systemd_own(name),
             "unexpected variable {name} in {env}"
         );
     }
@@ -146,30 +136,9 @@ fn the_process_sees_the_spec_env_then_the_launch_env() {
 fn hostile_values_reach_the_process_byte_for_byte_or_are_refused() {
     let host = SystemdHost::boot();
     let (rt, d) = connect(&host, |_| {});
-    let hostile = [
-        "line\nExecStartPre=/bin/sh -c 'touch /pwned'",
-        "\"\n[Service]\nExecStart=/bin/false",
-        "%h %n %%",
-        "$(id) `id` ${HOME} $HOME $$",
-        "back\\slash \\\\ \\n \\x41 trailing\\",
-        "'single' \"double\"",
-        ";",
-        "\\;",
-        "tab\tcr\rdel\u{7f}bell\u{7}",
-        "non-ascii é ✓ \u{2028}",
-        "",
-        " leading and trailing ",
-        "-@+!:",
-    ];
     let big = "x%$\\\"".repeat(64 * 1024 / 5);
-    let mut spec = spec_running(&host, "ns", "hostile");
-    spec.command.extend(hostile.iter().map(|s| s.to_string()));
+    let mut spec = super::spec_hostile(&host, "ns", "hostile");
     spec.command.push(big.clone());
-    spec.env = hostile
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (format!("HOSTILE_{i}"), v.to_string()))
-        .collect();
     spec.env.insert("HOSTILE_BIG".into(), big.clone());
     up(
         &rt,
@@ -179,14 +148,7 @@ fn hostile_values_reach_the_process_byte_for_byte_or_are_refused() {
         &LaunchEnv::new(),
     );
     let seen = dump(&host, "ns", "hostile");
-    let argv: Vec<&str> = seen["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().expect("argv is UTF-8"))
-        .collect();
-    let wanted: Vec<&str> = spec.command.iter().map(String::as_str).collect();
-    assert_eq!(argv, wanted, "argv byte for byte");
+    assert_eq!(super::argv(&seen), spec.command, "argv byte for byte");
     for (name, value) in &spec.env {
         assert_eq!(seen["env"][name], value.as_str(), "{name} byte for byte");
     }
@@ -290,8 +252,7 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         c.start_limit_burst = 3;
         c.start_limit_interval_secs = 60;
     });
-    let mut spec = spec_running(&host, "ns", "crash");
-    spec.env.insert("ENVDUMP_EXIT".into(), "3".into());
+    let spec = super::spec_crashing_once_flagged(&host, "ns", "crash");
     let r1 = rev("ns", "crash", "r1");
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let d = std::sync::Arc::new(d);
@@ -300,6 +261,8 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         rt.spawn(async move { d.watch_exits(tx).await })
     };
     up(&rt, &d, r1, &spec, &LaunchEnv::new());
+    dump(&host, "ns", "crash");
+    super::start_crash_loop(&host, "ns", "crash", &naming::unit_name(r1));
     let state = wait_until("the unit to be failed", READY, || {
         match rt.block_on(d.state(r1)).unwrap() {
             Some(BackendState::Failed { reason }) => Some(reason),
@@ -314,10 +277,11 @@ fn a_crash_loop_ends_failed_at_the_start_limit_and_each_exit_is_reported() {
         }
         exits.len() >= 3
     });
+    // The kill (status 9), then the runs that exit 3.
+    assert!(exits.iter().all(|e| e.revision == "r1"), "{exits:?}");
+    assert_eq!(exits[0].exit_code, Some(9), "{exits:?}");
     assert!(
-        exits
-            .iter()
-            .all(|e| e.revision == "r1" && e.exit_code == Some(3)),
+        exits[1..].iter().all(|e| e.exit_code == Some(3)),
         "{exits:?}"
     );
     drop(rx);

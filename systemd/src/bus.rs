@@ -203,6 +203,28 @@ impl Bus {
         self.job("stop", unit).await
     }
 
+    /// Enables `unit` as its `[Install]` says (started at boot); idempotent.
+    pub async fn enable(&self, unit: &str) -> Result<(), BusError> {
+        self.manager
+            .enable_unit_files(vec![unit.to_string()], false, false)
+            .await
+            .map(drop)
+            .map_err(call("EnableUnitFiles", unit))
+    }
+
+    /// Disables `unit` (not started at boot); idempotent, and a unit whose file is
+    /// gone is already disabled.
+    pub async fn disable(&self, unit: &str) -> Result<(), BusError> {
+        match self
+            .manager
+            .disable_unit_files(vec![unit.to_string()], false)
+            .await
+        {
+            Err(e) if is_no_such_unit(&e) => Ok(()),
+            other => other.map(drop).map_err(call("DisableUnitFiles", unit)),
+        }
+    }
+
     /// Forgets a unit's failure (and its start-limit count) so it can start again.
     pub async fn reset_failed(&self, unit: &str) -> Result<(), BusError> {
         match self.manager.reset_failed_unit(unit.to_string()).await {

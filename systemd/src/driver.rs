@@ -275,7 +275,22 @@ impl SystemdDriver {
         Ok(())
     }
 
-    /// Stops every revision of `rev`'s workload but `rev`.
+    /// Whether systemd starts `unit` at boot: enabled while intent wants it running,
+    /// so that a host reboot brings back what ran, without the agent. When the agent
+    /// manages the lifecycle, its startup does that instead and nothing is enabled.
+    async fn at_boot(&self, op: &'static str, unit: &str, wanted: bool) -> Result<(), DriverError> {
+        if self.config.manage_lifecycle {
+            return Ok(());
+        }
+        let done = if wanted {
+            self.bus.enable(unit).await
+        } else {
+            self.bus.disable(unit).await
+        };
+        done.map_err(backend(op, unit))
+    }
+
+    /// Stops (and no longer starts at boot) every revision of `rev`'s workload but `rev`.
     async fn stop_others(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         for other in self.scan(op)? {
             let m = &other.markers;
@@ -287,6 +302,7 @@ impl SystemdDriver {
                     .stop(&other.name)
                     .await
                     .map_err(backend(op, &other.name))?;
+                self.at_boot(op, &other.name, false).await?;
             }
         }
         Ok(())
@@ -466,6 +482,7 @@ impl Driver for SystemdDriver {
             self.write_unit(op, rev, spec)? | self.write_env(op, rev, spec, launch_env)?;
         self.reload(op, changed).await?;
         self.bring_up(op, &unit, changed).await?;
+        self.at_boot(op, &unit, true).await?;
         self.stop_others(op, rev).await
     }
 
@@ -485,7 +502,8 @@ impl Driver for SystemdDriver {
         }
         let changed = self.write_env(op, rev, spec, launch_env)?;
         self.reload(op, changed).await?;
-        self.bring_up(op, &unit, changed).await
+        self.bring_up(op, &unit, changed).await?;
+        self.at_boot(op, &unit, true).await
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -508,7 +526,8 @@ impl Driver for SystemdDriver {
             // Nothing of it: stopped is what was asked.
             return Ok(());
         }
-        self.bus.stop(&unit).await.map_err(backend(op, &unit))
+        self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
+        self.at_boot(op, &unit, false).await
     }
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -519,6 +538,7 @@ impl Driver for SystemdDriver {
             return Ok(());
         }
         self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
+        self.at_boot(op, &unit, false).await?;
         let removed = remove_unit_files(&self.config.unit_dir, &unit).map_err(io(op, &unit))?;
         self.reload(op, removed).await?;
         self.bus

@@ -67,7 +67,9 @@ impl UnitSettings {
 }
 
 /// The `.service` of a revision. No environment (that is the drop-in's, see
-/// [`env_dropin`]) and no `[Install]` (units are started over D-Bus, never enabled).
+/// [`env_dropin`]). `[Install]` says what enabling it means: started at boot with
+/// `multi-user.target` (the driver enables a revision while intent wants it running,
+/// unless the agent manages the lifecycle).
 pub fn service(
     host: &str,
     rev: RevisionRef<'_>,
@@ -154,6 +156,8 @@ pub fn service(
     if let Some(percent) = s.cpu_quota_percent {
         line(&mut t, "CPUQuota", format!("{percent}%"));
     }
+    t.push_str("\n[Install]\n");
+    line(&mut t, "WantedBy", "multi-user.target");
     Ok(t)
 }
 

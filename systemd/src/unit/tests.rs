@@ -62,7 +62,7 @@ fn given_a_rendered_service_when_its_markers_are_read_then_they_are_the_revision
         })
     );
     assert_eq!(slice_markers(&text), None);
-    assert_eq!(sections(&text), ["[Unit]", "[Service]"]);
+    assert_eq!(sections(&text), ["[Unit]", "[Service]", "[Install]"]);
 }
 
 #[test]
@@ -123,7 +123,8 @@ fn given_a_spec_with_settings_when_rendered_then_each_appears_once() {
         ])
     );
     assert!(!text.contains("Environment"));
-    assert!(!text.contains("[Install]"));
+    assert_eq!(text.matches("[Install]").count(), 1);
+    assert!(text.ends_with("[Install]\nWantedBy=multi-user.target\n"));
 }
 
 #[test]
@@ -150,7 +151,7 @@ fn given_hostile_arguments_when_rendered_then_one_line_a_directive_and_no_new_se
     s.working_dir = Some("/srv/%h/$HOME/\"x\";y".into());
     s.systemd.read_write_paths = vec!["/srv/\"\\ ; %h".into()];
     let text = service("host-1", rev("ns", "web", "r1"), &s, &settings()).unwrap();
-    assert_eq!(sections(&text), ["[Unit]", "[Service]"]);
+    assert_eq!(sections(&text), ["[Unit]", "[Service]", "[Install]"]);
     let exec = format!("ExecStart={}", the(&text, "ExecStart"));
     assert_eq!(decode::exec_start(&exec), Ok(s.command.clone()));
     let wd = format!("WorkingDirectory={}", the(&text, "WorkingDirectory"));
@@ -159,15 +160,16 @@ fn given_hostile_arguments_when_rendered_then_one_line_a_directive_and_no_new_se
         Ok("/srv/%h/$HOME/\"x\";y".into())
     );
     assert_eq!(markers(&text).unwrap().host, "host-1");
-    // Every other line is a setting, each setting once: 8 in [Unit], 18 in [Service].
+    // Every other line is a setting, each setting once: 8 in [Unit], 18 in [Service],
+    // 1 in [Install].
     let keys: std::collections::BTreeSet<&str> = text
         .lines()
         .skip(1)
         .filter(|l| !l.is_empty() && !l.starts_with('['))
         .map(|l| l.split_once('=').expect("a setting").0)
         .collect();
-    assert_eq!(keys.len(), 8 + 18);
-    assert_eq!(text.lines().count(), 1 + 2 + 1 + 8 + 18);
+    assert_eq!(keys.len(), 8 + 18 + 1);
+    assert_eq!(text.lines().count(), 1 + 3 + 2 + 8 + 18 + 1);
 }
 
 #[test]

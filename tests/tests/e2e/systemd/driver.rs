@@ -161,7 +161,7 @@ fn hostile_values_reach_the_process_byte_for_byte_or_are_refused() {
     let sections: Vec<&str> = unit_text.lines().filter(|l| l.starts_with('[')).collect();
     assert_eq!(
         sections,
-        ["[Unit]", "[Service]"],
+        ["[Unit]", "[Service]", "[Install]"],
         "no value added a section"
     );
 
@@ -385,4 +385,77 @@ fn concurrent_activations_share_their_reloads() {
     for w in &names {
         assert_eq!(dump(&host, "ns", w)["env"]["T"], "opaque-1");
     }
+}
+
+#[test]
+fn a_host_reboot_brings_back_what_intent_runs_and_nothing_else() {
+    let mut host = SystemdHost::boot();
+    let (web, api, old) = (
+        rev("ns", "web", "r2"),
+        rev("ns", "api", "r1"),
+        rev("ns", "web", "r1"),
+    );
+    {
+        let (rt, d) = connect(&host, |_| {});
+        let web_spec = spec_running(&host, "ns", "web");
+        up(&rt, &d, old, &web_spec, &LaunchEnv::new());
+        up(&rt, &d, web, &web_spec, &launch(&[("T", "opaque-boot")]));
+        up(
+            &rt,
+            &d,
+            api,
+            &spec_running(&host, "ns", "api"),
+            &LaunchEnv::new(),
+        );
+        dump(&host, "ns", "api");
+        rt.block_on(d.stop(api)).unwrap();
+    }
+    let is_enabled = |host: &SystemdHost, r| {
+        let out = host.systemctl(&["is-enabled", &naming::unit_name(r)]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(is_enabled(&host, web), "enabled");
+    assert_eq!(is_enabled(&host, api), "disabled", "an explicit stop");
+    assert_eq!(is_enabled(&host, old), "disabled", "a replaced revision");
+    let before = dump(&host, "ns", "web");
+    std::fs::remove_file(super::dump_path(&host, "ns", "web")).unwrap();
+    std::fs::remove_file(super::dump_path(&host, "ns", "api")).unwrap();
+
+    host.reboot();
+    let after = dump(&host, "ns", "web");
+    assert_eq!(
+        after["env"]["T"], "opaque-boot",
+        "with its launch environment"
+    );
+    assert_ne!(after["pid"], before["pid"], "a new process of the new boot");
+    let (rt, d) = connect(&host, |_| {});
+    assert_eq!(
+        rt.block_on(d.state(web)).unwrap(),
+        Some(BackendState::Running)
+    );
+    assert_eq!(
+        rt.block_on(d.state(api)).unwrap(),
+        Some(BackendState::Stopped)
+    );
+    assert_eq!(
+        rt.block_on(d.state(old)).unwrap(),
+        Some(BackendState::Stopped)
+    );
+    assert!(!super::dump_path(&host, "ns", "api").exists());
+}
+
+#[test]
+fn when_the_agent_manages_the_lifecycle_nothing_is_enabled() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |c| c.manage_lifecycle = true);
+    let r1 = rev("ns", "web", "r1");
+    up(
+        &rt,
+        &d,
+        r1,
+        &spec_running(&host, "ns", "web"),
+        &LaunchEnv::new(),
+    );
+    let out = host.systemctl(&["is-enabled", &naming::unit_name(r1)]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "disabled");
 }

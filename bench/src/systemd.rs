@@ -134,8 +134,97 @@ pub fn run(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()>
         "systemd       (the script runs each systemctl through nsenter: a fork+exec per \
          call, which a local script pays for `systemctl` anyway)"
     );
+    costs(&host, runtime, &capstan, &script)?;
     drop(capstan);
     drop(host);
+    Ok(())
+}
+
+/// What one step of either side costs on this host, each the median of a few tries
+/// (not part of the rounds): where the rounds' time goes.
+fn costs(
+    host: &SystemdHost,
+    runtime: &tokio::runtime::Runtime,
+    capstan: &Capstan,
+    script: &Script,
+) -> anyhow::Result<()> {
+    const TRIES: usize = 5;
+    let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<Duration> {
+        let mut all = Vec::new();
+        for _ in 0..TRIES {
+            let t = Instant::now();
+            f()?;
+            all.push(t.elapsed());
+        }
+        Ok(median(all.into_iter()))
+    };
+    let bus = capstan.driver.bus();
+    let reload = time(&mut || {
+        runtime.block_on(bus.reload_covering(bus.files_changed()))?;
+        Ok(())
+    })?;
+    let scratch = host.unit_dir().join(".capstan-bench-scratch");
+    let mut i = 0;
+    let write = time(&mut || {
+        i += 1;
+        capstan_systemd::files::write_if_changed(&scratch, &format!("{i}\n"))?;
+        Ok(())
+    })?;
+    std::fs::remove_file(&scratch)?;
+    let (workload, _) = &capstan.workloads[0];
+    let status = time(&mut || {
+        runtime
+            .block_on(capstan.driver.state(rev(workload)))
+            .map_err(|e| anyhow::anyhow!("state: {}", e.report()))?;
+        Ok(())
+    })?;
+    let restart_ours = time(&mut || {
+        runtime.block_on(bus.restart(&capstan.units[0]))?;
+        Ok(())
+    })?;
+    let restart_plain = time(&mut || {
+        runtime.block_on(bus.restart(&script.units[0]))?;
+        Ok(())
+    })?;
+    let all_at_once = |units: &[String]| -> anyhow::Result<()> {
+        runtime.block_on(async {
+            let tasks: Vec<_> = units
+                .iter()
+                .map(|unit| {
+                    let (driver, unit) = (Arc::clone(&capstan.driver), unit.clone());
+                    tokio::spawn(async move { driver.bus().restart(&unit).await })
+                })
+                .collect();
+            for task in tasks {
+                task.await??;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let restart_all_ours = time(&mut || all_at_once(&capstan.units))?;
+    let restart_all_plain = time(&mut || all_at_once(&script.units))?;
+    let nsenter = time(&mut || {
+        systemctl(host, &["is-active", &script.units[0]])?;
+        Ok(())
+    })?;
+    println!(
+        "systemd       one step (median of {TRIES}): Reload {:.1} ms   drop-in write+fsync {:.1} ms   \
+         unit state over D-Bus {:.1} ms   RestartUnit of a capstan unit {:.1} ms, of a plain unit \
+         {:.1} ms   systemctl is-active through nsenter {:.1} ms",
+        ms(reload),
+        ms(write),
+        ms(status),
+        ms(restart_ours),
+        ms(restart_plain),
+        ms(nsenter)
+    );
+    println!(
+        "systemd       {n} RestartUnit at once (no reload, median of {TRIES}): capstan units \
+         {:.1} ms   plain units {:.1} ms",
+        ms(restart_all_ours),
+        ms(restart_all_plain),
+        n = capstan.units.len()
+    );
     Ok(())
 }
 

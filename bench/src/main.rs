@@ -105,3 +105,25 @@ fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn only_takes_a_comma_list_and_repeats_and_defaults_to_all() {
+        Args::command().debug_assert();
+        let args =
+            Args::try_parse_from(["capstan-bench", "--only", "open,systemd", "--only", "apply"])
+                .unwrap();
+        assert!(args.only == [Measurement::Open, Measurement::Systemd, Measurement::Apply]);
+        let args = Args::try_parse_from(["capstan-bench", "--only", "group-commit"]).unwrap();
+        assert!(args.only == [Measurement::GroupCommit]);
+        assert!(Args::try_parse_from(["capstan-bench"])
+            .unwrap()
+            .only
+            .is_empty());
+        assert!(Args::try_parse_from(["capstan-bench", "--only", "docker"]).is_err());
+    }
+}

@@ -172,6 +172,11 @@ impl Bus {
         if self.reloaded.load(Ordering::SeqCst) >= change {
             return Ok(());
         }
+        // Let the operations that are already running write their files first (they
+        // then wait on the lock): a burst shares this one reload instead of this one,
+        // which would cover only the first few, and another for the rest. A lone
+        // caller loses one turn of the scheduler.
+        tokio::task::yield_now().await;
         // Everything written up to here is on disk: this reload covers it all.
         let covers = self.written.load(Ordering::SeqCst);
         self.manager.reload().await.map_err(call("Reload", ""))?;

@@ -12,11 +12,12 @@
 //! - [`docker`], [`nats`]: the real dockerd and nats-server the tests drive.
 //! - [`systemd::SystemdHost`]: a real systemd per test, as PID 1 of its own PID and
 //!   mount namespace, and [`systemd::envdump`], the workload that the systemd tests
-//!   run in it (the `capstan-envdump` binary of this crate).
+//!   run in it (the `capstan-envdump` binary of this crate, [`envdump::main`]).
 
 pub mod agent;
 pub mod command;
 pub mod docker;
+pub mod envdump;
 pub mod hooks;
 pub mod nats;
 pub mod process;
@@ -76,14 +77,17 @@ pub fn wait_until<R: Ready>(
     }
 }
 
-/// The directory holding the workspace's built binaries (`target/<profile>`).
+/// The directory holding the workspace's built binaries (`target/<profile>`), seen
+/// from a test binary (`target/<profile>/deps/<test>`) or a workspace binary
+/// (`target/<profile>/<bin>`, e.g. `capstan-bench`).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test binary>
-    exe.parent()
-        .and_then(|p| p.parent())
-        .expect("target dir")
-        .to_path_buf()
+    let dir = exe.parent().expect("the binary's dir");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target dir").to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// The path of workspace binary `name`, which must have been built

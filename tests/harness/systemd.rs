@@ -109,6 +109,14 @@ impl SystemdHost {
     /// `systemctl is-system-running` says `running` (a `degraded` boot is accepted,
     /// and its failed units printed on stderr).
     pub fn boot() -> SystemdHost {
+        SystemdHost::boot_with(&envdump())
+    }
+
+    /// [`SystemdHost::boot`] with `workload` as the host's [`SystemdHost::envdump`]:
+    /// a binary that is `capstan-envdump` when run under that name
+    /// ([`crate::envdump::main`]), e.g. `capstan-bench`, which a release build has
+    /// where this crate's own binaries may not be built.
+    pub fn boot_with(workload: &Path) -> SystemdHost {
         crate::watchdog::watch();
         std::fs::create_dir_all(ROOT).unwrap_or_else(|e| panic!("cannot create {ROOT}: {e}"));
         sweep();
@@ -134,8 +142,12 @@ impl SystemdHost {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
                 .expect("chmod a host subdir");
         }
-        std::fs::copy(envdump(), dir.path().join("bin/capstan-envdump"))
-            .expect("copy capstan-envdump into the host dir");
+        std::fs::copy(workload, dir.path().join("bin/capstan-envdump")).unwrap_or_else(|e| {
+            panic!(
+                "cannot copy {} into the host dir as capstan-envdump: {e}",
+                workload.display()
+            )
+        });
         let mut host = SystemdHost {
             cgroups: cgroups(dir.path().file_name().expect("a dir name")),
             dir,

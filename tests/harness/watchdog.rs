@@ -5,10 +5,14 @@
 //! (the test passed or failed) its clock goes away. A test still running after
 //! `CAPSTAN_TEST_TIMEOUT` seconds (default [`DEFAULT_LIMIT`]) aborts the whole test
 //! binary, naming the test: libtest cannot cancel one test thread.
+//!
+//! A program that is not a test but boots harness parts (`capstan-bench` boots a
+//! [`crate::systemd::SystemdHost`]) calls [`off`] first: its runs are as long as it
+//! asks for. Tests never call it.
 
 use std::cell::RefCell;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,15 @@ pub const DEFAULT_LIMIT: Duration = Duration::from_secs(600);
 /// The tests being timed: (id, name, started).
 static RUNNING: Mutex<Vec<(u64, String, Instant)>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// Set by [`off`]: [`watch`] does nothing.
+static OFF: AtomicBool = AtomicBool::new(false);
+
+/// Turns the watchdog off for this process, for good: [`watch`] starts no clock, and
+/// clocks already running never abort. For programs that are not tests
+/// (`capstan-bench`); a test binary never calls it.
+pub fn off() {
+    OFF.store(true, Ordering::SeqCst);
+}
 
 /// Removes its test from [`RUNNING`] when the test's thread ends.
 struct Clock(u64);
@@ -50,6 +63,9 @@ pub fn limit() -> Duration {
 /// Starts the current test's clock (once per test thread) and the watchdog (once per
 /// process).
 pub fn watch() {
+    if OFF.load(Ordering::SeqCst) {
+        return;
+    }
     CLOCK.with(|clock| {
         let mut clock = clock.borrow_mut();
         if clock.is_some() {
@@ -74,6 +90,9 @@ pub fn watch() {
             .spawn(move || loop {
                 // A poll of the clocks, not a wait for an event.
                 std::thread::sleep(Duration::from_secs(1));
+                if OFF.load(Ordering::SeqCst) {
+                    return;
+                }
                 let running = RUNNING.lock().expect("watchdog lock");
                 if let Some((_, name, _)) = running.iter().find(|(_, _, t)| t.elapsed() > limit) {
                     // Straight to stderr: `eprintln!` in a thread a test started is

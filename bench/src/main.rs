@@ -1,0 +1,129 @@
+//! `capstan-bench`: measures the agent's hot paths and the systemd driver, and reports
+//! each against a baseline measured in the same run, as a ratio (absolute numbers vary
+//! with the machine; the ratios are what to compare between builds). How to run each
+//! and the figures so far: `docs/benchmarks.md`.
+//!
+//! - `group-commit` ([`group_commit`]): durable appends by N concurrent writers vs one
+//!   writer at a time.
+//! - `open` ([`open`]): reopening a long log with snapshots vs replaying it from scratch.
+//! - `apply` ([`apply`]): commands through the executor (log, fold, decisions) with a
+//!   driver that does nothing, so the agent's own cost is measured; sequential vs
+//!   spread over namespaces.
+//! - `systemd` ([`systemd`]): an env change and restart of N units on one real systemd
+//!   through the systemd driver vs a `systemctl` script doing the same one unit after
+//!   another. Needs root and `/usr/lib/systemd/systemd`; skipped (with the reason)
+//!   without them.
+//!
+//! Run under the name `capstan-envdump`, this binary is that workload
+//! ([`capstan_tests::envdump`]): the systemd measurement's units run a copy of it, so
+//! a release build needs nothing else built.
+
+mod apply;
+mod group_commit;
+mod open;
+mod systemd;
+
+use capstan_agent::event::Event;
+use clap::{Parser, ValueEnum};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan-bench",
+    about = "capstan benchmarks (ratios against an in-run baseline; see docs/benchmarks.md)"
+)]
+pub struct Args {
+    /// Run only these measurements (repeatable, or a comma list); default: all.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Measurement>,
+    /// Appends per group-commit measurement.
+    #[arg(long, default_value_t = 2000)]
+    appends: usize,
+    /// Concurrent writers for the group-commit measurement.
+    #[arg(long, default_value_t = 32)]
+    writers: usize,
+    /// Records in the log for the open measurement.
+    #[arg(long, default_value_t = 50_000)]
+    records: u64,
+    /// Commands for the apply measurement.
+    #[arg(long, default_value_t = 2000)]
+    commands: usize,
+    /// Units restarted per round in the systemd measurement.
+    #[arg(long, default_value_t = 20)]
+    units: usize,
+    /// Rounds of the systemd measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+/// The measurements, in the order they run.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Measurement {
+    GroupCommit,
+    Open,
+    Apply,
+    Systemd,
+}
+
+pub fn event(i: usize) -> Event {
+    Event::NamespaceReady {
+        command_id: format!("c{i}"),
+        namespace: format!("n{}", i % 64),
+    }
+}
+
+pub fn rate(n: usize, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
+
+fn main() -> anyhow::Result<()> {
+    let called = std::env::args_os().next().unwrap_or_default();
+    if std::path::Path::new(&called)
+        .file_name()
+        .is_some_and(|n| n == "capstan-envdump")
+    {
+        capstan_tests::envdump::main();
+    }
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.units > 0 && args.rounds > 0,
+        "--units and --rounds must be at least 1"
+    );
+    let runtime = tokio::runtime::Runtime::new()?;
+    let wanted = |m| args.only.is_empty() || args.only.contains(&m);
+    if wanted(Measurement::GroupCommit) {
+        runtime.block_on(group_commit::run(&args))?;
+    }
+    if wanted(Measurement::Open) {
+        open::run(&args)?;
+    }
+    if wanted(Measurement::Apply) {
+        runtime.block_on(apply::run(&args))?;
+    }
+    if wanted(Measurement::Systemd) {
+        systemd::run(&args, &runtime)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn only_takes_a_comma_list_and_repeats_and_defaults_to_all() {
+        Args::command().debug_assert();
+        let args =
+            Args::try_parse_from(["capstan-bench", "--only", "open,systemd", "--only", "apply"])
+                .unwrap();
+        assert!(args.only == [Measurement::Open, Measurement::Systemd, Measurement::Apply]);
+        let args = Args::try_parse_from(["capstan-bench", "--only", "group-commit"]).unwrap();
+        assert!(args.only == [Measurement::GroupCommit]);
+        assert!(Args::try_parse_from(["capstan-bench"])
+            .unwrap()
+            .only
+            .is_empty());
+        assert!(Args::try_parse_from(["capstan-bench", "--only", "docker"]).is_err());
+    }
+}

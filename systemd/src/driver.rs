@@ -272,6 +272,20 @@ impl SystemdDriver {
             }
             return Err(backend(op, unit)(e));
         }
+        // The job is done; what systemd made of it is the unit's state now. `failed`
+        // already means it gave up (its start limit): that is this command's failure.
+        let after = self.status(op, unit).await?;
+        if after.active_state == "failed" {
+            return Err(refused(
+                op,
+                unit,
+                ErrorCode::BackendFailed,
+                format!(
+                    "the unit is failed right after its start (unit result `{}`)",
+                    after.result
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -403,3 +403,102 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
     );
     assert!(!text.contains("h2"), "no host names: {text}");
 }
+
+/// Seen once on a busy machine: the main job printed an empty audit log as the truth.
+/// async-nats' no-wait fetch can end a batch early on a loaded server; a read must
+/// then retry or fail (503 `nats_error`), never answer with fewer records. Here a
+/// host's 1,000 records are read by 24 concurrent readers, 4 times each, while other
+/// hosts publish as fast as they can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
+    const RECORDS: u64 = 1000;
+    let api = Arc::new(api(None).await);
+    // The first read sets the streams up (and finds nothing yet).
+    let (status, first) = api.get("/v1/hosts/h1/events", None).await;
+    assert_eq!(status, 200, "{first}");
+    let client = async_nats::connect(&api.nats.url).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let subject = capstan_common::wire::evt_subject("h1");
+    let mut acks = Vec::new();
+    for seq in 1..=RECORDS {
+        let record = json!({"seq": seq, "kind": "namespace_ready", "namespace": "ns"});
+        let ack = js
+            .publish(subject.clone(), record.to_string().into())
+            .await
+            .expect("publish");
+        acks.push(ack);
+    }
+    for ack in acks {
+        ack.await.expect("stored");
+    }
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (2..6)
+        .map(|h| {
+            let (js, stop) = (js.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let subject = capstan_common::wire::evt_subject(&format!("h{h}"));
+                let mut seq = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    seq += 1;
+                    let record =
+                        json!({"seq": seq, "kind": "namespace_ready", "pad": "x".repeat(512)});
+                    // Not awaiting the ack: as much load as the client can make.
+                    if js
+                        .publish(subject.clone(), record.to_string().into())
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                seq
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..24)
+        .map(|_| {
+            let api = Arc::clone(&api);
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..4 {
+                    let (status, body) = api.get("/v1/hosts/h1/events?limit=1000", None).await;
+                    let count = body["events"].as_array().map(Vec::len);
+                    answers.push((status, count, code(&body).to_string()));
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for reader in readers {
+        answers.extend(reader.await.expect("reader"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut published = 0;
+    for task in load {
+        published += task.await.expect("load");
+    }
+    let whole = answers
+        .iter()
+        .filter(|(status, count, _)| *status == 200 && *count == Some(RECORDS as usize))
+        .count();
+    let refused = answers
+        .iter()
+        .filter(|(status, _, code)| *status == 503 && code == "nats_error")
+        .count();
+    println!(
+        "{} reads under load ({published} records published meanwhile): {whole} whole, {refused} refused",
+        answers.len()
+    );
+    assert_eq!(
+        whole + refused,
+        answers.len(),
+        "a read answered with fewer records: {:?}",
+        answers
+            .iter()
+            .filter(|(s, c, _)| !(*s == 200 && *c == Some(RECORDS as usize)))
+            .collect::<Vec<_>>()
+    );
+    assert!(whole > 0, "no read got through: {answers:?}");
+}

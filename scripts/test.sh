@@ -7,30 +7,41 @@ cd "$(dirname "$0")/.."
 # Packages (nats-server, docker.io, busybox-static, …) and a private dockerd.
 eval "$(.ci/services.sh)"
 
+# The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).
+nextest=$(.ci/nextest.sh)
+
 # The end-to-end tests run the real binaries: build them first.
 cargo build --workspace --bins
-# Time limits, so a regression that hangs fails the run instead of holding CI:
+# Time limits, so a regression that hangs fails its test instead of holding CI:
+# - each unit, property and per-crate integration test runs in its own process under
+#   cargo-nextest, killed and failed after 120 s (.config/nextest.toml);
 # - each e2e test (tests/harness/watchdog.rs, CAPSTAN_TEST_TIMEOUT seconds, default
-#   600) aborts its binary, naming itself;
-# - the unit and property tests (seconds in all) run under one bound,
-#   CAPSTAN_UNIT_TIMEOUT seconds (default 600), once they are built.
-# The last line counts the tests of every binary that ran to the end.
+#   600) aborts its binary, naming itself.
+# The last line counts every test that ran.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 cargo test --workspace --no-run "$@"
 set +e
-timeout --signal=KILL "${CAPSTAN_UNIT_TIMEOUT:-600}" \
-  cargo test --workspace --exclude capstan-tests --no-fail-fast "$@" 2>&1 | tee "$out"
+"$nextest" nextest run --workspace --exclude capstan-tests --no-fail-fast "$@" 2>&1 | tee "$out"
 unit=${PIPESTATUS[0]}
-[[ $unit == 137 ]] && echo "capstan-tests watchdog: the unit tests ran past ${CAPSTAN_UNIT_TIMEOUT:-600} s" | tee -a "$out"
 cargo test -p capstan-tests --no-fail-fast "$@" 2>&1 | tee -a "$out"
 e2e=${PIPESTATUS[0]}
 set -e
 echo "== summary"
 grep -h '^capstan-tests watchdog:' "$out" || true
+# nextest names each failure twice (as it happens, and again at the end): once here.
+grep -hE '^ *(FAIL|TIMEOUT|SIGKILL|SIGSEGV|SIGABRT|ABORT) \[' "$out" | sed 's/^ */failed: /' | sort -u || true
 grep -h "process didn't exit successfully" "$out" | sed 's/^ */failed: /' || true
-awk '/^test result:/ { binaries++ } END { printf "(%d test binaries ran to the end)\n", binaries }' "$out"
-awk '/^test result:/ { passed += $4; failed += $6 }
+# nextest: "Summary [ 40.1s] 210 tests run: 208 passed, 1 failed, 1 timed out, 0 skipped"
+# cargo test: "test result: ok. 58 passed; 0 failed; …"
+awk '/^ *Summary \[/ {
+       for (i = 1; i <= NF; i++) {
+         if ($(i + 1) ~ /^passed/) passed += $i
+         if ($(i + 1) ~ /^failed/) failed += $i
+         if ($(i + 1) == "timed" && $(i + 2) ~ /^out/) failed += $i
+       }
+     }
+     /^test result:/ { passed += $4; failed += $6 }
      END { printf "%d passed, %d failed\n", passed, failed }' "$out"
 if ((unit != 0)); then exit "$unit"; fi
 exit "$e2e"

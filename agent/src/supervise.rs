@@ -192,13 +192,8 @@ impl Supervisor {
             tracing::info!(workload = %key, "restart dropped: intent changed");
             return Ok(());
         }
-        let driver = self.executor.driver();
-        let rev = RevisionRef {
-            namespace: &exit.namespace,
-            workload: &exit.workload,
-            revision: &exit.revision,
-        };
-        if let Ok(Some(BackendState::Running)) = driver.state(rev).await {
+        let rev = exit.rev();
+        if let Ok(Some(BackendState::Running)) = self.executor.driver().state(rev).await {
             tracing::info!(workload = %key, "restart not needed: it runs again");
             return Ok(());
         }
@@ -225,11 +220,7 @@ impl Supervisor {
     /// `workload_failed/backend_failed` when the backend has given up on the exited
     /// revision (systemd's `failed` after its start limit, a crash-looping pod).
     async fn gave_up(&self, exit: &Exit) -> Option<Event> {
-        let rev = RevisionRef {
-            namespace: &exit.namespace,
-            workload: &exit.workload,
-            revision: &exit.revision,
-        };
+        let rev = exit.rev();
         let Ok(Some(BackendState::Failed { reason })) = self.executor.driver().state(rev).await
         else {
             return None;
@@ -355,6 +346,19 @@ mod tests {
         }
     }
 
+    /// The last record is the supervisor's `workload_failed/backend_failed` with `reason`.
+    fn last_is_given_up(rig: &Rig, reason: &str) {
+        let last = rig.records().pop().unwrap().event;
+        assert!(
+            matches!(
+                &last,
+                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
+                    if message.ends_with(reason)
+            ),
+            "{last:?}"
+        );
+    }
+
     fn restarts(rig: &Rig) -> usize {
         rig.records()
             .iter()
@@ -411,15 +415,7 @@ mod tests {
         let (rig, supervisor) = supervised(DOCKER).await;
         rig.sim.give_up(R1, "crash-loop").unwrap();
         handled(&supervisor, 1).await;
-        let last = rig.records().pop().unwrap().event;
-        assert!(
-            matches!(
-                &last,
-                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
-                    if message.ends_with("crash-loop")
-            ),
-            "{last:?}"
-        );
+        last_is_given_up(&rig, "crash-loop");
         assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
         assert_eq!(restarts(&rig), 0);
     }
@@ -429,15 +425,7 @@ mod tests {
         let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
         rig.sim.give_up(R1, "exit-code after 5 restarts").unwrap();
         handled(&supervisor, 1).await;
-        let last = rig.records().pop().unwrap().event;
-        assert!(
-            matches!(
-                &last,
-                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
-                    if message.ends_with("exit-code after 5 restarts")
-            ),
-            "{last:?}"
-        );
+        last_is_given_up(&rig, "exit-code after 5 restarts");
         assert_eq!(restarts(&rig), 0);
     }
 

@@ -115,26 +115,12 @@ fn gone_is_done(
     }
 }
 
-fn refused(
-    op: &'static str,
-    target: impl ToString,
-    code: ErrorCode,
-    reason: impl Into<String>,
-) -> DriverError {
-    DriverError::Refused {
-        op,
-        target: target.to_string(),
-        code,
-        reason: reason.into(),
-    }
-}
-
 impl DockerDriver {
     /// Connects to the engine at `config.socket` and negotiates the API version.
     pub async fn connect(host: &str, config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let op = "connect";
         let Some(path) = config.socket.strip_prefix("unix://") else {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 &config.socket,
                 ErrorCode::DriverFailed,
@@ -202,7 +188,7 @@ impl DockerDriver {
             Err(e) => return Err(backend(op, image)(e)),
         }
         if self.config.pull_policy == PullPolicy::Never {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 image,
                 ErrorCode::ImageNotFound,
@@ -215,7 +201,7 @@ impl DockerDriver {
         while let Some(progress) = pull.next().await {
             if let Err(e) = progress {
                 tracing::warn!(image, error = %e, "image pull failed");
-                return Err(refused(
+                return Err(DriverError::refused(
                     op,
                     image,
                     ErrorCode::ImageNotFound,
@@ -237,7 +223,7 @@ impl DockerDriver {
     ) -> Result<String, DriverError> {
         if let Some(name) = naming::bad_env(env) {
             let shown: String = name.chars().take(64).collect();
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 rev,
                 ErrorCode::InvalidEnv,
@@ -441,7 +427,7 @@ impl Driver for DockerDriver {
         if !naming::is_ours(labels, &self.host)
             || labels.and_then(|l| l.get(NAMESPACE)).map(String::as_str) != Some(namespace)
         {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 namespace,
                 ErrorCode::NotOwned,
@@ -457,7 +443,7 @@ impl Driver for DockerDriver {
             .containers(op, namespace, &[(NAMESPACE, namespace)])
             .await?;
         if !left.is_empty() {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 namespace,
                 ErrorCode::NamespaceNotEmpty,
@@ -478,7 +464,7 @@ impl Driver for DockerDriver {
             Err(e) => return Err(backend(op, namespace)(e)),
         };
         if !naming::is_ours(network.labels.as_ref(), &self.host) {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 namespace,
                 ErrorCode::NotOwned,
@@ -491,7 +477,7 @@ impl Driver for DockerDriver {
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
         let op = "prepare";
         let image = spec.image.as_deref().ok_or_else(|| {
-            refused(
+            DriverError::refused(
                 op,
                 rev,
                 ErrorCode::InvalidSpec,
@@ -693,7 +679,7 @@ impl Driver for DockerDriver {
                 return Ok(());
             }
         }
-        Err(refused(
+        Err(DriverError::refused(
             "watch_exits",
             &self.host,
             ErrorCode::DriverFailed,

@@ -126,6 +126,17 @@ pub struct Exit {
     pub exit_code: Option<i64>,
 }
 
+impl Exit {
+    /// The revision that exited.
+    pub fn rev(&self) -> RevisionRef<'_> {
+        RevisionRef {
+            namespace: &self.namespace,
+            workload: &self.workload,
+            revision: &self.revision,
+        }
+    }
+}
+
 /// A driver operation that did not happen. The message names the operation and the
 /// object; the cause, if any, is the `source`.
 #[derive(Debug, thiserror::Error)]
@@ -156,6 +167,21 @@ pub enum DriverError {
 }
 
 impl DriverError {
+    /// [`DriverError::Refused`], for drivers' refusals.
+    pub fn refused(
+        op: &'static str,
+        target: impl ToString,
+        code: ErrorCode,
+        reason: impl Into<String>,
+    ) -> DriverError {
+        DriverError::Refused {
+            op,
+            target: target.to_string(),
+            code,
+            reason: reason.into(),
+        }
+    }
+
     /// The stable code reported for this failure.
     pub fn code(&self) -> ErrorCode {
         match self {

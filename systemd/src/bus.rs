@@ -77,12 +77,14 @@ pub struct UnitStatus {
 
 impl UnitStatus {
     pub fn is_running(&self) -> bool {
-        // `activating` includes `auto-restart`: systemd is bringing it back.
-        matches!(
-            self.active_state.as_str(),
-            "active" | "activating" | "reloading"
-        )
+        is_running(&self.active_state)
     }
+}
+
+/// Whether a unit in `active_state` runs. `activating` includes `auto-restart`:
+/// systemd is bringing it back.
+pub fn is_running(active_state: &str) -> bool {
+    matches!(active_state, "active" | "activating" | "reloading")
 }
 
 /// A change of a unit's state, as the signal carried it.
@@ -317,33 +319,35 @@ impl Bus {
             .build()
             .await
             .map_err(err("Service"))?;
-        let load_state = u.load_state().await.map_err(err("LoadState"))?;
-        let active_state = u.active_state().await.map_err(err("ActiveState"))?;
-        let sub_state = u.sub_state().await.map_err(err("SubState"))?;
-        let loaded = load_state == "loaded";
+        // Two round trips: the unit's properties together, then (for a unit that is
+        // loaded) its service's, each batch sent at once over the one connection.
+        let (load_state, active_state, sub_state, active_enter_timestamp) = futures::try_join!(
+            async { u.load_state().await.map_err(err("LoadState")) },
+            async { u.active_state().await.map_err(err("ActiveState")) },
+            async { u.sub_state().await.map_err(err("SubState")) },
+            async {
+                u.active_enter_timestamp()
+                    .await
+                    .map_err(err("ActiveEnterTimestamp"))
+            },
+        )?;
+        let (result, exec_main_status, n_restarts) = if load_state == "loaded" {
+            futures::try_join!(
+                async { s.result().await.map_err(err("Result")) },
+                async { s.exec_main_status().await.map_err(err("ExecMainStatus")) },
+                async { s.n_restarts().await.map_err(err("NRestarts")) },
+            )?
+        } else {
+            (String::new(), 0, 0)
+        };
         Ok(UnitStatus {
-            active_enter_timestamp: u
-                .active_enter_timestamp()
-                .await
-                .map_err(err("ActiveEnterTimestamp"))?,
-            result: if loaded {
-                s.result().await.map_err(err("Result"))?
-            } else {
-                String::new()
-            },
-            exec_main_status: if loaded {
-                s.exec_main_status().await.map_err(err("ExecMainStatus"))?
-            } else {
-                0
-            },
-            n_restarts: if loaded {
-                s.n_restarts().await.map_err(err("NRestarts"))?
-            } else {
-                0
-            },
             load_state,
             active_state,
             sub_state,
+            result,
+            active_enter_timestamp,
+            exec_main_status,
+            n_restarts,
         })
     }
 

@@ -1,6 +1,6 @@
 //! The [`Driver`] over systemd: what each operation writes, reloads, starts and stops.
 
-use crate::bus::{Bus, BusError, Change, UnitStatus};
+use crate::bus::{self, Bus, BusError, Change, UnitStatus};
 use crate::config::SystemdConfig;
 use crate::unit::{Markers, UnitSettings};
 use crate::{files, naming, unit};
@@ -27,6 +27,14 @@ struct OurUnit {
     markers: Markers,
 }
 
+/// This host's files in the unit directory.
+#[derive(Default)]
+struct Scanned {
+    services: Vec<OurUnit>,
+    /// The namespaces whose slices are there.
+    namespaces: std::collections::BTreeSet<String>,
+}
+
 fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(BusError) -> DriverError {
     move |e| {
         // A job systemd ran and failed is a refusal with its results, not a broken bus.
@@ -36,12 +44,7 @@ fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(BusError) -> 
             } else {
                 ErrorCode::DriverFailed
             };
-            return DriverError::Refused {
-                op,
-                target: target.to_string(),
-                code,
-                reason: e.to_string(),
-            };
+            return DriverError::refused(op, target, code, e.to_string());
         }
         DriverError::Backend {
             op,
@@ -59,20 +62,6 @@ fn io(op: &'static str, target: impl ToString) -> impl FnOnce(std::io::Error) ->
     }
 }
 
-fn refused(
-    op: &'static str,
-    target: impl ToString,
-    code: ErrorCode,
-    reason: impl Into<String>,
-) -> DriverError {
-    DriverError::Refused {
-        op,
-        target: target.to_string(),
-        code,
-        reason: reason.into(),
-    }
-}
-
 impl SystemdDriver {
     /// Connects to systemd's bus and checks the unit directory is there.
     pub async fn connect(host: &str, config: SystemdConfig) -> Result<SystemdDriver, DriverError> {
@@ -82,7 +71,7 @@ impl SystemdDriver {
             .await
             .map_err(backend(op, config.bus.as_deref().unwrap_or("system bus")))?;
         if !config.unit_dir.is_dir() {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 config.unit_dir.display(),
                 ErrorCode::DriverFailed,
@@ -139,7 +128,7 @@ impl SystemdDriver {
         };
         match unit::markers(&text) {
             Some(m) if m.host == self.host => Ok(Some(m)),
-            _ => Err(refused(
+            _ => Err(DriverError::refused(
                 op,
                 unit,
                 ErrorCode::NotOwned,
@@ -148,22 +137,45 @@ impl SystemdDriver {
         }
     }
 
-    /// Every service unit file of this host's, read from the unit directory.
-    fn scan(&self, op: &'static str) -> Result<Vec<OurUnit>, DriverError> {
+    /// The unit of `rev`, which must exist (and be ours): `backend_missing` otherwise.
+    fn existing(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<String, DriverError> {
+        let unit = naming::unit_name(rev);
+        match self.ours(op, &unit)? {
+            Some(_) => Ok(unit),
+            None => Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            }),
+        }
+    }
+
+    /// This host's files in the unit directory, in one pass: every service unit (of
+    /// `namespace` only, when given: only those files are read) and every slice.
+    fn scan(&self, op: &'static str, namespace: Option<&str>) -> Result<Scanned, DriverError> {
         let dir = &self.config.unit_dir;
-        let mut out = Vec::new();
+        let prefix = namespace.map(naming::namespace_prefix);
+        let mut out = Scanned::default();
         for entry in std::fs::read_dir(dir).map_err(io(op, dir.display()))? {
             let entry = entry.map_err(io(op, dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !naming::is_capstan_unit_file(&name) || !name.ends_with(".service") {
+            let wanted = match &prefix {
+                Some(prefix) => name.starts_with(prefix.as_str()) && name.ends_with(".service"),
+                None => true,
+            };
+            if !wanted || !naming::is_capstan_unit_file(&name) {
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(entry.path()) else {
                 continue;
             };
-            match unit::markers(&text) {
-                Some(markers) if markers.host == self.host => out.push(OurUnit { name, markers }),
-                _ => {}
+            if let Some(markers) = unit::markers(&text) {
+                if markers.host == self.host {
+                    out.services.push(OurUnit { name, markers });
+                }
+            } else if let Some((host, namespace)) = unit::slice_markers(&text) {
+                if host == self.host {
+                    out.namespaces.insert(namespace);
+                }
             }
         }
         Ok(out)
@@ -178,10 +190,11 @@ impl SystemdDriver {
     ) -> Result<bool, DriverError> {
         let name = naming::unit_name(rev);
         let text = unit::service(&self.host, rev, spec, &self.settings(rev.namespace))
-            .map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+            .map_err(|e| DriverError::refused(op, rev, e.code(), e.to_string()))?;
         // The spec's env goes into the drop-in at activation; refuse it now, before
         // anything is written, if it cannot be.
-        unit::env_dropin(&spec.env).map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+        unit::env_dropin(&spec.env)
+            .map_err(|e| DriverError::refused(op, rev, e.code(), e.to_string()))?;
         // Refuses a file that is not ours. One of ours with another spec is a leftover
         // of an earlier life of the host: the log is the truth, so it is rewritten.
         if let Some(existing) = self.ours(op, &name)? {
@@ -193,7 +206,7 @@ impl SystemdDriver {
                     &rev.revision.to_string(),
                 )
             {
-                return Err(refused(
+                return Err(DriverError::refused(
                     op,
                     rev,
                     ErrorCode::NotOwned,
@@ -214,7 +227,7 @@ impl SystemdDriver {
     ) -> Result<bool, DriverError> {
         let name = naming::unit_name(rev);
         let text = unit::env_dropin(&merged_env(spec, launch_env))
-            .map_err(|e| refused(op, rev, e.code(), e.to_string()))?;
+            .map_err(|e| DriverError::refused(op, rev, e.code(), e.to_string()))?;
         files::write_if_changed(&self.env_path(&name), &text).map_err(io(op, &name))
     }
 
@@ -276,7 +289,7 @@ impl SystemdDriver {
         // already means it gave up (its start limit): that is this command's failure.
         let after = self.status(op, unit).await?;
         if after.active_state == "failed" {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 unit,
                 ErrorCode::BackendFailed,
@@ -306,7 +319,7 @@ impl SystemdDriver {
 
     /// Stops (and no longer starts at boot) every revision of `rev`'s workload but `rev`.
     async fn stop_others(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        for other in self.scan(op)? {
+        for other in self.scan(op, Some(rev.namespace))?.services {
             let m = &other.markers;
             if m.namespace == rev.namespace
                 && m.workload == rev.workload
@@ -367,7 +380,7 @@ impl SystemdDriver {
                 () = exits.closed() => return Ok(()),
             };
             let Some(change) = change else {
-                return Err(refused(
+                return Err(DriverError::refused(
                     op,
                     "units",
                     ErrorCode::DriverFailed,
@@ -446,7 +459,7 @@ impl Driver for SystemdDriver {
         let changed = files::write_if_changed(
             &self.unit_path(&slice),
             &unit::slice(&self.host, namespace)
-                .map_err(|e| refused(op, namespace, e.code(), e.to_string()))?,
+                .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?,
         )
         .map_err(io(op, &slice))?;
         self.reload(op, changed).await
@@ -455,13 +468,14 @@ impl Driver for SystemdDriver {
     async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
         let op = "delete_namespace";
         let left: Vec<String> = self
-            .scan(op)?
+            .scan(op, Some(namespace))?
+            .services
             .into_iter()
             .filter(|u| u.markers.namespace == namespace)
             .map(|u| u.name)
             .collect();
         if !left.is_empty() {
-            return Err(refused(
+            return Err(DriverError::refused(
                 op,
                 namespace,
                 ErrorCode::NamespaceNotEmpty,
@@ -507,13 +521,7 @@ impl Driver for SystemdDriver {
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
         let op = "start";
-        let unit = naming::unit_name(rev);
-        if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            });
-        }
+        let unit = self.existing(op, rev)?;
         let changed = self.write_env(op, rev, spec, launch_env)?;
         self.reload(op, changed).await?;
         self.bring_up(op, &unit, changed).await?;
@@ -522,13 +530,7 @@ impl Driver for SystemdDriver {
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let op = "resume";
-        let unit = naming::unit_name(rev);
-        if self.ours(op, &unit)?.is_none() {
-            return Err(DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            });
-        }
+        let unit = self.existing(op, rev)?;
         self.reload(op, false).await?;
         self.bring_up(op, &unit, false).await
     }
@@ -565,31 +567,14 @@ impl Driver for SystemdDriver {
         let op = "observe";
         let mut observed = Observed::default();
         let loaded = self.bus.list_ours().await.map_err(backend(op, "units"))?;
-        let dir = &self.config.unit_dir;
-        for entry in std::fs::read_dir(dir).map_err(io(op, dir.display()))? {
-            let entry = entry.map_err(io(op, dir.display()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".slice") && naming::is_capstan_unit_file(&name) {
-                let Ok(text) = std::fs::read_to_string(entry.path()) else {
-                    continue;
-                };
-                if let Some((host, namespace)) = unit::slice_markers(&text) {
-                    if host == self.host {
-                        observed.namespaces.insert(namespace);
-                    }
-                }
-            }
-        }
-        for u in self.scan(op)? {
+        let scanned = self.scan(op, None)?;
+        observed.namespaces = scanned.namespaces;
+        for u in scanned.services {
             let state = match loaded.get(&u.name) {
                 Some((active, _)) if active == "failed" => {
                     Self::backend_state(&self.status(op, &u.name).await?)
                 }
-                Some((active, _))
-                    if matches!(active.as_str(), "active" | "activating" | "reloading") =>
-                {
-                    BackendState::Running
-                }
+                Some((active, _)) if bus::is_running(active) => BackendState::Running,
                 _ => BackendState::Stopped,
             };
             let m = u.markers;

@@ -41,6 +41,12 @@ pub fn unit_name(rev: RevisionRef<'_>) -> String {
     format!("{PREFIX}{ns}-_{}.service", short_hash(triple.as_bytes()))
 }
 
+/// What the name of every service unit of `namespace` begins with. A namespace's part
+/// never holds `-` (it is escaped), so no other namespace's units begin so.
+pub fn namespace_prefix(namespace: &str) -> String {
+    format!("{PREFIX}{}-", namespace_part(namespace))
+}
+
 /// The slice of a namespace: a child of `capstan.slice`.
 pub fn slice_name(namespace: &str) -> String {
     format!("{PREFIX}{}.slice", namespace_part(namespace))

@@ -1,6 +1,6 @@
 //! The stored formats: every event round-trips through the current one, format 1
 //! upcasts to the same events, a field added to `Spec` later still decodes from older
-//! records, and an upcaster chain to a (test-only) format 3 works.
+//! records, a driver's own spec section is stored only when set, and an upcaster chain to a (test-only) format 3 works.
 
 use super::samples::{every_event, spec};
 use super::test_v3 as v3;
@@ -125,6 +125,25 @@ fn a_spec_field_added_later_decodes_from_older_records() {
         decode(&encode_as(2, &newer).unwrap()).unwrap().event,
         prepared
     );
+}
+
+#[test]
+fn the_systemd_section_is_stored_when_set_and_left_out_otherwise() {
+    let (mut prepared, _) = every_event().swap_remove(5);
+    // A spec without it stores the JSON it stored before the section existed.
+    let stored = stored_spec(&encode(1, 0, [0; 32], &prepared).unwrap());
+    assert!(!stored.contains("systemd"), "{stored}");
+    let Event::RevisionPrepared { spec, .. } = &mut prepared else {
+        panic!("{prepared:?}");
+    };
+    *spec = serde_json::from_str(
+        r#"{"driver":"systemd","command":["/usr/bin/web"],
+            "systemd":{"user":"web","read_write_paths":["/srv/web"],"memory_max_bytes":1048576}}"#,
+    )
+    .unwrap();
+    let bytes = encode(2, 0, [0; 32], &prepared).unwrap();
+    assert!(stored_spec(&bytes).contains(r#""systemd":{"user":"web""#));
+    assert_eq!(decode(&bytes).unwrap().event, prepared);
 }
 
 #[test]

@@ -65,6 +65,10 @@ pub struct AgentConfig {
     pub hook_owners: Vec<HookOwner>,
     /// The NATS transport: when set, `run` takes commands from NATS and reports there.
     pub nats: Option<capstan_common::nats::NatsConfig>,
+    /// How many commands from NATS may be delivered and not yet finished (1 to 1024,
+    /// default 32). Commands for one namespace always run one at a time, in order;
+    /// this bounds how many namespaces run at once. 1: one command at a time.
+    pub commands_in_flight: Option<usize>,
     /// The coordinator keys commands must be signed with, and how old they may be.
     #[serde(default)]
     pub signing: crate::transport::auth::SigningConfig,
@@ -94,6 +98,8 @@ pub enum ConfigError {
     },
     #[error("invalid config: `hook_cleanup_budget` must be more than 0 and at most 60 seconds")]
     CleanupBudget,
+    #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
+    InFlight,
 }
 
 impl AgentConfig {
@@ -123,6 +129,10 @@ impl AgentConfig {
         {
             return Err(ConfigError::CleanupBudget);
         }
+        let max = crate::transport::commands::MAX_IN_FLIGHT;
+        if config.commands_in_flight.is_some_and(|n| n == 0 || n > max) {
+            return Err(ConfigError::InFlight);
+        }
         if let Some(h) = &config.host {
             if !capstan_common::validate::is_dns_label(h) {
                 return Err(ConfigError::Host(h.clone()));
@@ -133,6 +143,12 @@ impl AgentConfig {
 }
 
 impl AgentConfig {
+    /// `commands_in_flight`, or its default.
+    pub fn commands_in_flight(&self) -> usize {
+        self.commands_in_flight
+            .unwrap_or(crate::transport::commands::DEFAULT_IN_FLIGHT)
+    }
+
     /// The compensation budget after a failed or cancelled preparation.
     pub fn cleanup_budget(&self) -> Duration {
         self.hook_cleanup_budget

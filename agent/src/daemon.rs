@@ -65,6 +65,8 @@ pub struct NatsSettings {
     pub config: NatsConfig,
     pub policy: Policy,
     pub info: HostInfo,
+    /// How many commands may be in flight (`commands_in_flight`).
+    pub in_flight: usize,
 }
 
 /// How a daemon runs and stops.
@@ -147,9 +149,16 @@ impl Daemon {
         });
         startup(&executor).await?;
         let transport = match settings.nats {
-            Some(n) => {
-                Some(Transport::start(&n.config, n.policy, Arc::clone(&executor), n.info).await?)
-            }
+            Some(n) => Some(
+                Transport::start(
+                    &n.config,
+                    n.policy,
+                    Arc::clone(&executor),
+                    n.info,
+                    n.in_flight,
+                )
+                .await?,
+            ),
             None => None,
         };
         let (verification, stop_verification) = match executor.log().degraded() {

@@ -306,6 +306,7 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
             config: config.clone(),
             policy,
             info: host_info(ctx, &executor),
+            in_flight: ctx.config.commands_in_flight(),
         }),
         _ => None,
     };

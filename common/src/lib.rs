@@ -13,6 +13,7 @@ pub mod nats;
 mod outcome;
 mod phase;
 pub mod signing;
+pub mod status;
 pub mod validate;
 pub mod wire;
 

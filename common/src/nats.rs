@@ -239,6 +239,13 @@ pub const CMD_MAX_BYTES: i64 = 1 << 30;
 /// The largest value of a KV bucket entry (a heartbeat, a command binding).
 pub const MAX_VALUE_BYTES: i32 = 64 * 1024;
 
+/// The largest entry of the results bucket: a command's status with its events (at
+/// most [`crate::status::MAX_EVENTS_BYTES`] of them), with room for the rest.
+pub const RESULT_MAX_BYTES: i32 = 512 * 1024;
+/// The most bytes the results bucket keeps; beyond it the oldest entries go (before
+/// their max age, the coordinators' `commands_max_age`).
+pub const RESULTS_MAX_BYTES: i64 = 1 << 30;
+
 /// Sets the limits and denials of one stream of the layout on its config.
 type Harden = fn(&mut stream::Config);
 
@@ -263,11 +270,12 @@ async fn ensure_stream(
 /// bucket keeps its max age). Only what differs is updated, so a second call does
 /// nothing. Needs the permission to update streams (the coordinator's).
 pub async fn migrate(js: &jetstream::Context) -> Result<(), NatsError> {
-    let layout: [(String, Harden); 4] = [
+    let layout: [(String, Harden); 5] = [
         (wire::CMD_STREAM.into(), harden_cmd),
         (wire::EVT_STREAM.into(), harden_evt),
         (format!("KV_{}", wire::HOSTS_BUCKET), harden_bucket),
         (format!("KV_{}", wire::COMMANDS_BUCKET), harden_bucket),
+        (format!("KV_{}", wire::RESULTS_BUCKET), harden_results),
     ];
     for (name, harden) in layout {
         let current = js
@@ -319,6 +327,12 @@ fn harden_bucket(c: &mut stream::Config) {
     deny_removal(c);
 }
 
+fn harden_results(c: &mut stream::Config) {
+    c.max_message_size = RESULT_MAX_BYTES;
+    c.max_bytes = RESULTS_MAX_BYTES;
+    deny_removal(c);
+}
+
 /// The command stream: work-queue retention, so a command stays until its host acks it.
 pub async fn cmd_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
@@ -356,6 +370,11 @@ pub async fn bucket(
     name: &str,
     max_age: Duration,
 ) -> Result<kv::Store, NatsError> {
+    let harden = if name == wire::RESULTS_BUCKET {
+        harden_results
+    } else {
+        harden_bucket
+    };
     let config = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
@@ -366,7 +385,7 @@ pub async fn bucket(
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    ensure_stream(js, config, harden_bucket).await?;
+    ensure_stream(js, config, harden).await?;
     js.get_key_value(name)
         .await
         .map_err(|e| setup_error(name)(e.into()))

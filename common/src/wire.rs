@@ -12,6 +12,9 @@ pub const EVT_STREAM: &str = "CAPSTAN_EVT";
 pub const HOSTS_BUCKET: &str = "capstan_hosts";
 /// The KV bucket the coordinators share to find a command's host by id.
 pub const COMMANDS_BUCKET: &str = "capstan_commands";
+/// The KV bucket of command results: what happened to each command, written by its
+/// host's agent (key [`result_key`]), read by the coordinators in one get.
+pub const RESULTS_BUCKET: &str = "capstan_results";
 /// How often an agent refreshes its registry entry.
 pub const HEARTBEAT_SECS: u64 = 5;
 
@@ -33,6 +36,17 @@ pub fn rpc_subject(host: &str, verb: &str) -> String {
 /// The durable consumer an agent reads its commands through.
 pub fn consumer_name(host: &str) -> String {
     format!("agent-{host}")
+}
+
+/// The key of a command's entry in [`RESULTS_BUCKET`]: `<host>.<hex of the id>`, so
+/// that permissions can give each agent `$KV.capstan_results.<host>.>` and nothing else.
+pub fn result_key(host: &str, id: &str) -> String {
+    format!("{host}.{}", crate::signing::to_hex(id.as_bytes()))
+}
+
+/// The subject a put of [`result_key`] is published on (and can be subscribed to).
+pub fn result_subject(host: &str, id: &str) -> String {
+    format!("$KV.{RESULTS_BUCKET}.{}", result_key(host, id))
 }
 
 /// The inbox prefix an agent uses for its own requests, so that permissions can give

@@ -1,13 +1,15 @@
 //! The coordinator's view of the fleet, read from NATS on every request: commands go
-//! out on `CAPSTAN_CMD`, what happened comes back from `CAPSTAN_EVT`, hosts from the
-//! `capstan_hosts` bucket. The only other state is `capstan_commands` (id → host,
-//! a hash of the content the id is bound to, and where in `CAPSTAN_EVT` to start
-//! looking), also in NATS, so any number of coordinators can serve the same fleet.
+//! out on `CAPSTAN_CMD`; what happened to each comes back as its entry in the
+//! `capstan_results` bucket (written by its host's agent, read in one get) and as the
+//! host's records in `CAPSTAN_EVT`; hosts from the `capstan_hosts` bucket. The only
+//! other state is `capstan_commands` (id → host and a hash of the content the id is
+//! bound to), also in NATS, so any number of coordinators can serve the same fleet.
 
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
 use capstan_common::nats::{self as cnats, NatsError, Retention};
 use capstan_common::signing::Signer;
+pub use capstan_common::status::CommandStatus;
 use capstan_common::wire::{self, HostBeat};
 use capstan_common::{validate, Command, Rejection};
 use futures::StreamExt;
@@ -16,6 +18,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
+mod position;
 mod read;
 use read::read_subject;
 
@@ -53,9 +56,6 @@ impl FleetError {
 struct Submission {
     id: String,
     host: String,
-    /// `CAPSTAN_EVT`'s last sequence before the command was published: its events
-    /// come after this.
-    evt_seq: u64,
     submitted_at: chrono::DateTime<chrono::Utc>,
     /// Hex SHA-256 of [`Command::content`] (everything but `issued_at` and `sig`):
     /// what the id is bound to. Absent in entries written before ids were bound.
@@ -67,19 +67,6 @@ struct Submission {
 fn content_hash(command: &Command) -> String {
     use sha2::Digest as _;
     capstan_common::signing::to_hex(&sha2::Sha256::digest(command.content().as_bytes()))
-}
-
-/// A command's state as the host's events tell it.
-#[derive(Debug, Clone, Serialize)]
-pub struct CommandStatus {
-    pub id: String,
-    pub host: String,
-    /// `pending` (not yet received), `running`, `succeeded`, `failed` or `rejected`.
-    pub status: &'static str,
-    /// True once the status is final.
-    pub done: bool,
-    pub error: Option<Value>,
-    pub events: Vec<Value>,
 }
 
 /// One host as the registry and the event stream show it.
@@ -106,6 +93,7 @@ struct Layout {
     evt: stream::Stream,
     hosts: kv::Store,
     commands: kv::Store,
+    results: kv::Store,
 }
 
 fn key(id: &str) -> String {
@@ -171,6 +159,12 @@ impl Fleet {
                         self.retention.commands_max_age,
                     )
                     .await?,
+                    results: cnats::bucket(
+                        &self.js,
+                        wire::RESULTS_BUCKET,
+                        self.retention.commands_max_age,
+                    )
+                    .await?,
                 };
                 // Streams and buckets an older version made get today's limits.
                 cnats::migrate(&self.js).await?;
@@ -199,24 +193,15 @@ impl Fleet {
             .or_insert_with(|| json!(chrono::Utc::now()));
         let command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
         let layout = self.layout().await?;
-        let evt_seq = layout
-            .evt
-            .get_info()
-            .await
-            .map_err(FleetError::nats)?
-            .state
-            .last_sequence;
         let submission = Submission {
             id: command.id.clone(),
             host: command.host.clone(),
-            evt_seq,
             submitted_at: chrono::Utc::now(),
             content_sha256: Some(content_hash(&command)),
         };
         let value = serde_json::to_vec(&submission).expect("submissions serialise");
-        // The first submission of an id wins: its evt_seq precedes every event of it,
-        // and its content is what the id means from then on (create is atomic, so two
-        // coordinators cannot both win). An entry that ages out between the create
+        // The first submission of an id wins: its content is what the id means from
+        // then on (create is atomic, so two coordinators cannot both win). An entry that ages out between the create
         // and the read is created again, once.
         for attempt in 0..2 {
             let Err(e) = layout
@@ -271,7 +256,8 @@ impl Fleet {
         serde_json::from_slice(&entry).map_err(FleetError::nats)
     }
 
-    /// The command's status and every event that carries its id.
+    /// The command's status and every event that carries its id: its host's entry in
+    /// `capstan_results` (one get), `pending` while there is none.
     pub async fn command(&self, id: &str) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
         self.status_of(&submission).await
@@ -279,48 +265,74 @@ impl Fleet {
 
     async fn status_of(&self, s: &Submission) -> Result<CommandStatus, FleetError> {
         let layout = self.layout().await?;
-        let events = read_subject(
-            &layout.evt,
-            &wire::evt_subject(&s.host),
-            s.evt_seq + 1,
-            |e| e["command_id"].as_str() == Some(s.id.as_str()),
-            usize::MAX,
-        )
-        .await?;
-        Ok(summarize(&s.id, &s.host, events))
+        let entry = layout
+            .results
+            .get(wire::result_key(&s.host, &s.id))
+            .await
+            .map_err(FleetError::nats)?;
+        match entry {
+            None => Ok(CommandStatus::pending(&s.id, &s.host)),
+            Some(bytes) => self.whole(s, &bytes).await,
+        }
+    }
+
+    /// A result entry as an answer: checked against the submission (the host wrote
+    /// it), with its events read from `CAPSTAN_EVT` when the entry left them out.
+    async fn whole(&self, s: &Submission, bytes: &[u8]) -> Result<CommandStatus, FleetError> {
+        let mut status: CommandStatus = serde_json::from_slice(bytes).map_err(|e| {
+            FleetError::Nats(format!("the result entry of {} is not a status: {e}", s.id))
+        })?;
+        if status.id != s.id || status.host != s.host {
+            return Err(FleetError::Nats(format!(
+                "the result entry of {} names command {} of host {}",
+                s.id, status.id, status.host
+            )));
+        }
+        if status.events_truncated {
+            let layout = self.layout().await?;
+            let subject = wire::evt_subject(&s.host);
+            let since = status.first_seq.saturating_sub(1);
+            let from = position::start_of(&layout.evt, &subject, since).await?;
+            let last = status.last_seq;
+            status.events = read_subject(
+                &layout.evt,
+                &subject,
+                from,
+                |e| e["command_id"].as_str() == Some(s.id.as_str()),
+                |e| e["seq"].as_u64().is_some_and(|seq| seq >= last),
+                usize::MAX,
+            )
+            .await?;
+            status.events_truncated = false;
+        }
+        Ok(status)
     }
 
     /// Waits until the command is done or `timeout` passes; returns its status then.
+    /// Follows the result entry's subject, with a re-read every 2 s in case the live
+    /// subscription missed a put (a reconnect).
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
-        // Subscribe before looking, so that nothing published in between is missed.
+        // Subscribe before looking, so that nothing put in between is missed.
         let mut live = self
             .client
-            .subscribe(wire::evt_subject(&submission.host))
+            .subscribe(wire::result_subject(&submission.host, &submission.id))
             .await
             .map_err(FleetError::nats)?;
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut status = self.status_of(&submission).await?;
         loop {
-            let status = self.status_of(&submission).await?;
             if status.done {
                 return Ok(status);
             }
-            // Look again when an event of this command arrives, and every 2 s in
-            // case the live subscription missed one (a reconnect).
             let recheck = tokio::time::sleep(Duration::from_secs(2));
-            tokio::pin!(recheck);
-            loop {
-                tokio::select! {
-                    m = live.next() => match m {
-                        Some(m) => {
-                            let e: Value = serde_json::from_slice(&m.payload).unwrap_or_default();
-                            if e["command_id"].as_str() == Some(id) { break; }
-                        }
-                        None => break,
-                    },
-                    _ = &mut recheck => break,
-                    _ = tokio::time::sleep_until(deadline) => return Ok(status),
-                }
+            tokio::select! {
+                m = live.next() => status = match m {
+                    Some(m) => self.whole(&submission, &m.payload).await?,
+                    None => self.status_of(&submission).await?,
+                },
+                _ = recheck => status = self.status_of(&submission).await?,
+                _ = tokio::time::sleep_until(deadline) => return Ok(status),
             }
         }
     }
@@ -399,7 +411,8 @@ impl Fleet {
     }
 
     /// The host's records with seq > `since`, from `CAPSTAN_EVT` (the central copy:
-    /// available when the host is not).
+    /// available when the host is not). Where they begin in the stream is found by
+    /// bisection ([`position::start_of`]), not by reading what comes before.
     pub async fn events(
         &self,
         host: &str,
@@ -408,11 +421,14 @@ impl Fleet {
     ) -> Result<Vec<Value>, FleetError> {
         check_host(host)?;
         let layout = self.layout().await?;
+        let subject = wire::evt_subject(host);
+        let from = position::start_of(&layout.evt, &subject, since).await?;
         read_subject(
             &layout.evt,
-            &wire::evt_subject(host),
-            1,
+            &subject,
+            from,
             |e| e["seq"].as_u64().is_some_and(|s| s > since),
+            |_| false,
             limit,
         )
         .await
@@ -424,47 +440,6 @@ fn new_id() -> Result<String, FleetError> {
     let mut bytes = [0u8; 8];
     getrandom::getrandom(&mut bytes).map_err(|e| FleetError::Nats(e.to_string()))?;
     Ok(format!("c-{}", capstan_common::signing::to_hex(&bytes)))
-}
-
-/// A command's status from its events, in log order.
-fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
-    let mut status = "pending";
-    let mut error = None;
-    let mut completed = false;
-    for e in &events {
-        let err = || {
-            e.get("code")
-                .filter(|c| !c.is_null())
-                .map(|c| json!({"code": c, "message": e["message"]}))
-        };
-        match e["kind"].as_str() {
-            Some("command_received") if !completed => status = "running",
-            Some("command_completed") => {
-                completed = true;
-                status = match e["outcome"].as_str() {
-                    Some("succeeded") => "succeeded",
-                    Some("rejected") => "rejected",
-                    _ => "failed",
-                };
-                error = err();
-            }
-            // After `command_received` a rejection is of a replay (an expired
-            // re-send, another command reusing the id: `id_conflict`), not of this one.
-            Some("command_rejected") if status == "pending" => {
-                status = "rejected";
-                error = err();
-            }
-            _ => {}
-        }
-    }
-    CommandStatus {
-        id: id.to_string(),
-        host: host.to_string(),
-        done: matches!(status, "succeeded" | "failed" | "rejected"),
-        status,
-        error,
-        events,
-    }
 }
 
 #[cfg(test)]
@@ -481,48 +456,5 @@ mod tests {
         assert_eq!(beat_status(secs(-skew), stale_after), "alive");
         assert_eq!(beat_status(secs(-skew - 1), stale_after), "stale");
         assert_eq!(beat_status(secs(-3600), stale_after), "stale");
-    }
-
-    #[test]
-    fn completion_wins_over_a_later_rejection_of_a_replay() {
-        let events = vec![
-            json!({"kind":"command_received","command_id":"a"}),
-            json!({"kind":"command_completed","command_id":"a","outcome":"succeeded","code":null}),
-            json!({"kind":"command_rejected","command_id":"a","code":"expired","message":"old"}),
-        ];
-        let s = summarize("a", "h1", events);
-        assert_eq!((s.status, s.done), ("succeeded", true));
-        assert!(s.error.is_none());
-    }
-
-    #[test]
-    fn a_reused_id_rejected_while_the_first_runs_does_not_end_it() {
-        let events = vec![
-            json!({"kind":"command_received","command_id":"a"}),
-            json!({"kind":"command_rejected","command_id":"a","code":"id_conflict","message":"m"}),
-        ];
-        let s = summarize("a", "h1", events);
-        assert_eq!((s.status, s.done), ("running", false));
-        assert!(s.error.is_none());
-        let alone = vec![json!({"kind":"command_rejected","code":"id_conflict","message":"m"})];
-        let s = summarize("a", "h1", alone);
-        assert_eq!((s.status, s.done), ("rejected", true));
-        assert_eq!(s.error.unwrap()["code"], "id_conflict");
-    }
-
-    #[test]
-    fn statuses_follow_the_events() {
-        assert_eq!(summarize("a", "h", vec![]).status, "pending");
-        let running = vec![json!({"kind":"command_received"})];
-        let s = summarize("a", "h", running);
-        assert_eq!((s.status, s.done), ("running", false));
-        let rejected = vec![json!({"kind":"command_rejected","code":"unsigned","message":"m"})];
-        let s = summarize("a", "h", rejected);
-        assert_eq!((s.status, s.done), ("rejected", true));
-        assert_eq!(s.error.unwrap()["code"], "unsigned");
-        let failed = vec![
-            json!({"kind":"command_completed","outcome":"failed","code":"namespace_not_found","message":"m"}),
-        ];
-        assert_eq!(summarize("a", "h", failed).status, "failed");
     }
 }

@@ -167,6 +167,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
             capabilities: serde_json::Value::Null,
             outbox_alarm: Default::default(),
         },
+        in_flight: 4,
     };
 
     let daemon = Daemon::start(executor, settings(ShutdownMode::Stop, Some(nats)))

@@ -1,15 +1,26 @@
 //! The command consumer: one durable pull consumer per host on `CAPSTAN_CMD`,
-//! filtered to `capstan.v1.cmd.<host>`, read one command at a time so that commands
-//! run in the order they were published.
+//! filtered to `capstan.v1.cmd.<host>`, with up to `commands_in_flight` commands
+//! delivered and not yet acked.
+//!
+//! Order: commands for one namespace run one after another in the order they were
+//! published; commands for different namespaces run concurrently ([`lanes`]). A slow
+//! hook in namespace A does not delay namespace B.
 //!
 //! Ack point: a command is acked after the executor returns, i.e. after its
-//! `command_completed` (or `command_rejected`) record is durable — later than the
-//! minimum (`command_received` durable) and simpler: whatever happens before the ack
-//! (a crash, a lost ack, an outage), the command is redelivered and the executor
-//! answers it from the log or finishes it, never carries it out twice. Long commands
-//! keep their delivery alive with progress acks. When the log itself cannot be
-//! written, the command is not acked but nak'ed with a delay, so it waits in the
-//! stream until the agent can record it.
+//! `command_completed` (or `command_rejected`) record is durable — whatever happens
+//! before the ack (a crash, a lost ack, an outage), the command is redelivered and the
+//! executor answers it from the log or finishes it, never carries it out twice. A
+//! command delivered and waiting behind its namespace's earlier ones, or being carried
+//! out, keeps its delivery alive with progress acks.
+//!
+//! Order across a restart: JetStream redelivers an unacked command only after its
+//! ack wait, so a new process could be handed a namespace's later command before an
+//! earlier one that the last process held. So each process starts by deleting and
+//! re-creating the consumer: in a work-queue stream the messages still there are
+//! exactly the unacked ones, and a fresh consumer delivers them in stream order.
+//!
+//! When the log cannot record a command, the command's lane retries it (with a
+//! pause) instead of handing it back, so nothing later in its namespace overtakes it.
 
 use super::{auth, pause};
 use crate::event::Event;
@@ -22,20 +33,44 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod lanes;
+use lanes::{Lanes, Turn};
+
 /// How long the server waits for an ack (or a progress ack) before redelivering.
 const ACK_WAIT: Duration = Duration::from_secs(10);
+/// The default of `commands_in_flight` (agent.toml).
+pub const DEFAULT_IN_FLIGHT: usize = 32;
+/// The most `commands_in_flight` may be.
+pub const MAX_IN_FLIGHT: usize = 1024;
 /// Test-only fault: after the result is durable and before the ack, say so on stderr
 /// and hang, so that a test can SIGKILL the agent at exactly that point.
 pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
 
+/// Gets the host's consumer; with `fresh`, deletes it first (see the module doc).
 async fn consumer(
     js: &jetstream::Context,
     host: &str,
+    in_flight: usize,
+    fresh: bool,
 ) -> Result<jetstream::consumer::PullConsumer, String> {
     let stream = capstan_common::nats::cmd_stream(js)
         .await
         .map_err(|e| format!("{e}: {}", source_text(&e)))?;
     let name = wire::consumer_name(host);
+    if fresh {
+        match stream.delete_consumer(&name).await {
+            Ok(_) => {}
+            Err(e) if not_found(&e) => {}
+            Err(e) => {
+                // Deleting is how a restart keeps each namespace in order: without it,
+                // commands are not taken (the shipped permissions allow it).
+                return Err(format!(
+                    "cannot re-create consumer {name} (needs $JS.API.CONSUMER.DELETE.{}.{name}): {e}",
+                    wire::CMD_STREAM
+                ));
+            }
+        }
+    }
     stream
         .get_or_create_consumer(
             &name,
@@ -44,7 +79,7 @@ async fn consumer(
                 filter_subject: wire::cmd_subject(host),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 ack_wait: ACK_WAIT,
-                max_ack_pending: 1,
+                max_ack_pending: i64::try_from(in_flight).unwrap_or(1),
                 ..Default::default()
             },
         )
@@ -52,85 +87,168 @@ async fn consumer(
         .map_err(|e| format!("cannot get consumer {name}: {e}"))
 }
 
+fn not_found(e: &jetstream::stream::ConsumerError) -> bool {
+    matches!(e.kind(), jetstream::stream::ConsumerErrorKind::JetStream(e)
+        if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND)
+}
+
 fn source_text(e: &dyn std::error::Error) -> String {
     e.source().map(|s| s.to_string()).unwrap_or_default()
 }
 
-/// Reads and carries out commands until `stop`. A command being carried out when
-/// `stop` arrives is finished (and acked) first.
+/// What a lane needs to carry out a command.
+struct Handler {
+    executor: Arc<Executor>,
+    policy: Policy,
+    stop: watch::Receiver<bool>,
+}
+
+/// Reads commands until `stop` and hands each to its namespace's lane. Commands being
+/// carried out when `stop` arrives are finished (and acked) first; those still
+/// waiting in a lane are left unacked for the next start.
 pub async fn run(
     js: jetstream::Context,
     executor: Arc<Executor>,
     policy: Policy,
     host: String,
+    in_flight: usize,
     mut stop: watch::Receiver<bool>,
 ) {
+    let in_flight = in_flight.clamp(1, MAX_IN_FLIGHT);
+    let handler = Arc::new(Handler {
+        executor,
+        policy,
+        stop: stop.clone(),
+    });
+    let mut lanes = Lanes::new();
     let mut retry = Duration::from_millis(200);
+    let mut fresh = true;
     'setup: loop {
-        let consumer = match consumer(&js, &host).await {
+        let consumer = match consumer(&js, &host, in_flight, fresh).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "command consumer not ready; retrying");
                 if pause(&mut stop, retry).await {
-                    return;
+                    break 'setup;
                 }
                 retry = (retry * 2).min(Duration::from_secs(2));
                 continue;
             }
         };
-        tracing::info!(subject = %wire::cmd_subject(&host), "taking commands");
+        // Later set-ups (after an outage) keep the consumer: this process still
+        // holds what it was delivered, in order.
+        fresh = false;
+        tracing::info!(subject = %wire::cmd_subject(&host), in_flight, "taking commands");
         retry = Duration::from_millis(200);
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(in_flight)
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await;
+        let mut messages = match messages {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot pull commands; reconnecting the consumer");
+                if pause(&mut stop, retry).await {
+                    break 'setup;
+                }
+                continue 'setup;
+            }
+        };
         loop {
-            // Cancel-safe: nothing has been taken from the server until `fetch`
-            // returns, and a delivered but unacked command is redelivered.
-            let batch = tokio::select! {
-                b = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages() => b,
-                _ = stop.changed() => return,
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = stop.changed() => break 'setup,
             };
-            let mut messages = match batch {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot fetch commands; reconnecting the consumer");
+            match next {
+                Some(Ok(message)) => {
+                    let namespace = namespace_of(&message.payload);
+                    let handler = Arc::clone(&handler);
+                    lanes.push(namespace, move |turn| async move {
+                        handler.handle(message, turn).await
+                    });
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "pulling commands failed; reconnecting the consumer");
                     if pause(&mut stop, retry).await {
-                        return;
+                        break 'setup;
                     }
                     continue 'setup;
                 }
-            };
-            loop {
-                let next = tokio::select! {
-                    m = messages.next() => m,
-                    _ = stop.changed() => return,
-                };
-                match next {
-                    None => break,
-                    Some(Ok(message)) => handle(&executor, &policy, message).await,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "fetching commands failed");
-                        if pause(&mut stop, retry).await {
-                            return;
-                        }
-                        continue 'setup;
-                    }
-                }
+                None => continue 'setup,
             }
         }
     }
+    lanes.finish().await;
 }
 
-/// Admits and carries out one delivered command, then acks it.
-async fn handle(executor: &Executor, policy: &Policy, message: jetstream::Message) {
-    let text = String::from_utf8_lossy(&message.payload).into_owned();
-    if let Ok(info) = message.info() {
-        if info.delivered > 1 {
-            tracing::info!(
-                delivered = info.delivered,
-                stream_seq = info.stream_sequence,
-                "command redelivered"
+/// The namespace a delivered command is for, read without admitting it: its lane.
+/// Input that names none (malformed) shares the lane `""`; admission rejects it.
+fn namespace_of(payload: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        namespace: Option<String>,
+    }
+    serde_json::from_slice::<Head>(payload)
+        .ok()
+        .and_then(|h| h.namespace)
+        .unwrap_or_default()
+}
+
+impl Handler {
+    /// Waits for its turn in the namespace, admits and carries out one delivered
+    /// command, then acks it; or, when stopping before it began, leaves it unacked.
+    async fn handle(&self, message: jetstream::Message, turn: Turn) {
+        with_progress(&message, turn.wait()).await;
+        if *self.stop.borrow() {
+            return;
+        }
+        if let Ok(info) = message.info() {
+            if info.delivered > 1 {
+                tracing::info!(
+                    delivered = info.delivered,
+                    stream_seq = info.stream_sequence,
+                    "command redelivered"
+                );
+            }
+        }
+        let text = String::from_utf8_lossy(&message.payload).into_owned();
+        let mut stop = self.stop.clone();
+        let mut retry = Duration::from_millis(200);
+        let result = loop {
+            let result = with_progress(&message, self.carry_out(&text)).await;
+            if !not_recorded(&result) {
+                break result;
+            }
+            tracing::error!(
+                command_id = result.id.as_deref().unwrap_or("-"),
+                "the log could not record the command; retrying it"
             );
+            // Kept in its lane (nothing later in the namespace overtakes it), alive.
+            let waited = with_progress(&message, pause(&mut stop, retry)).await;
+            if waited {
+                // Stopping: unacked, it is the first of its namespace next start.
+                return;
+            }
+            retry = (retry * 2).min(Duration::from_secs(5));
+        };
+        if std::env::var_os(FAULT_HOLD_BEFORE_ACK).is_some() {
+            eprintln!(
+                "FAULT {FAULT_HOLD_BEFORE_ACK}: holding before the ack of {}",
+                result.id.as_deref().unwrap_or("-")
+            );
+            std::future::pending::<()>().await;
+        }
+        if let Err(e) = message.ack().await {
+            // The command is durably in the log: a redelivery is answered from there.
+            tracing::warn!(error = %e, "ack failed; the command will be redelivered and answered from the log");
         }
     }
-    let work = async {
+
+    async fn carry_out(&self, text: &str) -> CommandResult {
+        let executor = &self.executor;
         let known = |id: &str| {
             executor.log().for_command(id).is_ok_and(|records| {
                 records
@@ -138,35 +256,10 @@ async fn handle(executor: &Executor, policy: &Policy, message: jetstream::Messag
                     .any(|r| matches!(r.event, Event::CommandReceived { .. }))
             })
         };
-        match auth::admit(policy, &text, chrono::Utc::now(), known) {
+        match auth::admit(&self.policy, text, chrono::Utc::now(), known) {
             Ok(command) => executor.execute(command).await,
             Err((id, rejection)) => executor.reject(id, rejection).await,
         }
-    };
-    let result = with_progress(&message, work).await;
-    if not_recorded(&result) {
-        tracing::error!(
-            command_id = result.id.as_deref().unwrap_or("-"),
-            "the log could not record the command; leaving it in the stream"
-        );
-        if let Err(e) = message
-            .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-            .await
-        {
-            tracing::warn!(error = %e, "nak failed");
-        }
-        return;
-    }
-    if std::env::var_os(FAULT_HOLD_BEFORE_ACK).is_some() {
-        eprintln!(
-            "FAULT {FAULT_HOLD_BEFORE_ACK}: holding before the ack of {}",
-            result.id.as_deref().unwrap_or("-")
-        );
-        std::future::pending::<()>().await;
-    }
-    if let Err(e) = message.ack().await {
-        // The command is durably in the log: a redelivery is answered from there.
-        tracing::warn!(error = %e, "ack failed; the command will be redelivered and answered from the log");
     }
 }
 

@@ -1,12 +1,14 @@
 //! The NATS transport: commands arrive, results and events leave.
 //!
-//! Four tasks share one connection, each retrying on its own so that a NATS outage
+//! Five tasks share one connection, each retrying on its own so that a NATS outage
 //! (or a server that is down when the agent starts) only delays them:
 //! - [`commands`]: the host's durable pull consumer on `CAPSTAN_CMD`; each command is
 //!   admitted ([`auth`]), carried out by the executor, and acked only once the log
 //!   holds its completion durably;
 //! - [`outbox`]: the log is the outbox: every durable record goes to
 //!   `capstan.v1.evt.<host>` in seq order, resuming from what JetStream acknowledged;
+//! - [`results`]: behind the outbox, each command's status in the `capstan_results`
+//!   bucket, so that a coordinator reads it in one get;
 //! - [`rpc`], on `capstan.v1.rpc.<host>.{ping,status,intent,log}`;
 //! - [`registry`]: a heartbeat in the `capstan_hosts` bucket every 5 s.
 
@@ -14,6 +16,7 @@ pub mod auth;
 pub mod commands;
 pub mod outbox;
 pub mod registry;
+pub mod results;
 pub mod rpc;
 
 use crate::executor::Executor;
@@ -75,12 +78,15 @@ pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, delay: Duration) -> 
 }
 
 impl Transport {
-    /// Connects (in the background, retrying for ever) and starts the four tasks.
+    /// Connects (in the background, retrying for ever) and starts the five tasks.
+    /// `in_flight`: how many commands may be delivered and not yet acked
+    /// (`commands_in_flight`).
     pub async fn start(
         nats: &NatsConfig,
         policy: Policy,
         executor: Arc<Executor>,
         info: HostInfo,
+        in_flight: usize,
     ) -> Result<Transport, NatsError> {
         let client = nats
             .connect(
@@ -97,6 +103,7 @@ impl Transport {
             Arc::clone(&executor),
             policy,
             info.host.clone(),
+            in_flight,
             commands_rx,
         ));
         let outbox = tokio::spawn(outbox::run(
@@ -108,6 +115,13 @@ impl Transport {
             rest_rx.clone(),
         ));
         let others = vec![
+            tokio::spawn(results::run(
+                js.clone(),
+                Arc::clone(executor.log()),
+                info.host.clone(),
+                published.clone(),
+                rest_rx.clone(),
+            )),
             tokio::spawn(rpc::run(
                 client.clone(),
                 Arc::clone(&executor),
@@ -128,7 +142,7 @@ impl Transport {
         })
     }
 
-    /// Stops taking commands; the one being carried out, if any, finishes first.
+    /// Stops taking commands; those being carried out finish first.
     /// Idempotent: [`Transport::shutdown`] calls it again.
     pub async fn stop_commands(&mut self) {
         let _ = self.stop_commands.send(true);

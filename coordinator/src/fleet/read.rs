@@ -27,11 +27,13 @@ pub(super) trait Source {
     async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError>;
 }
 
-/// Reads every pending message, keeping those `keep` accepts, at most `limit`.
+/// Reads every pending message, keeping those `keep` accepts, at most `limit`, and
+/// none after the first that `last` accepts.
 pub(super) async fn read_all(
     source: &mut impl Source,
     subject: &str,
     keep: impl Fn(&Value) -> bool,
+    last: impl Fn(&Value) -> bool,
     limit: usize,
 ) -> Result<Vec<Value>, FleetError> {
     let mut remaining = source.pending().await?;
@@ -59,8 +61,12 @@ pub(super) async fn read_all(
         read += got;
         remaining = remaining.saturating_sub(got);
         for v in page {
+            let end = last(&v);
             if keep(&v) && out.len() < limit {
                 out.push(v);
+            }
+            if end {
+                return Ok(out);
             }
         }
     }
@@ -104,13 +110,15 @@ impl Source for Consumer {
     }
 }
 
-/// Reads the messages of `subject` from stream sequence `from` to the current end
-/// through a short-lived consumer, keeping those `keep` accepts, at most `limit`.
+/// Reads the messages of `subject` from stream sequence `from` to the current end (or
+/// to the first that `last` accepts) through a short-lived consumer, keeping those
+/// `keep` accepts, at most `limit`.
 pub(super) async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
     from: u64,
     keep: impl Fn(&Value) -> bool,
+    last: impl Fn(&Value) -> bool,
     limit: usize,
 ) -> Result<Vec<Value>, FleetError> {
     let consumer = stream
@@ -128,7 +136,7 @@ pub(super) async fn read_subject(
         .map_err(FleetError::nats)?;
     let name = consumer.cached_info().name.clone();
     let mut source = Consumer(consumer);
-    let result = read_all(&mut source, subject, keep, limit).await;
+    let result = read_all(&mut source, subject, keep, last, limit).await;
     let _ = stream.delete_consumer(&name).await;
     result
 }
@@ -171,7 +179,7 @@ mod tests {
             pages: Default::default(),
             waits: Vec::new(),
         };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000).await;
+        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000).await;
         match read {
             Err(FleetError::Nats(message)) => {
                 assert!(
@@ -190,12 +198,33 @@ mod tests {
             pages: [records(1..=4), vec![], records(5..=9)].into(),
             waits: Vec::new(),
         };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000)
+        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000)
             .await
             .unwrap();
         assert_eq!(read, records(1..=9));
         // After the empty answer, the pull waits for the server.
         assert_eq!(source.waits, [false, false, true]);
+    }
+
+    #[tokio::test]
+    async fn a_read_ends_at_the_last_wanted_message() {
+        let mut source = Script {
+            pending: 9,
+            pages: [records(1..=4), records(5..=9)].into(),
+            waits: Vec::new(),
+        };
+        let read = read_all(
+            &mut source,
+            "capstan.v1.evt.h1",
+            |v| v["seq"].as_u64() != Some(2),
+            |v| v["seq"].as_u64() == Some(3),
+            1000,
+        )
+        .await
+        .unwrap();
+        assert_eq!(read, [json!({"seq": 1}), json!({"seq": 3})]);
+        // The second page was never fetched.
+        assert_eq!(source.waits, [false]);
     }
 
     #[tokio::test]
@@ -205,7 +234,7 @@ mod tests {
             pages: Default::default(),
             waits: Vec::new(),
         };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, 1000)
+        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000)
             .await
             .unwrap();
         assert!(read.is_empty());

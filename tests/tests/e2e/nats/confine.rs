@@ -133,6 +133,53 @@ fn with_the_shipped_permissions_h1_cannot_suppress_h2s_events_with_message_ids()
     fleet.stop();
 }
 
+#[test]
+fn with_the_shipped_permissions_h1_cannot_forge_h2s_results_or_take_its_commands() {
+    let fleet = shipped_fleet();
+    let h2 = fleet.agent("h2").nats_user("h2", "change-me-h2").build();
+    let daemon = h2.run();
+    let coordinator = &fleet.coordinator;
+    let id = coordinator.submit(&h2.commands("mine").ensure_namespace("n-1"));
+    let done = coordinator.cli_json(&["wait", &id, "--timeout", "60s"], 0);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    runtime().block_on(async {
+        let js = as_h1(&fleet).await;
+        // h2's result entry, its progress, and a result for a command still to come.
+        let forged = json!({"id": "n-1", "host": "h2", "status": "failed", "done": true,
+            "error": null, "events": []});
+        for key in [
+            capstan_common::wire::result_key("h2", "n-1"),
+            "h2._progress".to_string(),
+            capstan_common::wire::result_key("h2", "n-2"),
+        ] {
+            let put = publish(
+                &js,
+                &format!("$KV.capstan_results.{key}"),
+                &[],
+                forged.to_string().into_bytes(),
+            )
+            .await;
+            assert!(put.is_err(), "h1 put {key}: {put:?}");
+        }
+        // Nor may h1 delete (or re-create) h2's command consumer.
+        let stream = js.get_stream("CAPSTAN_CMD").await;
+        let refused = match stream {
+            Ok(s) => s
+                .delete_consumer("agent-h2")
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        assert!(refused.is_err(), "h1 deleted h2's consumer");
+    });
+    // h2's answer is still its own, and h2 still takes commands.
+    assert_eq!(coordinator.cli_json(&["status", &id], 0), done);
+    h2_is_unaffected(&fleet, &h2, "after");
+    daemon.stop();
+    fleet.stop();
+}
+
 /// A heartbeat body as an agent writes it.
 fn beat(host: &str, at: chrono::DateTime<chrono::Utc>) -> Vec<u8> {
     json!({"host": host, "version": "0", "drivers": ["sim"], "capabilities": {},
@@ -284,10 +331,13 @@ fn with_the_shipped_permissions_h1_cannot_fill_the_store() {
             "CAPSTAN_CMD",
             "KV_capstan_hosts",
             "KV_capstan_commands",
+            "KV_capstan_results",
         ] {
             let config = config(&coordinator, name).await;
             assert!(config.max_message_size > 0, "{name}: {config:?}");
         }
+        let results = config(&coordinator, "KV_capstan_results").await;
+        assert!(results.max_bytes > 0, "{results:?}");
         let evt = config(&coordinator, "CAPSTAN_EVT").await;
         assert!(
             evt.max_bytes > 0 && evt.max_messages_per_subject > 0,
@@ -304,7 +354,7 @@ fn with_the_shipped_permissions_h1_cannot_fill_the_store() {
             .expect("account info");
         let max_storage = info["limits"]["max_storage"].as_i64().unwrap_or(-1);
         assert!(
-            max_storage > evt.max_bytes + cmd.max_bytes,
+            max_storage > evt.max_bytes + cmd.max_bytes + results.max_bytes,
             "the account's store is bounded above what the streams may hold: {info}"
         );
     });

@@ -96,11 +96,12 @@ fn redelivery_after_a_kill_between_log_and_ack_is_answered_from_the_log() {
     daemon.kill();
     assert_eq!(h1.sim_host()["revisions"]["shop/web@r1"]["starts"], 1);
 
+    // The new process re-creates its consumer, which hands the unacked command over
+    // again at once (not after the ack wait).
     let daemon = h1.run();
     let done = coordinator.cli_json(&["wait", &id, "--timeout", "60s"], 0);
     assert_eq!(done["status"], "succeeded", "{done}");
-    let log = daemon.wait_for_text("duplicate command answered from the log");
-    assert!(log.contains("command redelivered"), "{log}");
+    daemon.wait_for_text("duplicate command answered from the log");
     // The effect happened once; the log holds one completion.
     assert_eq!(h1.sim_host()["revisions"]["shop/web@r1"]["starts"], 1);
     let completions = kinds(&done)

@@ -1,0 +1,234 @@
+//! Command results follow the outbox. Once a record of a command is in `CAPSTAN_EVT`,
+//! the command's status — summed up from every record with its id so far, the same
+//! way the coordinator would ([`capstan_common::status`]) — is put under
+//! `<host>.<hex id>` in the `capstan_results` bucket. A coordinator then answers
+//! "what happened to command X" with one get, and `wait`s on the key's subject,
+//! however long the host's history is.
+//!
+//! Order: a result is put only after the records it sums up are acknowledged by
+//! `CAPSTAN_EVT` (it never runs ahead of the audit copy), and each round's puts are
+//! acknowledged before the next round, so a command's `running` entry can never land
+//! after its final one.
+//!
+//! Where to resume: the host's own `<host>._progress` key holds the seq up to which
+//! results are put, written after each round. A crash between a round's puts and its
+//! progress costs a re-put of the same values. Without a progress key (a first start),
+//! results start [`REPUT`] records before the last record in `CAPSTAN_EVT`.
+//!
+//! The bucket being unreachable (no coordinator created it yet, or an outage) delays
+//! results, never the outbox.
+
+use super::pause;
+use crate::log::Log;
+use async_nats::jetstream::{self, stream};
+use capstan_common::nats::{self as cnats, Retention};
+use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
+use capstan_common::wire;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Records re-summed at a first start (no progress key yet).
+pub const REPUT: u64 = 256;
+/// The most records read, and puts sent, in one round.
+const ROUND: usize = 512;
+
+#[derive(Debug, thiserror::Error)]
+enum ResultsError {
+    #[error("cannot reach the results bucket")]
+    Bucket(#[source] cnats::NatsError),
+    #[error("cannot read where results left off")]
+    Progress(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot read the log")]
+    Log(#[source] crate::log::LogError),
+    #[error("cannot put a result")]
+    Put(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The key of the host's own progress entry.
+fn progress_key(host: &str) -> String {
+    format!("{host}._progress")
+}
+
+/// Puts results until `stop`, following `published` (the outbox's last acknowledged
+/// seq).
+pub async fn run(
+    js: jetstream::Context,
+    log: Arc<Log>,
+    host: String,
+    mut published: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut retry = Duration::from_millis(200);
+    let mut failing = false;
+    let mut results = Results {
+        js,
+        log,
+        host,
+        bucket: None,
+        done: None,
+        pending: BTreeSet::new(),
+    };
+    loop {
+        let upto = *published.borrow_and_update();
+        match results.round(upto).await {
+            Ok(more) => {
+                if failing {
+                    failing = false;
+                    tracing::info!("command results resumed");
+                }
+                retry = Duration::from_millis(200);
+                if more {
+                    continue;
+                }
+                if *stop.borrow() {
+                    return;
+                }
+                tokio::select! {
+                    _ = published.changed() => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    failing = true;
+                    let cause = std::error::Error::source(&e)
+                        .map(|s| format!(": {s}"))
+                        .unwrap_or_default();
+                    tracing::warn!(error = %format!("{e}{cause}"), "command results paused; retrying");
+                }
+                if pause(&mut stop, retry).await {
+                    return;
+                }
+                retry = (retry * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+struct Results {
+    js: jetstream::Context,
+    log: Arc<Log>,
+    host: String,
+    bucket: Option<jetstream::kv::Store>,
+    /// The seq up to which results are put (read from the bucket at first).
+    done: Option<u64>,
+    /// Commands whose result is to be put (kept across a failed round).
+    pending: BTreeSet<String>,
+}
+
+impl Results {
+    /// One round: collects the commands of up to [`ROUND`] records after `done` (and
+    /// at most `upto`), puts their results (one put per command, however many of its
+    /// records the round holds) and the progress. True when records up to
+    /// `upto` remain.
+    async fn round(&mut self, upto: u64) -> Result<bool, ResultsError> {
+        let bucket = match &self.bucket {
+            Some(b) => b.clone(),
+            None => {
+                let b = cnats::bucket(
+                    &self.js,
+                    wire::RESULTS_BUCKET,
+                    Retention::default().commands_max_age,
+                )
+                .await
+                .map_err(ResultsError::Bucket)?;
+                self.bucket = Some(b.clone());
+                b
+            }
+        };
+        let done = match self.done {
+            Some(done) => done,
+            None => self.resume_point(&bucket).await?,
+        };
+        self.done = Some(done);
+        if upto <= done && self.pending.is_empty() {
+            return Ok(false);
+        }
+        let mut reached = done;
+        for record in self.log.read_since(done).take(ROUND) {
+            let record = record.map_err(ResultsError::Log)?;
+            if record.seq > upto {
+                break;
+            }
+            reached = record.seq;
+            if let Some(id) = record.event.command_id() {
+                self.pending.insert(id.to_string());
+            }
+        }
+        self.put(reached).await?;
+        if reached > done {
+            let progress = serde_json::json!({ "seq": reached }).to_string();
+            bucket
+                .put(progress_key(&self.host), progress.into())
+                .await
+                .map_err(|e| ResultsError::Put(e.into()))?;
+        }
+        self.done = Some(reached);
+        Ok(reached < upto)
+    }
+
+    /// The progress key's seq, or [`REPUT`] records before the host's last record in
+    /// `CAPSTAN_EVT` when there is none.
+    async fn resume_point(&self, bucket: &jetstream::kv::Store) -> Result<u64, ResultsError> {
+        let entry = bucket
+            .get(progress_key(&self.host))
+            .await
+            .map_err(|e| ResultsError::Progress(e.into()))?;
+        if let Some(seq) = entry
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v).ok())
+            .and_then(|v| v["seq"].as_u64())
+        {
+            return Ok(seq);
+        }
+        let evt = cnats::evt_stream(&self.js)
+            .await
+            .map_err(ResultsError::Bucket)?;
+        let last = match evt
+            .direct_get_last_for_subject(wire::evt_subject(&self.host))
+            .await
+        {
+            Ok(m) => serde_json::from_slice::<serde_json::Value>(&m.payload)
+                .ok()
+                .and_then(|v| v["seq"].as_u64())
+                .unwrap_or(0),
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => 0,
+            Err(e) => return Err(ResultsError::Progress(e.into())),
+        };
+        Ok(last.saturating_sub(REPUT))
+    }
+
+    /// Puts the result of every pending command, summed up from its records up to
+    /// `upto`; all sent, then all acknowledged.
+    async fn put(&mut self, upto: u64) -> Result<(), ResultsError> {
+        let mut acks = Vec::with_capacity(self.pending.len());
+        for id in &self.pending {
+            let events = self
+                .log
+                .for_command(id)
+                .map_err(ResultsError::Log)?
+                .into_iter()
+                .filter(|r| r.seq <= upto)
+                .map(|r| {
+                    let mut json = r.to_json();
+                    json["host"] = self.host.as_str().into();
+                    json
+                })
+                .collect();
+            let status = summarize(id, &self.host, events).fit(MAX_EVENTS_BYTES);
+            let body = serde_json::to_vec(&status).expect("statuses serialise");
+            let ack = self
+                .js
+                .publish(wire::result_subject(&self.host, id), body.into())
+                .await
+                .map_err(|e| ResultsError::Put(e.into()))?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await.map_err(|e| ResultsError::Put(e.into()))?;
+        }
+        self.pending.clear();
+        Ok(())
+    }
+}

@@ -240,6 +240,23 @@ mod tests {
     }
 
     #[test]
+    fn commands_in_flight_is_bounded_and_defaults_to_32() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "host = \"h1\"\n").unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.commands_in_flight(), 32);
+        for (n, ok) in [(0, false), (1, true), (1024, true), (1025, false)] {
+            std::fs::write(&path, format!("commands_in_flight = {n}\n")).unwrap();
+            match AgentConfig::load(Some(&path)) {
+                Ok(c) if ok => assert_eq!(c.commands_in_flight(), n),
+                Err(ConfigError::InFlight) if !ok => {}
+                other => panic!("{n}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_bad_host_name_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.toml");

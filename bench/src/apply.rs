@@ -10,7 +10,7 @@ use capstan_driver::{Capabilities, Driver, DriverError, LaunchEnv, Observed, Rev
 use std::sync::Arc;
 use std::time::Instant;
 
-fn commands(n: usize, namespaces: usize) -> Vec<Command> {
+pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
     let mut out = Vec::new();
     for ns in 0..namespaces {
         out.push(Op::EnsureNamespace {
@@ -99,7 +99,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 
 /// Carries `command` out; a refusal is an error, since the benchmark would then measure
 /// refusals (a spec naming another driver than the agent's, …) instead of work.
-async fn succeeded(executor: &Executor, command: Command) -> anyhow::Result<()> {
+pub async fn succeeded(executor: &Executor, command: Command) -> anyhow::Result<()> {
     let r = executor.execute(command).await;
     anyhow::ensure!(
         r.outcome == capstan_common::Outcome::Succeeded,

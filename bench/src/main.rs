@@ -13,6 +13,15 @@
 //!   through the systemd driver vs a `systemctl` script doing the same one unit after
 //!   another. Needs root and `/usr/lib/systemd/systemd`; skipped (with the reason)
 //!   without them.
+//! - `roundtrip` ([`roundtrip`]): submit → wait through the HTTP API vs the raw NATS +
+//!   log chain under it.
+//! - `throughput` ([`throughput`]): commands/s to one sim agent over NATS across 16
+//!   namespaces vs the executor alone in process.
+//! - `reads` ([`reads`]): command status and `events?since` as a host's history grows
+//!   to `--history` records; the smallest size is the baseline.
+//!
+//! The control-path measurements start their own nats-server, coordinator and agents
+//! (the release binaries next to this one: `cargo build --release --workspace --bins`).
 //!
 //! Run under the name `capstan-envdump`, this binary is that workload
 //! ([`capstan_tests::envdump`]): the systemd measurement's units run a copy of it, so
@@ -21,7 +30,11 @@
 mod apply;
 mod group_commit;
 mod open;
+mod reads;
+mod roundtrip;
+mod stack;
 mod systemd;
+mod throughput;
 
 use capstan_agent::event::Event;
 use clap::{Parser, ValueEnum};
@@ -54,6 +67,12 @@ pub struct Args {
     /// Rounds of the systemd measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Commands measured one at a time in the roundtrip measurement.
+    #[arg(long, default_value_t = 200)]
+    roundtrips: usize,
+    /// The largest host history (records) of the reads measurement.
+    #[arg(long, default_value_t = 100_000)]
+    history: u64,
 }
 
 /// The measurements, in the order they run.
@@ -63,6 +82,9 @@ enum Measurement {
     Open,
     Apply,
     Systemd,
+    Roundtrip,
+    Throughput,
+    Reads,
 }
 
 pub fn event(i: usize) -> Event {
@@ -86,9 +108,13 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     anyhow::ensure!(
-        args.units > 0 && args.rounds > 0,
-        "--units and --rounds must be at least 1"
+        args.units > 0 && args.rounds > 0 && args.roundtrips > 0,
+        "--units, --rounds and --roundtrips must be at least 1"
     );
+    anyhow::ensure!(args.history >= 1_000, "--history must be at least 1000");
+    anyhow::ensure!(args.commands > 16, "--commands must be more than 16");
+    // Not a test: its runs are as long as they need (the harness's per-test clock).
+    capstan_tests::watchdog::off();
     let runtime = tokio::runtime::Runtime::new()?;
     let wanted = |m| args.only.is_empty() || args.only.contains(&m);
     if wanted(Measurement::GroupCommit) {
@@ -102,6 +128,15 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Systemd) {
         systemd::run(&args, &runtime)?;
+    }
+    if wanted(Measurement::Roundtrip) {
+        runtime.block_on(roundtrip::run(&args))?;
+    }
+    if wanted(Measurement::Throughput) {
+        runtime.block_on(throughput::run(&args))?;
+    }
+    if wanted(Measurement::Reads) {
+        runtime.block_on(reads::run(&args))?;
     }
     Ok(())
 }

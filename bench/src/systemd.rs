@@ -72,8 +72,6 @@ pub fn run(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()>
         println!("systemd       skipped: {why}");
         return Ok(());
     }
-    // A benchmark is as long as it is asked to be: no test time limit.
-    capstan_tests::watchdog::off();
     let n = args.units;
     // The units run a copy of this binary, as `capstan-envdump` (see main.rs).
     let host = SystemdHost::boot_with(&std::env::current_exe()?);

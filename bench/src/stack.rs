@@ -1,0 +1,172 @@
+//! A control-path stack for the benchmarks: a private nats-server, a coordinator and
+//! sim agents (the release binaries next to `capstan-bench`, through the test
+//! harness), and the ways a benchmark talks to them: the HTTP API, or signed commands
+//! published straight to `CAPSTAN_CMD` with results followed in `capstan_results`.
+
+use anyhow::Context as _;
+use capstan_common::signing::Signer;
+use capstan_common::status::CommandStatus;
+use capstan_common::{wire, Command, Op};
+use capstan_tests::agent::Agent;
+use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use capstan_tests::process::Process;
+use futures::StreamExt;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+pub struct Stack {
+    pub server: NatsServer,
+    pub keys: Keys,
+    pub coordinator: Coordinator,
+    pub http: reqwest::Client,
+    agents: Vec<(Agent, Process)>,
+}
+
+impl Stack {
+    /// nats-server, a coordinator, and one sim agent per host in `hosts`.
+    pub fn start(hosts: &[&str]) -> Stack {
+        let server = NatsServer::start();
+        let keys = Keys::generate();
+        let coordinator = Coordinator::start(&server.url(), &keys, "");
+        let mut stack = Stack {
+            server,
+            keys,
+            coordinator,
+            http: reqwest::Client::new(),
+            agents: Vec::new(),
+        };
+        for host in hosts {
+            let agent = Agent::builder(host)
+                .without_hooks()
+                .nats(&stack.server.url())
+                .signing(&stack.keys.public)
+                .build();
+            let daemon = agent.run();
+            stack.agents.push((agent, daemon));
+        }
+        stack
+    }
+
+    /// Stops everything, asserting each process's exit status.
+    pub fn stop(self) {
+        for (_, daemon) in self.agents {
+            daemon.stop();
+        }
+        self.coordinator.stop();
+    }
+
+    pub async fn connect(&self) -> anyhow::Result<async_nats::Client> {
+        Ok(async_nats::connect(self.server.url()).await?)
+    }
+
+    /// POSTs a command (`host`, `id`, op fields); its id.
+    pub async fn submit(&self, body: &Value) -> anyhow::Result<String> {
+        let answer: Value = self
+            .http
+            .post(format!("{}/v1/commands", self.coordinator.url))
+            .bearer_auth(&self.coordinator.token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await?
+            .json()
+            .await?;
+        answer["id"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("POST answered {answer}"))
+    }
+
+    /// GETs `path` (under `/v1/`) and checks the answer is a done, succeeded status
+    /// when it is a command's.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let answer: Value = self
+            .http
+            .get(format!("{}/v1/{path}", self.coordinator.url))
+            .bearer_auth(&self.coordinator.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if path.starts_with("commands/") {
+            anyhow::ensure!(answer["status"] == "succeeded", "{path}: {answer}");
+        }
+        Ok(answer)
+    }
+}
+
+/// Signed commands for `host`, published straight to `CAPSTAN_CMD`, their results
+/// followed on `capstan_results`.
+pub struct Publisher {
+    pub client: async_nats::Client,
+    signer: Signer,
+    host: String,
+}
+
+impl Publisher {
+    pub async fn new(stack: &Stack, host: &str) -> anyhow::Result<Publisher> {
+        Ok(Publisher {
+            client: stack.connect().await?,
+            signer: Signer::from_hex(&stack.keys.secret_hex())?,
+            host: host.to_string(),
+        })
+    }
+
+    pub fn command(&self, id: String, op: Op) -> Command {
+        Command {
+            v: 1,
+            id,
+            host: self.host.clone(),
+            issued_at: chrono::Utc::now(),
+            op,
+        }
+    }
+
+    /// Publishes `commands` (every publish sent before any ack is awaited) and waits
+    /// until each has a done result; how long that took from the first publish.
+    pub async fn run(&self, commands: &[Command], timeout: Duration) -> anyhow::Result<Duration> {
+        let js = async_nats::jetstream::new(self.client.clone());
+        let mut results = self
+            .client
+            .subscribe(format!("$KV.{}.{}.*", wire::RESULTS_BUCKET, self.host))
+            .await?;
+        let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
+        let t = Instant::now();
+        let mut acks = Vec::with_capacity(commands.len());
+        for c in commands {
+            acks.push(
+                js.publish(
+                    wire::cmd_subject(&self.host),
+                    self.signer.signed_json(c).into(),
+                )
+                .await?,
+            );
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !waiting.is_empty() {
+            let message = tokio::time::timeout_at(deadline, results.next())
+                .await
+                .with_context(|| format!("{} commands without a result", waiting.len()))?
+                .context("the results subscription ended")?;
+            let Ok(status) = serde_json::from_slice::<CommandStatus>(&message.payload) else {
+                continue;
+            };
+            if status.done {
+                anyhow::ensure!(status.status == "succeeded", "{status:?}");
+                waiting.remove(status.id.as_str());
+            }
+        }
+        Ok(t.elapsed())
+    }
+}
+
+/// The `p`th percentile (0–100) of `samples`, in milliseconds.
+pub fn percentile(samples: &mut [Duration], p: f64) -> f64 {
+    samples.sort();
+    let i = ((samples.len() as f64 - 1.0) * p / 100.0).round() as usize;
+    samples[i].as_secs_f64() * 1000.0
+}

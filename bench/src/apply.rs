@@ -10,7 +10,9 @@ use capstan_driver::{Capabilities, Driver, DriverError, LaunchEnv, Observed, Rev
 use std::sync::Arc;
 use std::time::Instant;
 
-fn commands(n: usize, namespaces: usize) -> Vec<Command> {
+/// `n` commands: `namespaces` ensure_namespace, then prepare + activate of new
+/// workloads spread over them.
+pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
     let mut out = Vec::new();
     for ns in 0..namespaces {
         out.push(Op::EnsureNamespace {
@@ -28,16 +30,7 @@ fn commands(n: usize, namespaces: usize) -> Vec<Command> {
             namespace: namespace.clone(),
             workload: workload.clone(),
             revision: revision.clone(),
-            spec: Spec {
-                driver: DriverKind::Sim,
-                image: Some("app:1".into()),
-                command: vec![],
-                env: Default::default(),
-                working_dir: None,
-                mounts: vec![],
-                ports: vec![],
-                systemd: Default::default(),
-            },
+            spec: spec(),
         });
         out.push(Op::ActivateRevision {
             namespace,
@@ -48,14 +41,33 @@ fn commands(n: usize, namespaces: usize) -> Vec<Command> {
     }
     out.into_iter()
         .enumerate()
-        .map(|(i, op)| Command {
-            v: 1,
-            id: format!("b{i}"),
-            host: "bench".into(),
-            issued_at: chrono::Utc::now(),
-            op,
-        })
+        .map(|(i, op)| command(format!("b{i}"), op))
         .collect()
+}
+
+/// The spec every benchmark revision has.
+pub fn spec() -> Spec {
+    Spec {
+        driver: DriverKind::Sim,
+        image: Some("app:1".into()),
+        command: vec![],
+        env: Default::default(),
+        working_dir: None,
+        mounts: vec![],
+        ports: vec![],
+        systemd: Default::default(),
+    }
+}
+
+/// Command `id` carrying `op` to the bench host.
+pub fn command(id: String, op: Op) -> Command {
+    Command {
+        v: 1,
+        id,
+        host: "bench".into(),
+        issued_at: chrono::Utc::now(),
+        op,
+    }
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
@@ -99,7 +111,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 
 /// Carries `command` out; a refusal is an error, since the benchmark would then measure
 /// refusals (a spec naming another driver than the agent's, …) instead of work.
-async fn succeeded(executor: &Executor, command: Command) -> anyhow::Result<()> {
+pub async fn succeeded(executor: &Executor, command: Command) -> anyhow::Result<()> {
     let r = executor.execute(command).await;
     anyhow::ensure!(
         r.outcome == capstan_common::Outcome::Succeeded,

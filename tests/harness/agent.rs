@@ -425,12 +425,11 @@ impl Agent {
         serde_json::from_slice(&self.cli_ok(&["intent", "--json"])).expect("intent JSON")
     }
 
-    /// The sim driver's host state (`{}` before it wrote any).
+    /// The sim driver's host state (snapshot + journal, readable while the agent
+    /// runs; an empty host before it wrote any), as JSON.
     pub fn sim_host(&self) -> Value {
-        match std::fs::read_to_string(self.data_dir().join("sim-host.json")) {
-            Ok(text) => serde_json::from_str(&text).expect("sim host JSON"),
-            Err(_) => serde_json::json!({}),
-        }
+        let host = capstan_driver::sim::SimHost::load(&self.data_dir()).expect("sim host");
+        serde_json::to_value(host).expect("sim host JSON")
     }
 
     /// The calls hook owner `name` recorded: `"<phase> <compensating>"` lines.

@@ -468,15 +468,32 @@ impl Agent {
 
     /// Starts `capstan-agent run` without waiting for it.
     pub fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Process {
+        self.spawn("run", &self.host, args, env)
+    }
+
+    /// Starts `capstan-agent sim-fleet --hosts N --prefix P` on this agent's config
+    /// (the hosts' data dirs under [`Agent::data_dir`]; `--host` is not used) and
+    /// waits until every host has started.
+    #[track_caller]
+    pub fn sim_fleet(&self, hosts: usize, prefix: &str) -> Process {
+        let hosts = hosts.to_string();
+        let args = ["--hosts", hosts.as_str(), "--prefix", prefix];
+        let fleet = self.spawn("sim-fleet", prefix, &args, &[]);
+        fleet.wait_for_text("sim fleet ready");
+        fleet
+    }
+
+    /// Starts daemon `subcommand` (JSON diagnostics into `run-<n>.log`).
+    fn spawn(&self, subcommand: &str, what: &str, args: &[&str], env: &[(&str, &str)]) -> Process {
         let mut c = self.command();
-        c.args(["--log-format", "json", "run"])
+        c.args(["--log-format", "json", subcommand])
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let n = self.next_run();
         Process::spawn(
-            format!("capstan-agent run ({}, run {n})", self.host),
+            format!("capstan-agent {subcommand} ({what}, run {n})"),
             c,
             &self.path(&format!("run-{n}.log")),
         )

@@ -5,6 +5,7 @@ mod auth;
 mod confine;
 mod flow;
 mod outage;
+mod sim_fleet;
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::{Cmd, Spec};

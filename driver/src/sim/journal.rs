@@ -434,6 +434,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_operation_that_cannot_be_journaled_fails_and_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let sim = with_workloads(dir.path(), 1).await;
+        let before = sim.host();
+        // The journal's handle can no longer write (read-only).
+        sim.locked().journal.file = File::open(dir.path().join(JOURNAL_FILE)).unwrap();
+        let err = sim.stop(rev("w0")).await.unwrap_err();
+        assert!(
+            matches!(err, crate::DriverError::Backend { op: "stop", .. }),
+            "{err}"
+        );
+        assert_eq!(sim.host(), before, "undone in memory");
+        assert_eq!(SimHost::load(dir.path()).unwrap(), before, "and on disk");
+        // The next operation starts the journal again from the host (the failed write
+        // may have left part of a line), and what follows is read back whole.
+        sim.stop(rev("w0")).await.unwrap();
+        sim.ensure_namespace("later").await.unwrap();
+        assert_eq!(
+            sim.host().revisions["ns/w0@r1"].state,
+            BackendState::Stopped
+        );
+        assert_eq!(SimHost::load(dir.path()).unwrap(), sim.host());
+    }
+
+    #[tokio::test]
     async fn an_older_journal_beside_a_newer_snapshot_replays_to_the_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let sim = with_workloads(dir.path(), 2).await;
@@ -447,6 +472,26 @@ mod tests {
         assert_eq!(SimHost::load(dir.path()).unwrap(), host);
         let sim = SimDriver::open(dir.path(), SimConfig::default()).unwrap();
         assert_eq!(sim.host(), host);
+    }
+
+    #[test]
+    fn a_journal_newer_than_the_snapshot_read_is_never_replayed_over_it() {
+        // What a reader sees when a compaction ran between its two reads: the old
+        // snapshot and the next generation's journal. It reads again; here (nothing
+        // changes any more) it gives up rather than return an old host.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(HOST_FILE),
+            r#"{"generation":4,"namespaces":["old"],"revisions":{},"fired":[]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(JOURNAL_FILE),
+            "{\"follows\":{\"generation\":5}}\n",
+        )
+        .unwrap();
+        assert!(try_load(dir.path()).unwrap().is_none());
+        assert!(SimHost::load(dir.path()).is_err());
     }
 
     #[test]

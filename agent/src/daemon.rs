@@ -6,22 +6,29 @@
 //! commands come last) → the background verification of the whole log (opening
 //! checked only the tail after the newest snapshot, and trusted that snapshot).
 //!
+//! One host's agent is built by [`HostSetup`]: `run` builds one, `sim-fleet`
+//! ([`crate::sim_fleet`]) one per simulated host.
+//!
 //! Down ([`Daemon::stop`]): cancel hooks in flight (their owners compensate under a
 //! fresh budget, so the command being carried out ends promptly) → stop taking
 //! commands → stop supervision (no restart may undo the sweep) → the shutdown sweep
 //! (unless leave-running) → give the outbox a bounded time to publish → flush.
 
-use crate::config::ShutdownMode;
+use crate::config::{AgentConfig, ShutdownMode};
+use crate::drivers::{self, OpenError};
 use crate::executor::{Executor, SweepReport};
-use crate::log::{Log, LogError, Pace};
+use crate::hooks::{Hooks, Runners};
+use crate::log::{Log, LogError, LogOptions, Pace};
 use crate::supervise::{Backoff, Supervisor};
 use crate::transport::{HostInfo, Transport};
 use capstan_common::nats::{NatsConfig, NatsError};
 use capstan_common::signing::Policy;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument as _;
 
 /// How long a stopping agent waits for the outbox to publish the last records.
 pub const OUTBOX_DRAIN: Duration = Duration::from_secs(5);
@@ -84,6 +91,79 @@ pub enum DaemonError {
     Log(#[from] LogError),
     #[error("cannot start the NATS transport")]
     Nats(#[from] NatsError),
+    #[error("cannot create {}", path.display())]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the driver")]
+    Driver(#[from] OpenError),
+}
+
+/// One host's agent as `run` builds it: the log under `<data_dir>/log`, the
+/// configured hook owners (frozen here for the process's life) and driver, the
+/// executor; then, to serve, the daemon with the config's NATS section and shutdown
+/// settings. `sim-fleet` builds one per simulated host from the same config.
+pub struct HostSetup<'a> {
+    pub config: &'a AgentConfig,
+    pub host: &'a str,
+    pub data_dir: &'a Path,
+    pub log: LogOptions,
+}
+
+impl HostSetup<'_> {
+    /// Opens the log and the driver.
+    pub async fn open(&self) -> Result<Executor, DaemonError> {
+        let dir = self.data_dir.join("log");
+        std::fs::create_dir_all(&dir).map_err(|source| DaemonError::DataDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let log = Arc::new(Log::open(&dir, self.log)?);
+        let hooks = Hooks::new(
+            self.config.hook_owners.clone(),
+            Arc::new(Runners::default()),
+        )
+        .with_cleanup_budget(self.config.cleanup_budget());
+        let driver = drivers::open(self.config, self.host, self.data_dir).await?;
+        Ok(Executor::new(self.host.to_string(), log, driver).with_hooks(hooks))
+    }
+
+    /// What the host says about itself in heartbeats and `status`.
+    pub fn info(&self, executor: &Executor) -> HostInfo {
+        HostInfo {
+            host: self.host.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            drivers: vec![executor.driver().kind().to_string()],
+            capabilities: serde_json::to_value(executor.driver().capabilities())
+                .unwrap_or_default(),
+            outbox_alarm: Default::default(),
+        }
+    }
+
+    /// [`HostSetup::open`], then [`Daemon::start`]: NATS (when the config has it,
+    /// accepting what `policy` accepts; `None` only without NATS) and the config's
+    /// shutdown settings.
+    pub async fn start(&self, policy: Option<Policy>) -> Result<Daemon, DaemonError> {
+        let executor = Arc::new(self.open().await?);
+        let nats = match (&self.config.nats, policy) {
+            (Some(config), Some(policy)) => Some(NatsSettings {
+                config: config.clone(),
+                policy,
+                info: self.info(&executor),
+                in_flight: self.config.commands_in_flight(),
+            }),
+            _ => None,
+        };
+        let settings = Settings {
+            nats,
+            shutdown: self.config.shutdown,
+            shutdown_concurrency: self.config.shutdown_concurrency.unwrap_or(16),
+            backoff: Backoff::default(),
+        };
+        Daemon::start(executor, settings).await
+    }
 }
 
 /// What a graceful stop did.
@@ -118,22 +198,23 @@ pub struct Daemon {
 /// [`VERIFY_PACE`]; a failure degrades the log (see [`Log::verify_in_background`]).
 fn verify_in_background(log: &Arc<Log>) -> (Verification, DropGuard) {
     let stop = CancellationToken::new();
-    let task = tokio::spawn(Log::verify_in_background(
-        Arc::clone(log),
-        VERIFY_PACE,
-        stop.clone(),
-    ));
-    let task = tokio::spawn(async move {
-        let result = task.await.expect("the log verification panicked");
-        match &result {
-            Ok(Some(records)) => tracing::info!(records, "background log verification passed"),
-            Ok(None) => tracing::debug!("background log verification stopped"),
-            // A bad record or snapshot is logged (and degrades the log) where found.
-            Err(LogError::Corrupt(_)) => {}
-            Err(e) => tracing::warn!(error = %e, "background log verification could not run"),
+    let task = tokio::spawn(
+        Log::verify_in_background(Arc::clone(log), VERIFY_PACE, stop.clone()).in_current_span(),
+    );
+    let task = tokio::spawn(
+        async move {
+            let result = task.await.expect("the log verification panicked");
+            match &result {
+                Ok(Some(records)) => tracing::info!(records, "background log verification passed"),
+                Ok(None) => tracing::debug!("background log verification stopped"),
+                // A bad record or snapshot is logged (and degrades the log) where found.
+                Err(LogError::Corrupt(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "background log verification could not run"),
+            }
+            result
         }
-        result
-    });
+        .in_current_span(),
+    );
     (task, stop.drop_guard())
 }
 
@@ -145,7 +226,7 @@ impl Daemon {
             executor.log().degraded().is_none() && executor.driver().capabilities().reports_exits;
         let supervisor = supervise.then(|| {
             let supervisor = Supervisor::new(Arc::clone(&executor), settings.backoff);
-            tokio::spawn(supervisor.run())
+            tokio::spawn(supervisor.run().in_current_span())
         });
         startup(&executor).await?;
         let transport = match settings.nats {

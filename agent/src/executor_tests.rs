@@ -67,7 +67,7 @@ proptest! {
     #[test]
     fn reopen_rebuilds_the_same_intent(ops in prop::collection::vec(op_strategy(), 1..60), every in 1u64..9) {
         let dir = tempfile::tempdir().unwrap();
-        let options = LogOptions { snapshot_every: every };
+        let options = LogOptions::snapshot_every(every);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let before = runtime.block_on(async {
             let log = Arc::new(Log::open(&dir.path().join("log"), options).unwrap());

@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod intent;
 pub mod log;
 pub mod plan;
+pub mod sim_fleet;
 pub mod supervise;
 pub mod transport;
 

@@ -2,14 +2,11 @@
 
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
-use capstan_agent::daemon::{self, Daemon, NatsSettings, Settings};
-use capstan_agent::drivers;
+use capstan_agent::daemon::{self, DaemonError, HostSetup};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
-use capstan_agent::hooks::{Hooks, Runners};
 use capstan_agent::log::{Log, LogError, LogOptions};
-use capstan_agent::supervise::Backoff;
-use capstan_agent::transport::HostInfo;
+use capstan_agent::sim_fleet::{self, FleetOptions};
 use capstan_common::Outcome;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -76,6 +73,23 @@ enum Cmd {
         /// On stop, leave workloads running (for an agent upgrade).
         #[arg(long)]
         leave_running: bool,
+    },
+    /// Run a simulated fleet in this process: N hosts named `<prefix>-0001`…, each
+    /// an agent as `run` builds it (its own log and sim host under
+    /// `<data-dir>/<host>/`, executor, NATS connection, command consumer, outbox,
+    /// RPC, heartbeat), sharing the config's [nats] and [signing] sections; serve
+    /// until SIGTERM/SIGINT, then stop every host. The config's `driver` must be
+    /// `sim` and `host` is not used.
+    SimFleet {
+        /// How many hosts.
+        #[arg(long)]
+        hosts: usize,
+        /// Host names are `<prefix>-0001`, `<prefix>-0002`, …
+        #[arg(long, default_value = "sim")]
+        prefix: String,
+        /// Each host's log cache (sled's page cache), in MiB.
+        #[arg(long, default_value_t = sim_fleet::DEFAULT_LOG_CACHE_MIB)]
+        log_cache_mib: u64,
     },
     /// Show the audit log.
     Log(LogArgs),
@@ -159,6 +173,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         .or_else(|| config.host.clone())
         .or_else(config::system_hostname)
     {
+        // A simulated fleet names its hosts itself.
+        _ if matches!(cli.command, Cmd::SimFleet { .. }) => String::new(),
         Some(h) if capstan_common::validate::is_dns_label(&h) => h,
         Some(h) => bail!("host name {h:?} must be a DNS label (1-63 of [a-z0-9-])"),
         None => bail!("cannot tell this host's name: pass --host or set `host` in the config"),
@@ -174,6 +190,22 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Apply { driver: _, file } => runtime.block_on(apply(&ctx, &file)),
         Cmd::Run { leave_running } => runtime.block_on(run(&ctx, leave_running)),
+        Cmd::SimFleet {
+            hosts,
+            prefix,
+            log_cache_mib,
+        } => runtime.block_on(sim_fleet(
+            &ctx,
+            FleetOptions {
+                hosts,
+                prefix,
+                data_dir: ctx.data_dir.clone(),
+                log: LogOptions {
+                    cache_bytes: Some(log_cache_mib.saturating_mul(1 << 20)),
+                    ..LogOptions::default()
+                },
+            },
+        )),
         Cmd::Log(args) => show_log(&ctx, &args),
         Cmd::Intent { json } => show_intent(&ctx, json),
     }
@@ -182,23 +214,32 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
 fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
     let dir = ctx.data_dir.join("log");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let log = Log::open(&dir, LogOptions::default()).map_err(|e| match e {
-        LogError::Open { .. } => anyhow::Error::new(e).context(
+    let log = Log::open(&dir, LogOptions::default()).map_err(|e| explain(e.into()))?;
+    Ok(Arc::new(log))
+}
+
+/// `e`, with a hint when the log is held by another process.
+fn explain(e: DaemonError) -> anyhow::Error {
+    match e {
+        DaemonError::Log(e @ LogError::Open { .. }) => anyhow::Error::new(e).context(
             "is another capstan-agent using this data dir? (the log is exclusive to one process)",
         ),
         other => other.into(),
-    })?;
-    Ok(Arc::new(log))
+    }
+}
+
+fn setup(ctx: &Context) -> HostSetup<'_> {
+    HostSetup {
+        config: &ctx.config,
+        host: &ctx.host,
+        data_dir: &ctx.data_dir,
+        log: LogOptions::default(),
+    }
 }
 
 /// Opens the log and the driver.
 async fn open(ctx: &Context) -> anyhow::Result<Executor> {
-    let log = open_log(ctx)?;
-    // Hook owners are frozen here for the process's life; a change needs a restart.
-    let hooks = Hooks::new(ctx.config.hook_owners.clone(), Arc::new(Runners::default()))
-        .with_cleanup_budget(ctx.config.cleanup_budget());
-    let driver = drivers::open(&ctx.config, &ctx.host, &ctx.data_dir).await?;
-    Ok(Executor::new(ctx.host.clone(), log, driver).with_hooks(hooks))
+    setup(ctx).open().await.map_err(explain)
 }
 
 /// [`open`] then [`startup`].
@@ -294,29 +335,10 @@ fn read_lines(
 
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     // Config errors first, before anything is touched.
-    let policy = match &ctx.config.nats {
-        Some(_) => Some(ctx.config.signing.policy()?),
-        None => None,
-    };
+    let policy = policy(ctx)?;
     // First, so that a SIGTERM during startup is handled after it, not fatal.
     let stopped = stop_signal()?;
-    let executor = Arc::new(open(ctx).await?);
-    let nats = match (&ctx.config.nats, policy) {
-        (Some(config), Some(policy)) => Some(NatsSettings {
-            config: config.clone(),
-            policy,
-            info: host_info(ctx, &executor),
-            in_flight: ctx.config.commands_in_flight(),
-        }),
-        _ => None,
-    };
-    let settings = Settings {
-        nats,
-        shutdown: ctx.config.shutdown,
-        shutdown_concurrency: ctx.config.shutdown_concurrency.unwrap_or(16),
-        backoff: Backoff::default(),
-    };
-    let daemon = Daemon::start(executor, settings).await?;
+    let daemon = setup(ctx).start(policy).await.map_err(explain)?;
     tracing::info!(host = %ctx.host, log_seq = daemon.executor().log().last_seq(), "capstan-agent ready");
     stopped.await;
     let report = daemon
@@ -326,14 +348,20 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(report.exit_code()))
 }
 
-fn host_info(ctx: &Context, executor: &Executor) -> HostInfo {
-    HostInfo {
-        host: ctx.host.clone(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        drivers: vec![executor.driver().kind().to_string()],
-        capabilities: serde_json::to_value(executor.driver().capabilities()).unwrap_or_default(),
-        outbox_alarm: Default::default(),
-    }
+/// Whose signatures commands need, when the config has a [nats] section.
+fn policy(ctx: &Context) -> anyhow::Result<Option<capstan_common::signing::Policy>> {
+    Ok(match &ctx.config.nats {
+        Some(_) => Some(ctx.config.signing.policy()?),
+        None => None,
+    })
+}
+
+async fn sim_fleet(ctx: &Context, options: FleetOptions) -> anyhow::Result<ExitCode> {
+    // Config errors first, before anything is touched.
+    let policy = policy(ctx)?;
+    let stopped = stop_signal()?;
+    let code = sim_fleet::run(&ctx.config, policy, &options, stopped).await?;
+    Ok(ExitCode::from(code))
 }
 
 /// The signal that stopped the agent.

@@ -10,6 +10,8 @@ use capstan_driver::{Capabilities, Driver, DriverError, LaunchEnv, Observed, Rev
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `n` commands: `namespaces` ensure_namespace, then prepare + activate of new
+/// workloads spread over them.
 pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
     let mut out = Vec::new();
     for ns in 0..namespaces {
@@ -28,16 +30,7 @@ pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
             namespace: namespace.clone(),
             workload: workload.clone(),
             revision: revision.clone(),
-            spec: Spec {
-                driver: DriverKind::Sim,
-                image: Some("app:1".into()),
-                command: vec![],
-                env: Default::default(),
-                working_dir: None,
-                mounts: vec![],
-                ports: vec![],
-                systemd: Default::default(),
-            },
+            spec: spec(),
         });
         out.push(Op::ActivateRevision {
             namespace,
@@ -48,14 +41,33 @@ pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
     }
     out.into_iter()
         .enumerate()
-        .map(|(i, op)| Command {
-            v: 1,
-            id: format!("b{i}"),
-            host: "bench".into(),
-            issued_at: chrono::Utc::now(),
-            op,
-        })
+        .map(|(i, op)| command(format!("b{i}"), op))
         .collect()
+}
+
+/// The spec every benchmark revision has.
+pub fn spec() -> Spec {
+    Spec {
+        driver: DriverKind::Sim,
+        image: Some("app:1".into()),
+        command: vec![],
+        env: Default::default(),
+        working_dir: None,
+        mounts: vec![],
+        ports: vec![],
+        systemd: Default::default(),
+    }
+}
+
+/// Command `id` carrying `op` to the bench host.
+pub fn command(id: String, op: Op) -> Command {
+    Command {
+        v: 1,
+        id,
+        host: "bench".into(),
+        issued_at: chrono::Utc::now(),
+        op,
+    }
 }
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {

@@ -9,6 +9,8 @@
 //! - `apply` ([`apply`]): commands through the executor (log, fold, decisions) with a
 //!   driver that does nothing, so the agent's own cost is measured; sequential vs
 //!   spread over namespaces.
+//! - `sim` ([`sim`]): commands through the executor on the sim driver, on a host
+//!   holding `--workloads` workloads vs an empty one: what the host's size costs.
 //! - `systemd` ([`systemd`]): an env change and restart of N units on one real systemd
 //!   through the systemd driver vs a `systemctl` script doing the same one unit after
 //!   another. Needs root and `/usr/lib/systemd/systemd`; skipped (with the reason)
@@ -32,6 +34,7 @@ mod group_commit;
 mod open;
 mod reads;
 mod roundtrip;
+mod sim;
 mod stack;
 mod systemd;
 mod throughput;
@@ -61,6 +64,9 @@ pub struct Args {
     /// Commands for the apply measurement.
     #[arg(long, default_value_t = 2000)]
     commands: usize,
+    /// Workloads already on the sim host in the sim measurement.
+    #[arg(long, default_value_t = 1000)]
+    workloads: usize,
     /// Units restarted per round in the systemd measurement.
     #[arg(long, default_value_t = 20)]
     units: usize,
@@ -81,6 +87,7 @@ enum Measurement {
     GroupCommit,
     Open,
     Apply,
+    Sim,
     Systemd,
     Roundtrip,
     Throughput,
@@ -125,6 +132,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Apply) {
         runtime.block_on(apply::run(&args))?;
+    }
+    if wanted(Measurement::Sim) {
+        runtime.block_on(sim::run(&args))?;
     }
     if wanted(Measurement::Systemd) {
         systemd::run(&args, &runtime)?;

@@ -1,6 +1,7 @@
-//! The simulated driver: a "host" kept in a JSON file under the data dir, so its
-//! workloads outlive the agent process (to test adoption and crashes), with failures
-//! scripted from config. It implements the same trait as the real drivers and keeps
+//! The simulated driver: a "host" kept under the data dir (a snapshot and a journal
+//! of changes, [`journal`]), so its workloads outlive the agent process (to test
+//! adoption and crashes), with failures scripted from config. An operation costs one
+//! journal line, whatever the number of workloads. It implements the same trait as the real drivers and keeps
 //! the same promises: idempotent operations, exact-revision retire.
 //!
 //! It declares whatever [`Capabilities`] its config says (`[sim]`), so the agent's
@@ -17,12 +18,14 @@ use crate::{
 use capstan_common::{DriverKind, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use tokio::sync::{mpsc, watch};
 
-/// The file the simulated host lives in, under the agent's data dir.
-pub const HOST_FILE: &str = "sim-host.json";
+pub mod journal;
+
+use journal::{Change, Journal};
+pub use journal::{HOST_FILE, JOURNAL_FILE};
 
 /// Sim driver settings (`[sim]` in the agent config). The capability keys are what
 /// the sim declares ([`Capabilities`]); the defaults are the sim's historical set:
@@ -116,7 +119,7 @@ pub struct SimRevision {
     pub exit_code: Option<i64>,
 }
 
-/// The simulated host's whole state, as stored in [`HOST_FILE`].
+/// The simulated host's whole state: [`HOST_FILE`] with [`JOURNAL_FILE`] replayed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimHost {
     pub namespaces: BTreeSet<String>,
@@ -128,23 +131,10 @@ pub struct SimHost {
 }
 
 impl SimHost {
-    /// Reads the host file in `dir` (an empty host when there is none).
+    /// Reads the host in `dir`: the snapshot with the journal replayed (an empty host
+    /// when there is none). Safe while a driver has it open in another process.
     pub fn load(dir: &Path) -> std::io::Result<SimHost> {
-        match std::fs::read(dir.join(HOST_FILE)) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(std::io::Error::other),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SimHost::default()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Replaces the host file atomically (write, then rename).
-    pub fn store(&self, dir: &Path) -> std::io::Result<()> {
-        let tmp = dir.join(format!("{HOST_FILE}.tmp"));
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(tmp, dir.join(HOST_FILE))
+        journal::load(dir).map(|l| l.host)
     }
 
     fn key(rev: RevisionRef<'_>) -> String {
@@ -152,11 +142,16 @@ impl SimHost {
     }
 }
 
+/// The host and where its changes go, under one lock.
+struct State {
+    host: SimHost,
+    journal: Journal,
+}
+
 /// The sim driver.
 pub struct SimDriver {
-    dir: PathBuf,
     config: SimConfig,
-    host: Mutex<SimHost>,
+    state: Mutex<State>,
     /// One queue per open exit feed (unbounded: reporting never blocks the host).
     feeds: Mutex<Vec<mpsc::UnboundedSender<Exit>>>,
     /// How many exit feeds are open.
@@ -167,11 +162,10 @@ impl SimDriver {
     /// Opens the simulated host in `dir`, creating it empty if absent.
     pub fn open(dir: &Path, config: SimConfig) -> std::io::Result<SimDriver> {
         std::fs::create_dir_all(dir)?;
-        let host = SimHost::load(dir)?;
+        let (journal, host) = Journal::open(dir)?;
         Ok(SimDriver {
-            dir: dir.to_path_buf(),
             config,
-            host: Mutex::new(host),
+            state: Mutex::new(State { host, journal }),
             feeds: Mutex::new(Vec::new()),
             watchers: watch::Sender::new(0),
         })
@@ -179,15 +173,19 @@ impl SimDriver {
 
     /// The host as it is now.
     pub fn host(&self) -> SimHost {
-        self.host.lock().expect("sim host lock").clone()
+        self.locked().host.clone()
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("sim host lock")
     }
 
     /// The running revision `rev` ends on its own with status `code` (a crash, a clean
     /// exit): it is left stopped and, when the sim reports exits, the exit is sent to
     /// every open feed. A revision that is not running is left alone.
     pub fn exit(&self, rev: RevisionRef<'_>, code: i64) -> Result<(), DriverError> {
-        self.with_host("exit", rev.into(), |h| {
-            let r = revision_in(h, "exit", rev)?;
+        self.with_host("exit", rev.into(), |t| {
+            let r = revision_in(t, "exit", rev)?;
             if r.state.is_running() {
                 r.state = BackendState::Stopped;
                 r.exit_code = Some(code);
@@ -199,8 +197,8 @@ impl SimDriver {
     /// The backend gives up on `rev` (as systemd does after `start-limit-hit`): it is
     /// left `failed` with `reason` until a command starts it again.
     pub fn give_up(&self, rev: RevisionRef<'_>, reason: &str) -> Result<(), DriverError> {
-        self.with_host("give_up", rev.into(), |h| {
-            revision_in(h, "give_up", rev)?.state = BackendState::Failed {
+        self.with_host("give_up", rev.into(), |t| {
+            revision_in(t, "give_up", rev)?.state = BackendState::Failed {
                 reason: reason.to_string(),
             };
             Ok(())
@@ -215,26 +213,9 @@ impl SimDriver {
         let _ = open.wait_for(|n| *n > 0).await;
     }
 
-    /// Sends an exit for every revision that ran in `before` and does not in `after`.
-    fn report_exits(&self, before: &SimHost, after: &SimHost) {
-        if !self.config.reports_exits {
-            return;
-        }
-        let exits: Vec<Exit> = before
-            .revisions
-            .iter()
-            .filter(|(_, r)| r.state.is_running())
-            .filter_map(|(key, r)| {
-                let now = after.revisions.get(key);
-                (!now.is_some_and(|n| n.state.is_running())).then(|| Exit {
-                    namespace: r.namespace.clone(),
-                    workload: r.workload.clone(),
-                    revision: r.revision.clone(),
-                    exit_code: now.and_then(|n| n.exit_code),
-                })
-            })
-            .collect();
-        if exits.is_empty() {
+    /// Sends `exits` to every open feed (when the sim reports exits).
+    fn report_exits(&self, exits: Vec<Exit>) {
+        if !self.config.reports_exits || exits.is_empty() {
             return;
         }
         let mut feeds = self.feeds.lock().expect("sim feeds lock");
@@ -242,64 +223,60 @@ impl SimDriver {
     }
 
     /// Runs `change` on the host under the lock, after checking scripted failures, and
-    /// stores the result.
+    /// journals what it changed (one line): O(1) in the size of the host. A change
+    /// that fails, or cannot be journaled, is undone.
     fn with_host<T>(
         &self,
         op: &'static str,
         target: Target<'_>,
-        change: impl FnOnce(&mut SimHost) -> Result<T, DriverError>,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<T, DriverError>,
     ) -> Result<T, DriverError> {
-        let mut host = self.host.lock().expect("sim host lock");
-        let mut next = host.clone();
-        if let Some(i) = self.scripted(op, &target, &next) {
-            if next.fired.len() <= i {
-                next.fired.resize(i + 1, 0);
-            }
-            next.fired[i] += 1;
-            if let (Some(reason), Some(workload), Some(revision)) = (
-                &self.config.failures[i].gives_up,
-                target.workload,
-                target.revision,
-            ) {
-                let key = SimHost::key(RevisionRef {
-                    namespace: target.namespace,
-                    workload,
-                    revision,
-                });
-                if let Some(r) = next.revisions.get_mut(&key) {
-                    r.state = BackendState::Failed {
-                        reason: reason.clone(),
-                    };
+        let mut state = self.locked();
+        let State { host, journal } = &mut *state;
+        let scripted = self.scripted(op, &target, host);
+        let mut txn = Txn::new(host);
+        let result = match scripted {
+            Some(i) => {
+                txn.fire(i);
+                if let (Some(reason), Some(workload), Some(revision)) = (
+                    &self.config.failures[i].gives_up,
+                    target.workload,
+                    target.revision,
+                ) {
+                    let key = SimHost::key(RevisionRef {
+                        namespace: target.namespace,
+                        workload,
+                        revision,
+                    });
+                    if let Some(r) = txn.revision_mut(&key) {
+                        r.state = BackendState::Failed {
+                            reason: reason.clone(),
+                        };
+                    }
                 }
+                Err(DriverError::Scripted {
+                    op,
+                    target: target.to_string(),
+                })
             }
-            self.persist(op, &target, &next)?;
-            self.report_exits(&host, &next);
-            *host = next;
-            return Err(DriverError::Scripted {
+            None => match change(&mut txn) {
+                Ok(out) => Ok(out),
+                Err(e) => {
+                    txn.rollback();
+                    return Err(e);
+                }
+            },
+        };
+        if let Err(e) = journal.append(&txn.changes(), txn.host) {
+            txn.rollback();
+            return Err(DriverError::Backend {
                 op,
                 target: target.to_string(),
+                source: Box::new(e),
             });
         }
-        let out = change(&mut next)?;
-        if next != *host {
-            self.persist(op, &target, &next)?;
-            self.report_exits(&host, &next);
-            *host = next;
-        }
-        Ok(out)
-    }
-
-    fn persist(
-        &self,
-        op: &'static str,
-        target: &Target<'_>,
-        host: &SimHost,
-    ) -> Result<(), DriverError> {
-        host.store(&self.dir).map_err(|e| DriverError::Backend {
-            op,
-            target: target.to_string(),
-            source: Box::new(e),
-        })
+        self.report_exits(txn.exits());
+        result
     }
 
     fn scripted(&self, op: &str, target: &Target<'_>, host: &SimHost) -> Option<usize> {
@@ -355,13 +332,12 @@ fn ns_target(namespace: &str) -> Target<'_> {
     }
 }
 
-fn revision_in<'h>(
-    host: &'h mut SimHost,
+fn revision_in<'t>(
+    txn: &'t mut Txn<'_>,
     op: &'static str,
     rev: RevisionRef<'_>,
-) -> Result<&'h mut SimRevision, DriverError> {
-    host.revisions
-        .get_mut(&SimHost::key(rev))
+) -> Result<&'t mut SimRevision, DriverError> {
+    txn.revision_mut(&SimHost::key(rev))
         .ok_or_else(|| DriverError::Missing {
             op,
             target: rev.to_string(),
@@ -371,12 +347,12 @@ fn revision_in<'h>(
 /// Starts `rev` unless it runs; a start also clears a `failed` state (a command's
 /// start is the operator's reset, as `systemctl reset-failed` + `start`).
 fn start_in(
-    host: &mut SimHost,
+    txn: &mut Txn<'_>,
     op: &'static str,
     rev: RevisionRef<'_>,
     env: BTreeMap<String, String>,
 ) -> Result<(), DriverError> {
-    let r = revision_in(host, op, rev)?;
+    let r = revision_in(txn, op, rev)?;
     if !r.state.is_running() {
         r.state = BackendState::Running;
         r.starts += 1;
@@ -391,6 +367,146 @@ fn stop_in(r: &mut SimRevision) {
     if r.state.is_running() {
         r.state = BackendState::Stopped;
         r.exit_code = None;
+    }
+}
+
+/// One operation's changes to the host, made in place: it remembers the first value
+/// of everything it touches, so it can say what changed (the journal line, the exits)
+/// or undo it, in O(what it touched).
+struct Txn<'h> {
+    host: &'h mut SimHost,
+    namespaces: Vec<(String, bool)>,
+    revisions: Vec<(String, Option<SimRevision>)>,
+    fired: Vec<(usize, u32)>,
+}
+
+impl<'h> Txn<'h> {
+    fn new(host: &'h mut SimHost) -> Txn<'h> {
+        Txn {
+            host,
+            namespaces: Vec::new(),
+            revisions: Vec::new(),
+            fired: Vec::new(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&SimRevision> {
+        self.host.revisions.get(key)
+    }
+
+    fn touch(&mut self, key: &str) {
+        if !self.revisions.iter().any(|(k, _)| k == key) {
+            let was = self.host.revisions.get(key).cloned();
+            self.revisions.push((key.to_string(), was));
+        }
+    }
+
+    fn revision_mut(&mut self, key: &str) -> Option<&mut SimRevision> {
+        self.touch(key);
+        self.host.revisions.get_mut(key)
+    }
+
+    fn insert_if_absent(&mut self, key: String, make: impl FnOnce() -> SimRevision) {
+        self.touch(&key);
+        self.host.revisions.entry(key).or_insert_with(make);
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.touch(key);
+        self.host.revisions.remove(key);
+    }
+
+    fn namespace(&mut self, name: &str, present: bool) {
+        if !self.namespaces.iter().any(|(n, _)| n == name) {
+            let was = self.host.namespaces.contains(name);
+            self.namespaces.push((name.to_string(), was));
+        }
+        if present {
+            self.host.namespaces.insert(name.to_string());
+        } else {
+            self.host.namespaces.remove(name);
+        }
+    }
+
+    /// Scripted failure `i` fires once more.
+    fn fire(&mut self, i: usize) {
+        if self.host.fired.len() <= i {
+            self.host.fired.resize(i + 1, 0);
+        }
+        if !self.fired.iter().any(|(f, _)| *f == i) {
+            self.fired.push((i, self.host.fired[i]));
+        }
+        self.host.fired[i] += 1;
+    }
+
+    /// What differs from the values first seen.
+    fn changes(&self) -> Vec<Change> {
+        let namespaces = self
+            .namespaces
+            .iter()
+            .filter(|(n, was)| self.host.namespaces.contains(n) != *was)
+            .map(|(n, was)| Change::Namespace {
+                name: n.clone(),
+                present: !was,
+            });
+        let revisions = self
+            .revisions
+            .iter()
+            .filter(|(k, was)| self.host.revisions.get(k) != was.as_ref())
+            .map(|(k, _)| Change::Revision {
+                key: k.clone(),
+                revision: self.host.revisions.get(k).cloned(),
+            });
+        let fired = self
+            .fired
+            .iter()
+            .filter(|(i, was)| self.host.fired[*i] != *was)
+            .map(|(i, _)| Change::Fired {
+                index: *i,
+                count: self.host.fired[*i],
+            });
+        namespaces.chain(revisions).chain(fired).collect()
+    }
+
+    /// Every touched revision that ran before and does not now.
+    fn exits(&self) -> Vec<Exit> {
+        self.revisions
+            .iter()
+            .filter_map(|(key, was)| {
+                let was = was.as_ref().filter(|r| r.state.is_running())?;
+                let now = self.host.revisions.get(key);
+                (!now.is_some_and(|n| n.state.is_running())).then(|| Exit {
+                    namespace: was.namespace.clone(),
+                    workload: was.workload.clone(),
+                    revision: was.revision.clone(),
+                    exit_code: now.and_then(|n| n.exit_code),
+                })
+            })
+            .collect()
+    }
+
+    /// Puts back everything touched as it was first seen.
+    fn rollback(self) {
+        for (name, was) in self.namespaces {
+            if was {
+                self.host.namespaces.insert(name);
+            } else {
+                self.host.namespaces.remove(&name);
+            }
+        }
+        for (key, was) in self.revisions {
+            match was {
+                Some(r) => {
+                    self.host.revisions.insert(key, r);
+                }
+                None => {
+                    self.host.revisions.remove(&key);
+                }
+            }
+        }
+        for (i, was) in self.fired {
+            self.host.fired[i] = was;
+        }
     }
 }
 
@@ -426,32 +542,30 @@ impl Driver for SimDriver {
     }
 
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
-        self.with_host("ensure_namespace", ns_target(namespace), |h| {
-            h.namespaces.insert(namespace.to_string());
+        self.with_host("ensure_namespace", ns_target(namespace), |t| {
+            t.namespace(namespace, true);
             Ok(())
         })
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
-        self.with_host("delete_namespace", ns_target(namespace), |h| {
-            h.namespaces.remove(namespace);
+        self.with_host("delete_namespace", ns_target(namespace), |t| {
+            t.namespace(namespace, false);
             Ok(())
         })
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, _spec: &Spec) -> Result<(), DriverError> {
-        self.with_host("prepare", rev.into(), |h| {
-            h.revisions
-                .entry(SimHost::key(rev))
-                .or_insert_with(|| SimRevision {
-                    namespace: rev.namespace.into(),
-                    workload: rev.workload.into(),
-                    revision: rev.revision.into(),
-                    state: BackendState::Stopped,
-                    starts: 0,
-                    env: BTreeMap::new(),
-                    exit_code: None,
-                });
+        self.with_host("prepare", rev.into(), |t| {
+            t.insert_if_absent(SimHost::key(rev), || SimRevision {
+                namespace: rev.namespace.into(),
+                workload: rev.workload.into(),
+                revision: rev.revision.into(),
+                state: BackendState::Stopped,
+                starts: 0,
+                env: BTreeMap::new(),
+                exit_code: None,
+            });
             Ok(())
         })
     }
@@ -463,14 +577,14 @@ impl Driver for SimDriver {
         launch_env: &LaunchEnv,
         previous: Option<&str>,
     ) -> Result<(), DriverError> {
-        self.with_host("activate", rev.into(), |h| {
-            start_in(h, "activate", rev, merged_env(spec, launch_env))?;
+        self.with_host("activate", rev.into(), |t| {
+            start_in(t, "activate", rev, merged_env(spec, launch_env))?;
             if let Some(prev) = previous.filter(|p| *p != rev.revision) {
                 let prev = RevisionRef {
                     revision: prev,
                     ..rev
                 };
-                if let Some(p) = h.revisions.get_mut(&SimHost::key(prev)) {
+                if let Some(p) = t.revision_mut(&SimHost::key(prev)) {
                     stop_in(p);
                 }
             }
@@ -484,25 +598,24 @@ impl Driver for SimDriver {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        self.with_host("start", rev.into(), |h| {
-            start_in(h, "start", rev, merged_env(spec, launch_env))
+        self.with_host("start", rev.into(), |t| {
+            start_in(t, "start", rev, merged_env(spec, launch_env))
         })
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.with_host("start", rev.into(), |h| {
-            let env = h
-                .revisions
+        self.with_host("start", rev.into(), |t| {
+            let env = t
                 .get(&SimHost::key(rev))
                 .map(|r| r.env.clone())
                 .unwrap_or_default();
-            start_in(h, "start", rev, env)
+            start_in(t, "start", rev, env)
         })
     }
 
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.with_host("stop", rev.into(), |h| {
-            if let Some(r) = h.revisions.get_mut(&SimHost::key(rev)) {
+        self.with_host("stop", rev.into(), |t| {
+            if let Some(r) = t.revision_mut(&SimHost::key(rev)) {
                 stop_in(r);
             }
             Ok(())
@@ -510,14 +623,15 @@ impl Driver for SimDriver {
     }
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.with_host("retire", rev.into(), |h| {
-            h.revisions.remove(&SimHost::key(rev));
+        self.with_host("retire", rev.into(), |t| {
+            t.remove(&SimHost::key(rev));
             Ok(())
         })
     }
 
     async fn observe(&self) -> Result<Observed, DriverError> {
-        let host = self.host.lock().expect("sim host lock");
+        let state = self.locked();
+        let host = &state.host;
         let mut observed = Observed {
             namespaces: host.namespaces.clone(),
             ..Observed::default()

@@ -425,12 +425,11 @@ impl Agent {
         serde_json::from_slice(&self.cli_ok(&["intent", "--json"])).expect("intent JSON")
     }
 
-    /// The sim driver's host state (`{}` before it wrote any).
+    /// The sim driver's host state (snapshot + journal, readable while the agent
+    /// runs; an empty host before it wrote any), as JSON.
     pub fn sim_host(&self) -> Value {
-        match std::fs::read_to_string(self.data_dir().join("sim-host.json")) {
-            Ok(text) => serde_json::from_str(&text).expect("sim host JSON"),
-            Err(_) => serde_json::json!({}),
-        }
+        let host = capstan_driver::sim::SimHost::load(&self.data_dir()).expect("sim host");
+        serde_json::to_value(host).expect("sim host JSON")
     }
 
     /// The calls hook owner `name` recorded: `"<phase> <compensating>"` lines.
@@ -469,15 +468,32 @@ impl Agent {
 
     /// Starts `capstan-agent run` without waiting for it.
     pub fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Process {
+        self.spawn("run", &self.host, args, env)
+    }
+
+    /// Starts `capstan-agent sim-fleet --hosts N --prefix P` on this agent's config
+    /// (the hosts' data dirs under [`Agent::data_dir`]; `--host` is not used) and
+    /// waits until every host has started.
+    #[track_caller]
+    pub fn sim_fleet(&self, hosts: usize, prefix: &str) -> Process {
+        let hosts = hosts.to_string();
+        let args = ["--hosts", hosts.as_str(), "--prefix", prefix];
+        let fleet = self.spawn("sim-fleet", prefix, &args, &[]);
+        fleet.wait_for_text("sim fleet ready");
+        fleet
+    }
+
+    /// Starts daemon `subcommand` (JSON diagnostics into `run-<n>.log`).
+    fn spawn(&self, subcommand: &str, what: &str, args: &[&str], env: &[(&str, &str)]) -> Process {
         let mut c = self.command();
-        c.args(["--log-format", "json", "run"])
+        c.args(["--log-format", "json", subcommand])
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let n = self.next_run();
         Process::spawn(
-            format!("capstan-agent run ({}, run {n})", self.host),
+            format!("capstan-agent {subcommand} ({what}, run {n})"),
             c,
             &self.path(&format!("run-{n}.log")),
         )

@@ -191,9 +191,7 @@ async fn the_background_verification_degrades_a_log_with_a_forged_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let log_dir = dir.path().join("log");
     crate::log::hardening_tests::log_with_a_forged_snapshot(&log_dir);
-    let options = crate::log::LogOptions {
-        snapshot_every: 1000,
-    };
+    let options = crate::log::LogOptions::snapshot_every(1000);
     let log = Arc::new(crate::log::Log::open(&log_dir, options).unwrap());
     assert!(log.degraded().is_none(), "opening trusts the snapshot");
     let sim =

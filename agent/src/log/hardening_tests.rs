@@ -120,7 +120,7 @@ fn a_record_far_larger_than_any_command_still_decodes() {
 /// A log of 11 records with snapshots at 4 and 8, whose snapshot at 8 was resealed
 /// over an intent without namespace `n0`: a valid hash, a valid anchor, a lie.
 pub(crate) fn log_with_a_forged_snapshot(dir: &std::path::Path) -> crate::intent::Intent {
-    let log = Log::open(dir, LogOptions { snapshot_every: 4 }).unwrap();
+    let log = Log::open(dir, LogOptions::snapshot_every(4)).unwrap();
     for i in 0..11 {
         log.append(&[ready(&format!("n{i}"))]).unwrap();
     }
@@ -139,9 +139,7 @@ pub(crate) fn log_with_a_forged_snapshot(dir: &std::path::Path) -> crate::intent
 }
 
 fn no_snapshots() -> LogOptions {
-    LogOptions {
-        snapshot_every: 1000,
-    }
+    LogOptions::snapshot_every(1000)
 }
 
 #[test]
@@ -168,7 +166,7 @@ fn verify_finds_a_resealed_forged_snapshot() {
 fn verify_finds_a_snapshot_anchored_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+        let log = Log::open(dir.path(), LogOptions::snapshot_every(4)).unwrap();
         for i in 0..6 {
             log.append(&[ready(&format!("n{i}"))]).unwrap();
         }
@@ -197,7 +195,7 @@ fn verify_finds_a_snapshot_anchored_elsewhere() {
 #[test]
 fn honest_snapshots_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap();
+    let log = Log::open(dir.path(), LogOptions::snapshot_every(4)).unwrap();
     for i in 0..11 {
         log.append(&[ready(&format!("n{i}"))]).unwrap();
     }
@@ -242,7 +240,7 @@ fn the_background_verification_degrades_the_log_on_a_forged_snapshot() {
 #[test]
 fn the_background_verification_of_an_honest_log_counts_every_record() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(Log::open(dir.path(), LogOptions { snapshot_every: 4 }).unwrap());
+    let log = Arc::new(Log::open(dir.path(), LogOptions::snapshot_every(4)).unwrap());
     for i in 0..12 {
         log.append(&[ready(&format!("n{i}"))]).unwrap();
     }

@@ -38,12 +38,26 @@ use std::sync::Mutex;
 pub struct LogOptions {
     /// Write a snapshot of the intent after this many records.
     pub snapshot_every: u64,
+    /// The storage's page cache, in bytes; `None`: sled's default (1 GiB, filled
+    /// only as pages are read). Many logs in one process (`sim-fleet`) want less.
+    pub cache_bytes: Option<u64>,
+}
+
+impl LogOptions {
+    /// The defaults, with a snapshot every `records` records.
+    pub fn snapshot_every(records: u64) -> LogOptions {
+        LogOptions {
+            snapshot_every: records,
+            ..LogOptions::default()
+        }
+    }
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             snapshot_every: 1024,
+            cache_bytes: None,
         }
     }
 }
@@ -103,14 +117,14 @@ impl Log {
     /// snapshot plus the records after it, and verifies that tail. A bad record
     /// leaves the log open but degraded: readable, and refusing appends.
     pub fn open(dir: &Path, options: LogOptions) -> Result<Log, LogError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| LogError::Open {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+        let mut config = sled::Config::new().path(dir).flush_every_ms(None);
+        if let Some(bytes) = options.cache_bytes {
+            config = config.cache_capacity(bytes);
+        }
+        let db = config.open().map_err(|source| LogError::Open {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let tree = |name: &str| db.open_tree(name).map_err(LogError::Storage);
         let (records, by_command, by_workload, snapshots) = (
             tree("records")?,

@@ -93,7 +93,7 @@ fn a_flipped_byte_names_its_seq_and_degrades_the_log() {
 #[test]
 fn snapshots_bound_replay_and_agree_with_a_full_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions { snapshot_every: 4 };
+    let opts = LogOptions::snapshot_every(4);
     {
         let log = Log::open(dir.path(), opts).unwrap();
         for i in 0..11 {
@@ -186,7 +186,7 @@ fn a_dropped_log_can_be_reopened_at_once() {
         .map(|t| {
             std::thread::spawn(move || {
                 let dir = tempfile::tempdir().unwrap();
-                let opts = LogOptions { snapshot_every: 2 };
+                let opts = LogOptions::snapshot_every(2);
                 for round in 0..100 {
                     let log = Log::open(dir.path(), opts)
                         .unwrap_or_else(|e| panic!("log {t}, reopen {round}: {e:?}"));
@@ -205,7 +205,7 @@ fn a_dropped_log_can_be_reopened_at_once() {
 #[test]
 fn a_snapshot_of_another_version_is_ignored_for_an_older_one() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions { snapshot_every: 4 };
+    let opts = LogOptions::snapshot_every(4);
     let before = {
         let log = Log::open(dir.path(), opts).unwrap();
         for i in 0..11 {
@@ -224,13 +224,7 @@ fn a_snapshot_of_another_version_is_ignored_for_an_older_one() {
         log.intent()
     };
     // (A longer interval, so that this open does not write a snapshot of its own.)
-    let log = Log::open(
-        dir.path(),
-        LogOptions {
-            snapshot_every: 100,
-        },
-    )
-    .unwrap();
+    let log = Log::open(dir.path(), LogOptions::snapshot_every(100)).unwrap();
     assert_eq!(log.intent(), before);
     // Replayed from the older snapshot (seq 4): records 5 to 11.
     assert_eq!(log.tail.lock().unwrap().since_snapshot, 7);

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 /// What the agent says about itself in heartbeats and `status` replies.
 #[derive(Debug, Clone)]
@@ -98,38 +99,53 @@ impl Transport {
         let (stop_commands, commands_rx) = watch::channel(false);
         let (stop_rest, rest_rx) = watch::channel(false);
         let (published_tx, published) = watch::channel(0);
-        let commands = tokio::spawn(commands::run(
-            js.clone(),
-            Arc::clone(&executor),
-            policy,
-            info.host.clone(),
-            in_flight,
-            commands_rx,
-        ));
-        let outbox = tokio::spawn(outbox::run(
-            js.clone(),
-            Arc::clone(executor.log()),
-            info.host.clone(),
-            published_tx,
-            info.outbox_alarm.clone(),
-            rest_rx.clone(),
-        ));
-        let others = vec![
-            tokio::spawn(results::run(
+        // Each task keeps the caller's span (`sim-fleet` tags every host's logs).
+        let commands = tokio::spawn(
+            commands::run(
+                js.clone(),
+                Arc::clone(&executor),
+                policy,
+                info.host.clone(),
+                in_flight,
+                commands_rx,
+            )
+            .in_current_span(),
+        );
+        let outbox = tokio::spawn(
+            outbox::run(
                 js.clone(),
                 Arc::clone(executor.log()),
                 info.host.clone(),
-                published.clone(),
+                published_tx,
+                info.outbox_alarm.clone(),
                 rest_rx.clone(),
-            )),
-            tokio::spawn(rpc::run(
-                client.clone(),
-                Arc::clone(&executor),
-                info.clone(),
-                published.clone(),
-                rest_rx.clone(),
-            )),
-            tokio::spawn(registry::run(js, Arc::clone(executor.log()), info, rest_rx)),
+            )
+            .in_current_span(),
+        );
+        let others = vec![
+            tokio::spawn(
+                results::run(
+                    js.clone(),
+                    Arc::clone(executor.log()),
+                    info.host.clone(),
+                    published.clone(),
+                    rest_rx.clone(),
+                )
+                .in_current_span(),
+            ),
+            tokio::spawn(
+                rpc::run(
+                    client.clone(),
+                    Arc::clone(&executor),
+                    info.clone(),
+                    published.clone(),
+                    rest_rx.clone(),
+                )
+                .in_current_span(),
+            ),
+            tokio::spawn(
+                registry::run(js, Arc::clone(executor.log()), info, rest_rx).in_current_span(),
+            ),
         ];
         Ok(Transport {
             stop_commands,

@@ -5,7 +5,7 @@ use super::*;
 use crate::testkit::{ContractError, Kit};
 use capstan_common::DriverKind;
 
-fn spec() -> Spec {
+pub(super) fn spec() -> Spec {
     Spec {
         driver: DriverKind::Sim,
         image: None,

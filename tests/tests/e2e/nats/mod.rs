@@ -6,6 +6,7 @@ mod confine;
 mod flow;
 mod outage;
 mod scale;
+mod sim_fleet;
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::{Cmd, Spec};

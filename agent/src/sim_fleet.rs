@@ -1,0 +1,221 @@
+//! `capstan-agent sim-fleet`: a simulated fleet in one process. Each of N hosts
+//! (`<prefix>-0001`, …) is an agent exactly as `run` builds it
+//! ([`HostSetup::start`]): its own log and sim host under `<data-dir>/<host>/`,
+//! executor, NATS connection (its own inbox prefix), command consumer, outbox, RPC
+//! and heartbeat. The config (its [nats] and [signing] sections, hooks, shutdown
+//! settings) is shared; every host's diagnostics carry a `host` span.
+//!
+//! Hosts start one after another (progress every [`PROGRESS_EVERY`]); a stop signal
+//! during that ends the starting after the host in hand. On the signal every host
+//! stops at once, each as `run` stops.
+
+use crate::config::AgentConfig;
+use crate::daemon::{DaemonError, HostSetup};
+use crate::log::LogOptions;
+use capstan_common::signing::Policy;
+use capstan_common::DriverKind;
+use futures::FutureExt as _;
+use std::future::Future;
+use std::path::PathBuf;
+use tracing::Instrument as _;
+
+/// Each host's log cache by default, in MiB (sled's own default is 1 GiB a log).
+pub const DEFAULT_LOG_CACHE_MIB: u64 = 4;
+/// Hosts between two progress lines while starting.
+pub const PROGRESS_EVERY: usize = 100;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    pub hosts: usize,
+    /// Host names are `<prefix>-0001`, …
+    pub prefix: String,
+    /// Each host's data dir is `<data_dir>/<host>`.
+    pub data_dir: PathBuf,
+    pub log: LogOptions,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("sim-fleet runs the sim driver; the config names `{0}`")]
+    NotSim(DriverKind),
+    #[error("--hosts must be at least 1")]
+    NoHosts,
+    #[error("host name {0:?} (from --prefix) must be a DNS label (1-63 of [a-z0-9-])")]
+    Name(String),
+    #[error("cannot start host {host}")]
+    Host {
+        host: String,
+        #[source]
+        source: DaemonError,
+    },
+}
+
+/// Host `i` (from 1) of the fleet: `<prefix>-0001`.
+pub fn host_name(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i:04}")
+}
+
+fn span(host: &str) -> tracing::Span {
+    tracing::info_span!("host", host = %host)
+}
+
+/// Starts the fleet, serves until `stopped` resolves, stops every host; returns the
+/// exit status: 0, or the number of workloads the hosts' sweeps could not stop (at
+/// most 100), as `run`'s.
+pub async fn run<S>(
+    config: &AgentConfig,
+    policy: Option<Policy>,
+    options: &FleetOptions,
+    stopped: impl Future<Output = S>,
+) -> Result<u8, FleetError> {
+    if config.driver != DriverKind::Sim {
+        return Err(FleetError::NotSim(config.driver));
+    }
+    if options.hosts == 0 {
+        return Err(FleetError::NoHosts);
+    }
+    let names: Vec<String> = (1..=options.hosts)
+        .map(|i| host_name(&options.prefix, i))
+        .collect();
+    if let Some(bad) = names
+        .iter()
+        .find(|n| !capstan_common::validate::is_dns_label(n))
+    {
+        return Err(FleetError::Name(bad.clone()));
+    }
+    tokio::pin!(stopped);
+    let mut daemons = Vec::with_capacity(names.len());
+    let mut signalled = false;
+    for name in &names {
+        let data_dir = options.data_dir.join(name);
+        let setup = HostSetup {
+            config,
+            host: name,
+            data_dir: &data_dir,
+            log: options.log,
+        };
+        let started = setup.start(policy.clone()).instrument(span(name)).await;
+        match started {
+            Ok(daemon) => daemons.push((name, daemon)),
+            Err(source) => {
+                tracing::error!(host = %name, "cannot start; stopping the hosts started");
+                stop_all(daemons).await;
+                return Err(FleetError::Host {
+                    host: name.clone(),
+                    source,
+                });
+            }
+        }
+        if daemons.len() % PROGRESS_EVERY == 0 || daemons.len() == names.len() {
+            tracing::info!(
+                started = daemons.len(),
+                of = names.len(),
+                "sim fleet starting"
+            );
+        }
+        if (&mut stopped).now_or_never().is_some() {
+            signalled = true;
+            tracing::info!(
+                started = daemons.len(),
+                "stopped while starting: not starting the rest"
+            );
+            break;
+        }
+    }
+    if !signalled {
+        tracing::info!(hosts = daemons.len(), "sim fleet ready");
+        stopped.await;
+    }
+    Ok(stop_all(daemons).await)
+}
+
+/// Stops every host at once; the exit status as [`run`] says.
+async fn stop_all(daemons: Vec<(&String, crate::daemon::Daemon)>) -> u8 {
+    let hosts = daemons.len();
+    let stops = daemons.into_iter().map(|(name, daemon)| {
+        async move {
+            match daemon.stop(None).await {
+                Ok(report) => u32::from(report.exit_code()),
+                Err(e) => {
+                    tracing::error!(error = %e, "the host did not stop cleanly");
+                    1
+                }
+            }
+        }
+        .instrument(span(name))
+    });
+    let failed: u32 = futures::future::join_all(stops).await.into_iter().sum();
+    tracing::info!(hosts, "sim fleet stopped");
+    u8::try_from(failed.min(100)).unwrap_or(100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_numbered_from_one_with_four_digits() {
+        assert_eq!(host_name("sim", 1), "sim-0001");
+        assert_eq!(host_name("rack-a", 500), "rack-a-0500");
+        assert_eq!(host_name("s", 12345), "s-12345");
+    }
+
+    fn options(hosts: usize, prefix: &str) -> FleetOptions {
+        FleetOptions {
+            hosts,
+            prefix: prefix.into(),
+            data_dir: PathBuf::from("/nonexistent/capstan-sim-fleet"),
+            log: LogOptions::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fleet_is_refused_before_anything_is_touched() {
+        let sim = AgentConfig::default();
+        let stopped = std::future::ready(());
+        let err = run(&sim, None, &options(0, "sim"), stopped)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FleetError::NoHosts), "{err}");
+        let err = run(&sim, None, &options(2, "Bad_"), std::future::ready(()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, FleetError::Name(ref n) if n == "Bad_-0001"),
+            "{err}"
+        );
+        let docker = AgentConfig {
+            driver: DriverKind::Docker,
+            ..AgentConfig::default()
+        };
+        let err = run(&docker, None, &options(2, "sim"), std::future::ready(()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, FleetError::NotSim(DriverKind::Docker)),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_signal_while_starting_stops_the_hosts_started_and_starts_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = FleetOptions {
+            data_dir: dir.path().to_path_buf(),
+            ..options(3, "t")
+        };
+        // The signal is there from the start: it is seen after the first host.
+        let code = run(
+            &AgentConfig::default(),
+            None,
+            &options,
+            std::future::ready(()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 0);
+        assert!(dir.path().join("t-0001").join("log").is_dir());
+        assert!(!dir.path().join("t-0002").exists());
+    }
+}

@@ -1,0 +1,63 @@
+//! `capstan-agent sim-fleet`: a hundred simulated hosts in one process, each a whole
+//! agent on NATS (consumer, outbox, RPC, heartbeat), driven through a coordinator.
+
+use super::Fleet;
+use capstan_driver::sim::SimHost;
+use capstan_tests::command::Commands;
+use serde_json::Value;
+
+const HOSTS: usize = 100;
+
+fn alive(hosts: &Value, name: &str) -> bool {
+    hosts["hosts"].as_array().is_some_and(|all| {
+        all.iter()
+            .any(|h| h["host"] == name && h["status"] == "alive")
+    })
+}
+
+#[test]
+fn a_hundred_simulated_hosts_in_one_process_take_commands_and_stop_on_sigterm() {
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    // The config every host shares: the fleet's server and signing key.
+    let config = fleet.agent("simf").build();
+    let process = config.sim_fleet(HOSTS, "simf");
+    let names: Vec<String> = (1..=HOSTS).map(|i| format!("simf-{i:04}")).collect();
+
+    let hosts = coordinator.wait_for_hosts("all 100 simulated hosts alive", |v| {
+        names.iter().all(|n| alive(v, n))
+    });
+    let beat = hosts["hosts"]
+        .as_array()
+        .and_then(|all| all.iter().find(|h| h["host"] == names[41]))
+        .expect("simf-0042 in the registry");
+    assert_eq!(beat["beat"]["drivers"][0], "sim", "{beat}");
+
+    // One command to each host through the coordinator; all are in flight at once.
+    let ids: Vec<String> = names
+        .iter()
+        .map(|n| {
+            coordinator.submit(&Commands::new(n, "tenant").ensure_namespace(&format!("ns-{n}")))
+        })
+        .collect();
+    for id in &ids {
+        let done = coordinator.cli_json(&["wait", id, "--timeout", "60s"], 0);
+        assert_eq!(done["status"], "succeeded", "{done}");
+    }
+    // Each host logged under its own name (a `host` span) …
+    let text = process.stderr();
+    assert!(
+        text.contains(r#""host":"simf-0100""#) && text.contains("taking commands"),
+        "{text}"
+    );
+
+    // SIGTERM: every host stops, the process exits 0.
+    let stopped = process.stop();
+    assert!(stopped.contains("sim fleet stopped"), "{stopped}");
+    // … and carried its command out on its own simulated host.
+    for n in &names {
+        let host = SimHost::load(&config.data_dir().join(n)).expect("sim host");
+        assert!(host.namespaces.contains("tenant"), "{n}: {host:?}");
+    }
+    fleet.stop();
+}

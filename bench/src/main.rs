@@ -21,6 +21,8 @@
 //!   namespaces vs the executor alone in process.
 //! - `reads` ([`reads`]): command status and `events?since` as a host's history grows
 //!   to `--history` records; the smallest size is the baseline.
+//! - `fanout` ([`fanout`]): one command to each of `--hosts` simulated hosts
+//!   (`capstan-agent sim-fleet`) until all results are back, vs one command to one host.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
 //! (the release binaries next to this one: `cargo build --release --workspace --bins`).
@@ -30,6 +32,7 @@
 //! a release build needs nothing else built.
 
 mod apply;
+mod fanout;
 mod group_commit;
 mod open;
 mod reads;
@@ -79,6 +82,9 @@ pub struct Args {
     /// The largest host history (records) of the reads measurement.
     #[arg(long, default_value_t = 100_000)]
     history: u64,
+    /// Simulated hosts in the fanout measurement.
+    #[arg(long, default_value_t = 500)]
+    hosts: usize,
 }
 
 /// The measurements, in the order they run.
@@ -92,6 +98,7 @@ enum Measurement {
     Roundtrip,
     Throughput,
     Reads,
+    Fanout,
 }
 
 pub fn event(i: usize) -> Event {
@@ -119,6 +126,7 @@ fn main() -> anyhow::Result<()> {
         "--units, --rounds and --roundtrips must be at least 1"
     );
     anyhow::ensure!(args.history >= 1_000, "--history must be at least 1000");
+    anyhow::ensure!(args.hosts > 0, "--hosts must be at least 1");
     anyhow::ensure!(args.commands > 16, "--commands must be more than 16");
     // Not a test: its runs are as long as they need (the harness's per-test clock).
     capstan_tests::watchdog::off();
@@ -147,6 +155,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Reads) {
         runtime.block_on(reads::run(&args))?;
+    }
+    if wanted(Measurement::Fanout) {
+        runtime.block_on(fanout::run(&args))?;
     }
     Ok(())
 }

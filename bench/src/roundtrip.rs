@@ -16,7 +16,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let chain = chain(&stack, args.roundtrips).await?;
     let api = api(&stack, args.roundtrips).await?;
     stack.stop();
-    let (mut chain, mut api) = (chain, api);
+    let (mut chain, (mut api, mut posts)) = (chain, api);
     let chain_p50 = percentile(&mut chain, 50.0);
     let p50 = percentile(&mut api, 50.0);
     println!(
@@ -26,6 +26,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             "commands": args.roundtrips,
             "p50_ms": round(p50),
             "p99_ms": round(percentile(&mut api, 99.0)),
+            "post_p50_ms": round(percentile(&mut posts, 50.0)),
             "baseline": {
                 "what": "raw chain: JetStream publish+ack, pull, 2 durable log appends, publish, receive",
                 "p50_ms": round(chain_p50),
@@ -42,22 +43,24 @@ pub fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// Submit → wait, `n` times after 20 unmeasured ones.
-async fn api(stack: &Stack, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let mut samples = Vec::with_capacity(n);
+/// Submit → wait, `n` times after 20 unmeasured ones: the whole, and the POST alone.
+async fn api(stack: &Stack, n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let (mut whole, mut posts) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n + 20 {
         let body = json!({"host": "rt", "id": format!("rt-{i}"), "op": "ensure_namespace",
             "namespace": format!("n{}", i % 16)});
         let t = Instant::now();
         let id = stack.submit(&body).await?;
+        let posted = t.elapsed();
         stack
             .get(&format!("commands/{id}/wait?timeout=30s"))
             .await?;
         if i >= 20 {
-            samples.push(t.elapsed());
+            whole.push(t.elapsed());
+            posts.push(posted);
         }
     }
-    Ok(samples)
+    Ok((whole, posts))
 }
 
 /// The raw chain, `n` times after 20 unmeasured ones.

@@ -48,6 +48,31 @@ impl Stack {
         stack
     }
 
+    /// Adds `capstan-agent sim-fleet` with `hosts` hosts `<prefix>-0001…` and waits
+    /// until every one is alive in the coordinator's registry.
+    pub fn sim_fleet(&mut self, hosts: usize, prefix: &str) -> Vec<String> {
+        let config = Agent::builder(prefix)
+            .without_hooks()
+            .nats(&self.server.url())
+            .signing(&self.keys.public)
+            .build();
+        let process = config.sim_fleet(hosts, prefix);
+        self.agents.push((config, process));
+        let names: Vec<String> = (1..=hosts).map(|i| format!("{prefix}-{i:04}")).collect();
+        self.coordinator
+            .wait_for_hosts("every simulated host alive", |v| {
+                let alive: HashSet<&str> = v["hosts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|h| h["status"] == "alive")
+                    .filter_map(|h| h["host"].as_str())
+                    .collect();
+                names.iter().all(|n| alive.contains(n.as_str()))
+            });
+        names
+    }
+
     /// Stops everything, asserting each process's exit status.
     pub fn stop(self) {
         for (_, daemon) in self.agents {

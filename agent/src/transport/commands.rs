@@ -278,8 +278,10 @@ async fn with_progress<T>(
     work: impl std::future::Future<Output = T>,
 ) -> T {
     let mut work = std::pin::pin!(work);
-    let mut tick = tokio::time::interval(ACK_WAIT / 3);
-    tick.tick().await;
+    // The first tick one period from now: `interval`'s immediate first tick still
+    // waits for the timer wheel (about 1 ms), on every command.
+    let period = ACK_WAIT / 3;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
             out = &mut work => return out,

@@ -11,9 +11,12 @@
 //! after its final one.
 //!
 //! Where to resume: the host's own `<host>._progress` key holds the seq up to which
-//! results are put, written after each round. A crash between a round's puts and its
-//! progress costs a re-put of the same values. Without a progress key (a first start),
-//! results start [`REPUT`] records before the last record in `CAPSTAN_EVT`.
+//! results are put, written at most every [`PROGRESS_EVERY`] while records flow, when
+//! they stop for that long, and on a stop — not after each round, where it would
+//! delay the next round's results. A crash costs a re-put of at most that much (the
+//! same values again: a status is summed up from the log). Without a progress key (a
+//! first start), results start [`REPUT`] records before the last record in
+//! `CAPSTAN_EVT`.
 //!
 //! The bucket being unreachable (no coordinator created it yet, or an outage) delays
 //! results, never the outbox.
@@ -33,6 +36,8 @@ use tokio::sync::watch;
 pub const REPUT: u64 = 256;
 /// The most records read, and puts sent, in one round.
 const ROUND: usize = 512;
+/// How often, at most, the progress key is written.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 enum ResultsError {
@@ -68,6 +73,8 @@ pub async fn run(
         host,
         bucket: None,
         done: None,
+        saved: 0,
+        saved_at: tokio::time::Instant::now(),
         pending: BTreeSet::new(),
     };
     loop {
@@ -83,11 +90,20 @@ pub async fn run(
                     continue;
                 }
                 if *stop.borrow() {
+                    results.save_progress().await;
                     return;
                 }
+                let behind = results.done.is_some_and(|d| d > results.saved);
+                let due = results.saved_at + PROGRESS_EVERY;
                 tokio::select! {
                     _ = published.changed() => {}
-                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep_until(due), if behind => {
+                        results.save_progress().await;
+                    }
+                    _ = stop.changed() => {
+                        results.save_progress().await;
+                        return;
+                    }
                 }
             }
             Err(e) => {
@@ -114,6 +130,9 @@ struct Results {
     bucket: Option<jetstream::kv::Store>,
     /// The seq up to which results are put (read from the bucket at first).
     done: Option<u64>,
+    /// The seq the progress key holds, and when it was written.
+    saved: u64,
+    saved_at: tokio::time::Instant,
     /// Commands whose result is to be put (kept across a failed round).
     pending: BTreeSet<String>,
 }
@@ -121,8 +140,8 @@ struct Results {
 impl Results {
     /// One round: collects the commands of up to [`ROUND`] records after `done` (and
     /// at most `upto`), puts their results (one put per command, however many of its
-    /// records the round holds) and the progress. True when records up to
-    /// `upto` remain.
+    /// records the round holds), and the progress when it is due. True when records
+    /// up to `upto` remain.
     async fn round(&mut self, upto: u64) -> Result<bool, ResultsError> {
         let bucket = match &self.bucket {
             Some(b) => b.clone(),
@@ -140,7 +159,11 @@ impl Results {
         };
         let done = match self.done {
             Some(done) => done,
-            None => self.resume_point(&bucket).await?,
+            None => {
+                let done = self.resume_point(&bucket).await?;
+                (self.saved, self.saved_at) = (done, tokio::time::Instant::now());
+                done
+            }
         };
         self.done = Some(done);
         if upto <= done && self.pending.is_empty() {
@@ -158,15 +181,37 @@ impl Results {
             }
         }
         self.put(reached).await?;
-        if reached > done {
-            let progress = serde_json::json!({ "seq": reached }).to_string();
-            bucket
-                .put(progress_key(&self.host), progress.into())
-                .await
-                .map_err(|e| ResultsError::Put(e.into()))?;
-        }
         self.done = Some(reached);
+        if reached > self.saved && self.saved_at.elapsed() >= PROGRESS_EVERY {
+            self.write_progress(&bucket, reached).await?;
+        }
         Ok(reached < upto)
+    }
+
+    async fn write_progress(
+        &mut self,
+        bucket: &jetstream::kv::Store,
+        seq: u64,
+    ) -> Result<(), ResultsError> {
+        let progress = serde_json::json!({ "seq": seq }).to_string();
+        bucket
+            .put(progress_key(&self.host), progress.into())
+            .await
+            .map_err(|e| ResultsError::Put(e.into()))?;
+        (self.saved, self.saved_at) = (seq, tokio::time::Instant::now());
+        Ok(())
+    }
+
+    /// Writes the progress if it is behind; a failure only costs re-puts later.
+    async fn save_progress(&mut self) {
+        let (Some(bucket), Some(done)) = (self.bucket.clone(), self.done) else {
+            return;
+        };
+        if done > self.saved {
+            if let Err(e) = self.write_progress(&bucket, done).await {
+                tracing::debug!(error = %e, "progress not written; results will be put again");
+            }
+        }
     }
 
     /// The progress key's seq, or [`REPUT`] records before the host's last record in

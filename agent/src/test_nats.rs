@@ -1,6 +1,7 @@
 //! A private nats-server for the agent's unit tests: a free loopback port, JetStream
 //! in its own temporary store, killed (and reaped) on drop. The real server, never a
-//! stand-in; `.ci/services.sh` installs it.
+//! stand-in: `$CAPSTAN_NATS_SERVER` (`scripts/test.sh` sets it to the build of
+//! `.ci/nats.sh`), else `nats-server` from `PATH` (`.ci/services.sh` installs it).
 
 use std::time::Duration;
 
@@ -30,14 +31,15 @@ pub async fn server_with(args: &[&str]) -> Server {
         .unwrap()
         .port();
     let store = tempfile::tempdir().unwrap();
-    let child = std::process::Command::new("nats-server")
+    let binary = std::env::var("CAPSTAN_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    let child = std::process::Command::new(&binary)
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
         .arg(store.path())
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("nats-server is installed");
+        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
     let server = Server {
         child,
         url: format!("nats://127.0.0.1:{port}"),

@@ -1,4 +1,5 @@
-//! The HTTP API in process, over a real nats-server (`.ci/services.sh` installs it):
+//! The HTTP API in process, over a real nats-server (`$CAPSTAN_NATS_SERVER`, else
+//! `nats-server` from `PATH`, which `.ci/services.sh` installs):
 //! tokens and roles, JSON-only bodies, and ids bound to their content.
 
 use capstan_common::nats::Retention;
@@ -30,13 +31,14 @@ async fn nats() -> Nats {
         .expect("a free port")
         .port();
     let store = tempfile::tempdir().expect("store");
-    let child = std::process::Command::new("nats-server")
+    let binary = std::env::var("CAPSTAN_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    let child = std::process::Command::new(&binary)
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(store.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("nats-server is installed (.ci/services.sh)");
+        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
     let server = Nats {
         child,
         url: format!("127.0.0.1:{port}"),

@@ -367,6 +367,7 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
         &js,
         capstan_common::wire::HOSTS_BUCKET,
         Retention::default().hosts_max_age,
+        1,
     )
     .await
     .expect("bucket");

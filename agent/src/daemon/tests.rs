@@ -179,7 +179,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
     // Every record reached the event stream before the stop returned.
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    let mut stream = capstan_common::nats::evt_stream(&js).await.unwrap();
+    let mut stream = capstan_common::nats::evt_stream(&js, 1).await.unwrap();
     let last = executor.log().last_seq();
     let published = stream.info().await.unwrap().state.messages;
     assert_eq!(published, last, "the outbox drained every record");

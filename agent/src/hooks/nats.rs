@@ -31,11 +31,12 @@ impl NatsRunner {
         };
         // No retry on the first connect: an unreachable server fails the call at once.
         let options = async_nats::ConnectOptions::new().request_timeout(None);
+        let servers = nats.servers().map_err(|e| failed(&e))?;
         let client = nats
             .authenticate(options)
             .await
             .map_err(|e| failed(&e))?
-            .connect(nats.url.as_str())
+            .connect(servers)
             .await
             .map_err(|e| failed(&e))?;
         clients.insert(owner.to_string(), client.clone());

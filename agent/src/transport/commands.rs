@@ -30,9 +30,10 @@ pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
 
 async fn consumer(
     js: &jetstream::Context,
+    replicas: usize,
     host: &str,
 ) -> Result<jetstream::consumer::PullConsumer, String> {
-    let stream = capstan_common::nats::cmd_stream(js)
+    let stream = capstan_common::nats::cmd_stream(js, replicas)
         .await
         .map_err(|e| format!("{e}: {}", source_text(&e)))?;
     let name = wire::consumer_name(host);
@@ -57,9 +58,11 @@ fn source_text(e: &dyn std::error::Error) -> String {
 }
 
 /// Reads and carries out commands until `stop`. A command being carried out when
-/// `stop` arrives is finished (and acked) first.
+/// `stop` arrives is finished (and acked) first. `replicas`: for the command stream,
+/// if this agent is the first to need it.
 pub async fn run(
     js: jetstream::Context,
+    replicas: usize,
     executor: Arc<Executor>,
     policy: Policy,
     host: String,
@@ -67,7 +70,7 @@ pub async fn run(
 ) {
     let mut retry = Duration::from_millis(200);
     'setup: loop {
-        let consumer = match consumer(&js, &host).await {
+        let consumer = match consumer(&js, replicas, &host).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "command consumer not ready; retrying");

@@ -94,6 +94,7 @@ impl Transport {
         let (published_tx, published) = watch::channel(0);
         let commands = tokio::spawn(commands::run(
             js.clone(),
+            nats.replicas,
             Arc::clone(&executor),
             policy,
             info.host.clone(),
@@ -101,6 +102,7 @@ impl Transport {
         ));
         let outbox = tokio::spawn(outbox::run(
             js.clone(),
+            nats.replicas,
             Arc::clone(executor.log()),
             info.host.clone(),
             published_tx,
@@ -115,7 +117,13 @@ impl Transport {
                 published.clone(),
                 rest_rx.clone(),
             )),
-            tokio::spawn(registry::run(js, Arc::clone(executor.log()), info, rest_rx)),
+            tokio::spawn(registry::run(
+                js,
+                nats.replicas,
+                Arc::clone(executor.log()),
+                info,
+                rest_rx,
+            )),
         ];
         Ok(Transport {
             stop_commands,

@@ -352,8 +352,8 @@ async fn ensure_stream(
 
 /// Brings the existing streams and buckets of the layout up to date: every field a
 /// `harden_*` function sets (limits, denials) is set, and `replicas` (the server
-/// scales the stream: nats-server 2.10 and later), everything else is kept (a bucket
-/// keeps its max age). Only what differs is updated, so a second call does nothing.
+/// scales the stream up or down; 2.9.10 and 2.15.2 both do, `nats::cluster` tests
+/// it), everything else is kept (a bucket keeps its max age). Only what differs is updated, so a second call does nothing.
 /// Needs the permission to update streams (the coordinator's).
 pub async fn migrate(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
     let layout: [(String, Harden); 4] = [

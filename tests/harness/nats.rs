@@ -9,18 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The nats-server binary the tests run: `$CAPSTAN_NATS_SERVER` (`scripts/test.sh` sets
-/// it to the build of `.ci/nats.sh`), else `nats-server` from `PATH`.
-pub fn server_binary() -> String {
-    std::env::var("CAPSTAN_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use capstan_testsupport::{free_port, nats_server_binary};
 
 /// A private nats-server with JetStream, on a free loopback port.
 pub struct NatsServer {
@@ -56,7 +45,7 @@ impl NatsServer {
 
     fn boot(&mut self) {
         self.runs += 1;
-        let mut c = Command::new(server_binary());
+        let mut c = Command::new(nats_server_binary());
         if let Some(conf) = &self.config {
             c.arg("-c").arg(conf);
         }
@@ -165,7 +154,7 @@ impl NatsCluster {
         let store = self.dir.path().join(&self.nodes[i].name);
         let node = &mut self.nodes[i];
         node.runs += 1;
-        let mut c = Command::new(server_binary());
+        let mut c = Command::new(nats_server_binary());
         c.args(["-js", "-a", "127.0.0.1"])
             .args(["-p", &node.port.to_string()])
             .args(["-m", &node.monitor_port.to_string()])

@@ -76,7 +76,7 @@ impl HookRunner for NatsRunner {
 mod tests {
     use super::*;
     use crate::hooks::Phase;
-    use crate::test_nats::{server, server_with};
+    use capstan_testsupport::NatsServer;
     use futures::StreamExt as _;
     use std::time::Duration;
 
@@ -108,7 +108,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_nats_owner_answers_by_request_reply() {
-        let server = server().await;
+        let server = NatsServer::start(&[]);
         let responder = async_nats::connect(&server.url).await.unwrap();
         let mut sub = responder.subscribe("iam.hooks").await.unwrap();
         responder.flush().await.unwrap();
@@ -163,7 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_nats_owner_connects_with_the_credentials_of_its_config() {
-        let server = server_with(&["--user", "capstan", "--pass", "s3cret"]).await;
+        let server = NatsServer::start(&["--user", "capstan", "--pass", "s3cret"]);
         let responder = async_nats::ConnectOptions::new()
             .user_and_password("capstan".into(), "s3cret".into())
             .connect(&server.url)

@@ -35,9 +35,10 @@ unit=${PIPESTATUS[0]}
 cargo test -p capstan-tests --no-fail-fast "$@" 2>&1 | tee -a "$out"
 e2e=${PIPESTATUS[0]}
 # Smoke run against the oldest supported nats-server: real round trips (submit, run,
-# events, hosts, offline delivery, a redelivery, two coordinators).
+# events, hosts, offline delivery, a redelivery, two coordinators). Its own filter, so
+# without "$@" (which may hold one); it runs the debug binaries built above.
 echo "== smoke run against $("$OLDEST_NATS" --version)"
-CAPSTAN_NATS_SERVER=$OLDEST_NATS cargo test -p capstan-tests --test e2e --no-fail-fast "$@" \
+CAPSTAN_NATS_SERVER=$OLDEST_NATS cargo test -p capstan-tests --test e2e --no-fail-fast \
   -- nats::flow:: 2>&1 | tee -a "$out" "$smoke_out"
 smoke=${PIPESTATUS[0]}
 set -e

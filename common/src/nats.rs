@@ -86,6 +86,11 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// [`redact`] for each URL of a comma-separated list.
+fn redact_all(urls: &str) -> String {
+    urls.split(',').map(redact).collect::<Vec<_>>().join(",")
+}
+
 impl Default for NatsConfig {
     fn default() -> Self {
         NatsConfig {
@@ -282,10 +287,6 @@ impl NatsConfig {
         }
         Ok(options.require_tls(self.require_tls))
     }
-}
-
-fn redact_all(urls: &str) -> String {
-    urls.split(',').map(redact).collect::<Vec<_>>().join(",")
 }
 
 /// Retention and replication of the layout's streams and buckets.

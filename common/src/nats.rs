@@ -456,8 +456,10 @@ pub async fn evt_stream(
 /// A KV bucket, created through its backing stream: the stream config below is what
 /// a KV bucket is, except that rollups and purges are denied. (async-nats'
 /// `create_key_value` first reads account info in a shape nats-server 2.9 does not
-/// send. It is kept with later servers too: `create_key_value` makes buckets that
-/// allow rollups and purges, and takes no `deny_purge`, so the bucket would exist
+/// send: against 2.9.10 it fails with "data did not match any variant of untagged
+/// enum Response", against 2.15.2 it works; tried. So this stays while 2.9 is
+/// supported, and would stay anyway: `create_key_value` makes buckets that allow
+/// rollups and purges, and takes no `deny_purge`, so the bucket would exist
 /// unhardened until [`migrate`] ran.) An existing bucket keeps its max age.
 pub async fn bucket(
     js: &jetstream::Context,

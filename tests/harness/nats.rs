@@ -341,6 +341,16 @@ impl NatsCluster {
         process.kill();
     }
 
+    /// Stops every running node (SIGINT), asserting each exits 0.
+    #[track_caller]
+    pub fn stop(mut self) {
+        for node in &mut self.nodes {
+            if let Some(process) = node.process.take() {
+                process.signal_expecting(libc::SIGINT, Exit::OK);
+            }
+        }
+    }
+
     /// Starts node `i` again (same ports, store and name) and waits until it is
     /// current again.
     #[track_caller]

@@ -215,6 +215,7 @@ fn rollout_losing(victim: Victim) {
         }
     }
     coordinator.stop();
+    cluster.stop();
 }
 
 /// The streams and buckets (their streams) of the layout.
@@ -271,6 +272,7 @@ fn a_coordinator_scales_an_r1_layout_to_its_replicas() {
     assert_succeeded(&r3, "ns");
     daemon.stop();
     r3.stop();
+    cluster.stop();
 }
 
 /// Whether a failed `capstan` call failed for want of NATS (a 503 from the

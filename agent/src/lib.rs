@@ -22,6 +22,4 @@ mod executor_tests;
 #[cfg(test)]
 mod flush_failure_tests;
 #[cfg(test)]
-mod test_nats;
-#[cfg(test)]
 mod testkit;

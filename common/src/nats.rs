@@ -13,9 +13,16 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
-    /// Server URL(s), comma-separated: `nats://127.0.0.1:4222`, `tls://…`.
-    #[serde(default = "default_url")]
+    /// Server URL(s): `nats://127.0.0.1:4222`, `tls://…`; several (a cluster)
+    /// comma-separated, or in the config as an array of strings (kept here joined
+    /// with `,`). [`NatsConfig::servers`] parses them.
+    #[serde(default = "default_url", deserialize_with = "one_or_many")]
     pub url: String,
+    /// Replicas of every stream and bucket the layout creates, and what
+    /// [`migrate`] brings existing ones to: 1 for one server, 3 for a cluster
+    /// (1..=[`MAX_REPLICAS`]).
+    #[serde(default = "default_replicas")]
+    pub replicas: usize,
     /// User and password (or `password_file`).
     pub user: Option<String>,
     pub password: Option<String>,
@@ -38,10 +45,57 @@ fn default_url() -> String {
     "nats://127.0.0.1:4222".into()
 }
 
+fn default_replicas() -> usize {
+    1
+}
+
+/// The most replicas a JetStream stream can have.
+pub const MAX_REPLICAS: usize = 5;
+
+/// `url` as one string or an array of strings, the array joined with `,`.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Urls {
+        One(String),
+        Many(Vec<String>),
+    }
+    match Urls::deserialize(d)? {
+        Urls::One(url) => Ok(url),
+        Urls::Many(urls) => {
+            if let Some(both) = urls.iter().find(|u| u.contains(',')) {
+                return Err(serde::de::Error::custom(format!(
+                    "`url`: {:?} holds a comma: one URL per array entry",
+                    redact(both)
+                )));
+            }
+            Ok(urls.join(","))
+        }
+    }
+}
+
+/// `url` without the user and password it may carry (`nats://u:p@host` → `nats://…@host`),
+/// for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…{}", &url[..scheme], &url[at..])
+        }
+        (None, Some(at)) => format!("…{}", &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// [`redact`] for each URL of a comma-separated list.
+fn redact_all(urls: &str) -> String {
+    urls.split(',').map(redact).collect::<Vec<_>>().join(",")
+}
+
 impl Default for NatsConfig {
     fn default() -> Self {
         NatsConfig {
             url: default_url(),
+            replicas: default_replicas(),
             user: None,
             password: None,
             password_file: None,
@@ -113,9 +167,10 @@ impl NatsConfig {
         if let Some(prefix) = inbox_prefix {
             options = options.custom_inbox_prefix(prefix);
         }
+        let servers = self.servers()?;
         self.authenticate(options)
             .await?
-            .connect(self.url.as_str())
+            .connect(servers)
             .await
             .map_err(|source| NatsError::Connect {
                 url: self.url.clone(),
@@ -123,11 +178,44 @@ impl NatsConfig {
             })
     }
 
+    /// The server addresses in `url`: split at `,`, each trimmed and parsed. An empty
+    /// entry or one that is not a NATS URL is an error naming it (without its password).
+    pub fn servers(&self) -> Result<Vec<async_nats::ServerAddr>, NatsError> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .enumerate()
+            .map(|(i, url)| {
+                if url.is_empty() {
+                    return Err(NatsError::Config(format!(
+                        "`url`: server {} of {:?} is empty",
+                        i + 1,
+                        redact_all(&self.url)
+                    )));
+                }
+                url.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    NatsError::Config(format!(
+                        "`url`: {:?} is not a NATS server URL: {e}",
+                        redact(url)
+                    ))
+                })
+            })
+            .collect()
+    }
+
     /// Checks what can be checked without a server, for a config load to report:
-    /// at most one of `user`, `nkey_seed_file` and `creds_file`; a `user` has exactly
-    /// one of `password` and `password_file`; `tls_cert_file` and `tls_key_file` go
+    /// every server in `url` parses; `replicas` is 1..=[`MAX_REPLICAS`]; at most one
+    /// of `user`, `nkey_seed_file` and `creds_file`; a `user` has exactly one of
+    /// `password` and `password_file`; `tls_cert_file` and `tls_key_file` go
     /// together; every file named can be read.
     pub fn validate(&self) -> Result<(), NatsError> {
+        self.servers()?;
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(NatsError::Config(format!(
+                "`replicas` is {}: it must be 1 to {MAX_REPLICAS} (1 for one server, 3 for a cluster)",
+                self.replicas
+            )));
+        }
         let methods = [
             self.user.is_some(),
             self.nkey_seed_file.is_some(),
@@ -201,13 +289,15 @@ impl NatsConfig {
     }
 }
 
-/// Retention of the layout's streams and buckets.
+/// Retention and replication of the layout's streams and buckets.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     /// How long a host's registry entry outlives its last heartbeat.
     pub hosts_max_age: Duration,
     /// How long the coordinators remember which host a command id went to.
     pub commands_max_age: Duration,
+    /// Replicas of every stream and bucket (`[nats] replicas`).
+    pub replicas: usize,
 }
 
 impl Default for Retention {
@@ -215,6 +305,7 @@ impl Default for Retention {
         Retention {
             hosts_max_age: Duration::from_secs(60),
             commands_max_age: Duration::from_secs(7 * 24 * 3600),
+            replicas: default_replicas(),
         }
     }
 }
@@ -249,16 +340,18 @@ pub const RESULTS_MAX_BYTES: i64 = 1 << 30;
 /// Sets the limits and denials of one stream of the layout on its config.
 type Harden = fn(&mut stream::Config);
 
-/// Gets the stream `config.name`, creating it with `config` and the fields `harden`
-/// sets (limits; rollups, purges and deletes denied) when missing. An existing stream
-/// is used as it is: [`migrate`] (the coordinator's) brings it up to date, since
-/// agents may not update streams with the shipped permissions.
+/// Gets the stream `config.name`, creating it with `config`, `replicas` and the
+/// fields `harden` sets (limits; rollups, purges and deletes denied) when missing. An
+/// existing stream is used as it is: [`migrate`] (the coordinator's) brings it up to
+/// date, since agents may not update streams with the shipped permissions.
 async fn ensure_stream(
     js: &jetstream::Context,
     mut config: stream::Config,
     harden: Harden,
+    replicas: usize,
 ) -> Result<stream::Stream, NatsError> {
     harden(&mut config);
+    config.num_replicas = replicas;
     let name = config.name.clone();
     js.get_or_create_stream(config)
         .await
@@ -266,10 +359,12 @@ async fn ensure_stream(
 }
 
 /// Brings the existing streams and buckets of the layout up to date: every field a
-/// `harden_*` function sets (limits, denials) is set, everything else is kept (a
-/// bucket keeps its max age). Only what differs is updated, so a second call does
-/// nothing. Needs the permission to update streams (the coordinator's).
-pub async fn migrate(js: &jetstream::Context) -> Result<(), NatsError> {
+/// `harden_*` function sets (limits, denials) is set, and `replicas` (the server
+/// scales the stream up or down; 2.9.10 and 2.15.2 both do, `nats::cluster` tests
+/// it), everything else is kept (a bucket keeps its max age). Only what differs is
+/// updated, so a second call does nothing.
+/// Needs the permission to update streams (the coordinator's).
+pub async fn migrate(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
     let layout: [(String, Harden); 5] = [
         (wire::CMD_STREAM.into(), harden_cmd),
         (wire::EVT_STREAM.into(), harden_evt),
@@ -287,11 +382,17 @@ pub async fn migrate(js: &jetstream::Context) -> Result<(), NatsError> {
             .clone();
         let mut wanted = current.clone();
         harden(&mut wanted);
+        wanted.num_replicas = replicas;
         if wanted != current {
             js.update_stream(&wanted)
                 .await
                 .map_err(|e| setup_error(&name)(e.into()))?;
-            tracing::info!(stream = %name, "stream updated to the current limits");
+            tracing::info!(
+                stream = %name,
+                replicas,
+                was = current.num_replicas,
+                "stream updated to the current limits and replicas"
+            );
         }
     }
     Ok(())
@@ -334,7 +435,10 @@ fn harden_results(c: &mut stream::Config) {
 }
 
 /// The command stream: work-queue retention, so a command stays until its host acks it.
-pub async fn cmd_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
+pub async fn cmd_stream(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
         name: wire::CMD_STREAM.into(),
         subjects: vec!["capstan.v1.cmd.*".into()],
@@ -343,13 +447,16 @@ pub async fn cmd_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsE
         duplicate_window: Duration::from_secs(120),
         ..Default::default()
     };
-    ensure_stream(js, config, harden_cmd).await
+    ensure_stream(js, config, harden_cmd, replicas).await
 }
 
 /// The event stream: every host's log records, kept (limits retention, bounded by
 /// [`EVT_MAX_BYTES`] and [`EVT_MAX_PER_HOST`]). No duplicate window is relied on: the
 /// outbox publishes with `Nats-Expected-Last-Subject-Sequence` and no `Nats-Msg-Id`.
-pub async fn evt_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsError> {
+pub async fn evt_stream(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
         name: wire::EVT_STREAM.into(),
         subjects: vec!["capstan.v1.evt.*".into()],
@@ -358,17 +465,22 @@ pub async fn evt_stream(js: &jetstream::Context) -> Result<stream::Stream, NatsE
         allow_direct: true,
         ..Default::default()
     };
-    ensure_stream(js, config, harden_evt).await
+    ensure_stream(js, config, harden_evt, replicas).await
 }
 
-/// A KV bucket, created through its backing stream. (async-nats' `create_key_value`
-/// first reads account info in a shape nats-server 2.9 does not send; the stream
-/// config below is what a KV bucket is, except that rollups and purges are denied.)
-/// An existing bucket keeps its max age.
+/// A KV bucket, created through its backing stream: the stream config below is what
+/// a KV bucket is, except that rollups and purges are denied. (async-nats'
+/// `create_key_value` first reads account info in a shape nats-server 2.9 does not
+/// send: against 2.9.10 it fails with "data did not match any variant of untagged
+/// enum Response", against 2.15.2 it works; tried. So this stays while 2.9 is
+/// supported, and would stay anyway: `create_key_value` makes buckets that allow
+/// rollups and purges, and takes no `deny_purge`, so the bucket would exist
+/// unhardened until [`migrate`] ran.) An existing bucket keeps its max age.
 pub async fn bucket(
     js: &jetstream::Context,
     name: &str,
     max_age: Duration,
+    replicas: usize,
 ) -> Result<kv::Store, NatsError> {
     let harden = if name == wire::RESULTS_BUCKET {
         harden_results
@@ -385,8 +497,136 @@ pub async fn bucket(
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    ensure_stream(js, config, harden).await?;
+    ensure_stream(js, config, harden, replicas).await?;
     js.get_key_value(name)
         .await
         .map_err(|e| setup_error(name)(e.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<NatsConfig, String> {
+        toml::from_str(toml_text).map_err(|e| e.to_string())
+    }
+
+    fn hosts(config: &NatsConfig) -> Vec<String> {
+        config
+            .servers()
+            .expect("servers")
+            .into_iter()
+            .map(|s| {
+                let url = s.into_inner();
+                format!(
+                    "{}://{}:{}",
+                    url.scheme(),
+                    url.host_str().unwrap(),
+                    url.port().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_url_is_one_server() {
+        let config = parse(r#"url = "nats://10.0.0.5:4222""#).unwrap();
+        assert_eq!(config.url, "nats://10.0.0.5:4222");
+        assert_eq!(hosts(&config), ["nats://10.0.0.5:4222"]);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn without_url_the_local_default_is_used() {
+        let config = parse("").unwrap();
+        assert_eq!(hosts(&config), ["nats://127.0.0.1:4222"]);
+        assert_eq!(config.replicas, 1);
+    }
+
+    #[test]
+    fn a_comma_separated_url_is_a_list_of_servers() {
+        let config = parse(r#"url = "nats://a:4301,nats://b:4302, tls://c:4303""#).unwrap();
+        assert_eq!(
+            hosts(&config),
+            ["nats://a:4301", "nats://b:4302", "tls://c:4303"]
+        );
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn an_array_of_urls_is_a_list_of_servers() {
+        let config = parse(r#"url = ["nats://a:4301", "nats://b:4302"]"#).unwrap();
+        assert_eq!(config.url, "nats://a:4301,nats://b:4302");
+        assert_eq!(hosts(&config), ["nats://a:4301", "nats://b:4302"]);
+    }
+
+    #[test]
+    fn an_array_entry_with_a_comma_is_refused() {
+        let e = parse(r#"url = ["nats://a:4301,nats://b:4302"]"#).unwrap_err();
+        assert!(e.contains("one URL per array entry"), "{e}");
+    }
+
+    #[test]
+    fn a_url_that_is_neither_string_nor_array_is_refused() {
+        assert!(parse("url = 4222").is_err());
+        assert!(parse("url = [4222]").is_err());
+    }
+
+    #[test]
+    fn the_bad_server_is_named() {
+        let config = parse(r#"url = "nats://a:4301,nats://b:port""#).unwrap();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(
+            e.contains(r#""nats://b:port" is not a NATS server URL"#),
+            "{e}"
+        );
+        assert!(!e.contains("a:4301"), "{e}");
+
+        let config = parse(r#"url = ["nats://a:4301", "http://b:4302"]"#).unwrap();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(
+            e.contains(r#""http://b:4302""#) && e.contains("scheme"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_empty_entry_is_refused() {
+        for url in [r#""nats://a:4301,,nats://b:4302""#, r#""""#, r#"[]"#] {
+            let config = parse(&format!("url = {url}")).unwrap();
+            let e = config.validate().unwrap_err().to_string();
+            assert!(e.contains("is empty"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_a_bad_url_is_not_shown() {
+        let config = parse(r#"url = "nats://u:secret@a:99999""#).unwrap();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("nats://…@a:99999") && !e.contains("secret"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn replicas_are_one_to_five() {
+        for n in 1..=5 {
+            let config = parse(&format!("replicas = {n}")).unwrap();
+            assert_eq!(config.replicas, n);
+            config.validate().unwrap();
+        }
+        for n in [0, 6] {
+            let config = parse(&format!("replicas = {n}")).unwrap();
+            let e = config.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("`replicas` is {n}")), "{e}");
+        }
+        assert!(parse("replicas = -1").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = parse("urls = []").unwrap_err();
+        assert!(e.contains("urls"), "{e}");
+    }
 }

@@ -144,30 +144,34 @@ impl Fleet {
         }
         self.layout
             .get_or_try_init(|| async {
-                cnats::cmd_stream(&self.js).await?;
+                let replicas = self.retention.replicas;
+                cnats::cmd_stream(&self.js, replicas).await?;
                 let layout = Layout {
-                    evt: cnats::evt_stream(&self.js).await?,
+                    evt: cnats::evt_stream(&self.js, replicas).await?,
                     hosts: cnats::bucket(
                         &self.js,
                         wire::HOSTS_BUCKET,
                         self.retention.hosts_max_age,
+                        replicas,
                     )
                     .await?,
                     commands: cnats::bucket(
                         &self.js,
                         wire::COMMANDS_BUCKET,
                         self.retention.commands_max_age,
+                        replicas,
                     )
                     .await?,
                     results: cnats::bucket(
                         &self.js,
                         wire::RESULTS_BUCKET,
                         self.retention.commands_max_age,
+                        self.retention.replicas,
                     )
                     .await?,
                 };
                 // Streams and buckets an older version made get today's limits.
-                cnats::migrate(&self.js).await?;
+                cnats::migrate(&self.js, replicas).await?;
                 Ok::<_, FleetError>(layout)
             })
             .await

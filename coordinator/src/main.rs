@@ -154,6 +154,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         Duration::from_secs(config.stale_after_secs),
         Retention {
             hosts_max_age: Duration::from_secs(config.hosts_max_age_secs),
+            replicas: config.nats.replicas,
             ..Retention::default()
         },
     );

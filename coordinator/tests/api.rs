@@ -1,4 +1,4 @@
-//! The HTTP API in process, over a real nats-server (`.ci/services.sh` installs it):
+//! The HTTP API in process, over a real nats-server (`capstan_testsupport`):
 //! tokens and roles, JSON-only bodies, and ids bound to their content.
 
 use capstan_common::nats::Retention;
@@ -6,63 +6,20 @@ use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
 use capstan_coordinator::fleet::Fleet;
+use capstan_testsupport::NatsServer;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// nats-server with JetStream on a free port, in its own store; killed on drop.
-struct Nats {
-    child: std::process::Child,
-    url: String,
-    _store: tempfile::TempDir,
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn nats() -> Nats {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let store = tempfile::tempdir().expect("store");
-    let child = std::process::Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(store.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nats-server is installed (.ci/services.sh)");
-    let server = Nats {
-        child,
-        url: format!("127.0.0.1:{port}"),
-        _store: store,
-    };
-    // Ready once it takes connections: bounded by 10 s.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(&server.url).await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "nats-server did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    server
-}
 
 /// A coordinator API on a free loopback port.
 struct Api {
     base: String,
     http: reqwest::Client,
-    nats: Nats,
+    nats: NatsServer,
 }
 
 async fn api(tokens: Option<Tokens>) -> Api {
-    let nats = nats().await;
+    let nats = NatsServer::start(&[]);
     let client = async_nats::connect(&nats.url).await.expect("connect");
     let fleet = Fleet::new(
         client,
@@ -365,6 +322,7 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
         &js,
         capstan_common::wire::HOSTS_BUCKET,
         Retention::default().hosts_max_age,
+        1,
     )
     .await
     .expect("bucket");

@@ -47,7 +47,7 @@ pub struct AgentBuilder {
     hooks: Vec<Hook>,
     /// The NATS server's URL.
     nats: Option<String>,
-    /// `[nats]` credential lines.
+    /// More `[nats]` lines: credentials, `replicas`.
     nats_auth: String,
     /// The coordinator's public key.
     signing: Option<String>,
@@ -127,9 +127,15 @@ impl AgentBuilder {
     }
 
     /// NATS credentials (after [`AgentBuilder::nats`]).
-    pub fn nats_user(mut self, user: &str, password: &str) -> AgentBuilder {
+    pub fn nats_user(self, user: &str, password: &str) -> AgentBuilder {
+        self.nats_extra(&format!("user = {user:?}\npassword = {password:?}"))
+    }
+
+    /// More `[nats]` lines (after [`AgentBuilder::nats`]): `replicas = 3`, …
+    pub fn nats_extra(mut self, lines: &str) -> AgentBuilder {
         assert!(self.nats.is_some(), "nats() first");
-        self.nats_auth = format!("user = {user:?}\npassword = {password:?}\n");
+        self.nats_auth.push_str(lines);
+        self.nats_auth.push('\n');
         self
     }
 

@@ -150,14 +150,20 @@ impl Process {
     /// SIGTERM, wait, and assert it ended as `want`. Returns its stderr.
     #[track_caller]
     pub fn stop_expecting(self, want: Exit) -> String {
+        self.signal_expecting(libc::SIGTERM, want)
+    }
+
+    /// Sends `signal`, waits, and asserts it ended as `want`. Returns its stderr.
+    #[track_caller]
+    pub fn signal_expecting(self, signal: i32, want: Exit) -> String {
         if let Some(early) = self.exited() {
             panic!(
-                "{} had already ended ({early}) before SIGTERM; its stderr:\n{}",
+                "{} had already ended ({early}) before signal {signal}; its stderr:\n{}",
                 self.name,
                 self.stderr()
             );
         }
-        send_signal(self.id(), libc::SIGTERM);
+        send_signal(self.id(), signal);
         self.wait_expecting(want)
     }
 

@@ -146,7 +146,7 @@ async fn a_driver_that_reports_no_exits_is_not_supervised() {
 /// ("JoinHandle polled after completion"), skipping the outbox drain and the flush.
 #[tokio::test]
 async fn a_stop_with_nats_drains_the_outbox_and_returns() {
-    let server = crate::test_nats::server().await;
+    let server = capstan_testsupport::NatsServer::start(&[]);
     let rig = given_two_running(SimConfig::default()).await;
     let executor = Arc::clone(&rig.executor);
     let nats = NatsSettings {
@@ -180,7 +180,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
     // Every record reached the event stream before the stop returned.
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    let mut stream = capstan_common::nats::evt_stream(&js).await.unwrap();
+    let mut stream = capstan_common::nats::evt_stream(&js, 1).await.unwrap();
     let last = executor.log().last_seq();
     let published = stream.info().await.unwrap().state.messages;
     assert_eq!(published, last, "the outbox drained every record");

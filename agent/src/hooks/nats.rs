@@ -31,11 +31,12 @@ impl NatsRunner {
         };
         // No retry on the first connect: an unreachable server fails the call at once.
         let options = async_nats::ConnectOptions::new().request_timeout(None);
+        let servers = nats.servers().map_err(|e| failed(&e))?;
         let client = nats
             .authenticate(options)
             .await
             .map_err(|e| failed(&e))?
-            .connect(nats.url.as_str())
+            .connect(servers)
             .await
             .map_err(|e| failed(&e))?;
         clients.insert(owner.to_string(), client.clone());
@@ -75,7 +76,7 @@ impl HookRunner for NatsRunner {
 mod tests {
     use super::*;
     use crate::hooks::Phase;
-    use crate::test_nats::{server, server_with};
+    use capstan_testsupport::NatsServer;
     use futures::StreamExt as _;
     use std::time::Duration;
 
@@ -107,7 +108,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_nats_owner_answers_by_request_reply() {
-        let server = server().await;
+        let server = NatsServer::start(&[]);
         let responder = async_nats::connect(&server.url).await.unwrap();
         let mut sub = responder.subscribe("iam.hooks").await.unwrap();
         responder.flush().await.unwrap();
@@ -162,7 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_nats_owner_connects_with_the_credentials_of_its_config() {
-        let server = server_with(&["--user", "capstan", "--pass", "s3cret"]).await;
+        let server = NatsServer::start(&["--user", "capstan", "--pass", "s3cret"]);
         let responder = async_nats::ConnectOptions::new()
             .user_and_password("capstan".into(), "s3cret".into())
             .connect(&server.url)

@@ -49,11 +49,12 @@ pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
 /// Gets the host's consumer; with `fresh`, deletes it first (see the module doc).
 async fn consumer(
     js: &jetstream::Context,
+    replicas: usize,
     host: &str,
     in_flight: usize,
     fresh: bool,
 ) -> Result<jetstream::consumer::PullConsumer, String> {
-    let stream = capstan_common::nats::cmd_stream(js)
+    let stream = capstan_common::nats::cmd_stream(js, replicas)
         .await
         .map_err(|e| format!("{e}: {}", source_text(&e)))?;
     let name = wire::consumer_name(host);
@@ -105,9 +106,11 @@ struct Handler {
 
 /// Reads commands until `stop` and hands each to its namespace's lane. Commands being
 /// carried out when `stop` arrives are finished (and acked) first; those still
-/// waiting in a lane are left unacked for the next start.
+/// waiting in a lane are left unacked for the next start. `replicas`: for the command
+/// stream, if this agent is the first to need it.
 pub async fn run(
     js: jetstream::Context,
+    replicas: usize,
     executor: Arc<Executor>,
     policy: Policy,
     host: String,
@@ -124,7 +127,7 @@ pub async fn run(
     let mut retry = Duration::from_millis(200);
     let mut fresh = true;
     'setup: loop {
-        let consumer = match consumer(&js, &host, in_flight, fresh).await {
+        let consumer = match consumer(&js, replicas, &host, in_flight, fresh).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "command consumer not ready; retrying");

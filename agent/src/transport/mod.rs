@@ -100,9 +100,11 @@ impl Transport {
         let (stop_rest, rest_rx) = watch::channel(false);
         let (published_tx, published) = watch::channel(0);
         // Each task keeps the caller's span (`sim-fleet` tags every host's logs).
+        let replicas = nats.replicas;
         let commands = tokio::spawn(
             commands::run(
                 js.clone(),
+                replicas,
                 Arc::clone(&executor),
                 policy,
                 info.host.clone(),
@@ -114,6 +116,7 @@ impl Transport {
         let outbox = tokio::spawn(
             outbox::run(
                 js.clone(),
+                replicas,
                 Arc::clone(executor.log()),
                 info.host.clone(),
                 published_tx,
@@ -126,6 +129,7 @@ impl Transport {
             tokio::spawn(
                 results::run(
                     js.clone(),
+                    replicas,
                     Arc::clone(executor.log()),
                     info.host.clone(),
                     published.clone(),
@@ -144,7 +148,8 @@ impl Transport {
                 .in_current_span(),
             ),
             tokio::spawn(
-                registry::run(js, Arc::clone(executor.log()), info, rest_rx).in_current_span(),
+                registry::run(js, replicas, Arc::clone(executor.log()), info, rest_rx)
+                    .in_current_span(),
             ),
         ];
         Ok(Transport {

@@ -73,8 +73,10 @@ async fn last_published(stream: &stream::Stream, subject: &str) -> Result<(u64, 
 }
 
 /// Publishes records until `stop`; `published` carries the last acknowledged seq.
+/// `replicas`: for the event stream, if this agent is the first to need it.
 pub async fn run(
     js: jetstream::Context,
+    replicas: usize,
     log: Arc<Log>,
     host: String,
     published: watch::Sender<u64>,
@@ -83,7 +85,7 @@ pub async fn run(
 ) {
     let mut retry = Duration::from_millis(200);
     loop {
-        match publish_all(&js, &log, &host, &published, &mut stop).await {
+        match publish_all(&js, replicas, &log, &host, &published, &mut stop).await {
             Ok(()) => return,
             Err(e) => {
                 if let OutboxError::Duplicate { .. } = e {
@@ -108,13 +110,14 @@ pub async fn run(
 
 async fn publish_all(
     js: &jetstream::Context,
+    replicas: usize,
     log: &Log,
     host: &str,
     published: &watch::Sender<u64>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), OutboxError> {
     let subject = wire::evt_subject(host);
-    let stream = capstan_common::nats::evt_stream(js)
+    let stream = capstan_common::nats::evt_stream(js, replicas)
         .await
         .map_err(OutboxError::Stream)?;
     let (mut acked, mut last_stream_seq) = last_published(&stream, &subject).await?;

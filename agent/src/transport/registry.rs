@@ -17,6 +17,7 @@ pub const FRESH: Duration = Duration::from_millis(250);
 /// Beats until `stop`. Failures are logged when they start and when they end.
 pub async fn run(
     js: jetstream::Context,
+    replicas: usize,
     log: Arc<Log>,
     info: HostInfo,
     mut stop: watch::Receiver<bool>,
@@ -30,6 +31,7 @@ pub async fn run(
                 &js,
                 wire::HOSTS_BUCKET,
                 Retention::default().hosts_max_age,
+                replicas,
             )
             .await
             {

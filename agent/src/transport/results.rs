@@ -57,9 +57,10 @@ fn progress_key(host: &str) -> String {
 }
 
 /// Puts results until `stop`, following `published` (the outbox's last acknowledged
-/// seq).
+/// seq). `replicas`: for the bucket, if this agent is the first to need it.
 pub async fn run(
     js: jetstream::Context,
+    replicas: usize,
     log: Arc<Log>,
     host: String,
     mut published: watch::Receiver<u64>,
@@ -69,6 +70,7 @@ pub async fn run(
     let mut failing = false;
     let mut results = Results {
         js,
+        replicas,
         log,
         host,
         bucket: None,
@@ -125,6 +127,8 @@ pub async fn run(
 
 struct Results {
     js: jetstream::Context,
+    /// For the bucket and the event stream, if this agent is the first to need them.
+    replicas: usize,
     log: Arc<Log>,
     host: String,
     bucket: Option<jetstream::kv::Store>,
@@ -150,6 +154,7 @@ impl Results {
                     &self.js,
                     wire::RESULTS_BUCKET,
                     Retention::default().commands_max_age,
+                    self.replicas,
                 )
                 .await
                 .map_err(ResultsError::Bucket)?;
@@ -227,7 +232,7 @@ impl Results {
         {
             return Ok(seq);
         }
-        let evt = cnats::evt_stream(&self.js)
+        let evt = cnats::evt_stream(&self.js, self.replicas)
             .await
             .map_err(ResultsError::Bucket)?;
         let last = match evt

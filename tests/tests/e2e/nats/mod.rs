@@ -2,6 +2,7 @@
 
 mod api;
 mod auth;
+mod cluster;
 mod confine;
 mod flow;
 mod outage;

@@ -148,7 +148,7 @@ impl Publisher {
         }
     }
 
-    /// Publishes `commands` (every publish sent before any ack is awaited) and waits
+    /// Publishes `commands` (a thousand sent before their acks are awaited) and waits
     /// until each has a done result; how long that took from the first publish.
     pub async fn run(&self, commands: &[Command], timeout: Duration) -> anyhow::Result<Duration> {
         let js = async_nats::jetstream::new(self.client.clone());
@@ -158,18 +158,20 @@ impl Publisher {
             .await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
         let t = Instant::now();
-        let mut acks = Vec::with_capacity(commands.len());
-        for c in commands {
-            acks.push(
-                js.publish(
-                    wire::cmd_subject(&self.host),
-                    self.signer.signed_json(c).into(),
-                )
-                .await?,
-            );
-        }
-        for ack in acks {
-            ack.await?;
+        // Acks awaited a thousand at a time: async-nats holds at most a few thousand
+        // unawaited acks and then makes `publish` wait.
+        for chunk in commands.chunks(1000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for c in chunk {
+                let body = self.signer.signed_json(c);
+                acks.push(
+                    js.publish(wire::cmd_subject(&self.host), body.into())
+                        .await?,
+                );
+            }
+            for ack in acks {
+                ack.await?;
+            }
         }
         let deadline = tokio::time::Instant::now() + timeout;
         while !waiting.is_empty() {

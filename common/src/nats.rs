@@ -352,6 +352,7 @@ async fn ensure_stream(
 ) -> Result<stream::Stream, NatsError> {
     harden(&mut config);
     config.num_replicas = replicas;
+    config.allow_atomic_publish &= atomic_publish_supported(js);
     let name = config.name.clone();
     js.get_or_create_stream(config)
         .await
@@ -383,6 +384,11 @@ pub async fn migrate(js: &jetstream::Context, replicas: usize) -> Result<(), Nat
         let mut wanted = current.clone();
         harden(&mut wanted);
         wanted.num_replicas = replicas;
+        if !atomic_publish_supported(js) {
+            // An older server does not know the field: asking again each time would
+            // update the stream on every call.
+            wanted.allow_atomic_publish = current.allow_atomic_publish;
+        }
         if wanted != current {
             js.update_stream(&wanted)
                 .await
@@ -415,7 +421,25 @@ fn deny_removal(c: &mut stream::Config) {
     c.deny_delete = true;
 }
 
+/// Whether the server takes atomic batch publishes (nats-server 2.12 and later).
+pub fn atomic_publish_supported(js: &jetstream::Context) -> bool {
+    version_at_least(&js.client().server_info().version, (2, 12))
+}
+
+/// `version` (`2.15.2`, `2.12.0-beta.1`) is `major.minor` or later.
+fn version_at_least(version: &str, wanted: (u64, u64)) -> bool {
+    let mut parts = version
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= wanted
+}
+
+/// The event stream also takes atomic batches (where the server can): the outbox
+/// publishes a burst of records in one round trip, stored all or none.
 fn harden_evt(c: &mut stream::Config) {
+    c.allow_atomic_publish = true;
     c.max_bytes = EVT_MAX_BYTES;
     c.max_messages_per_subject = EVT_MAX_PER_HOST;
     c.max_message_size = MAX_MESSAGE_BYTES;
@@ -607,6 +631,21 @@ mod tests {
             e.contains("nats://…@a:99999") && !e.contains("secret"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn atomic_batches_need_nats_server_2_12() {
+        for (version, yes) in [
+            ("2.9.10", false),
+            ("2.11.9", false),
+            ("2.12.0", true),
+            ("2.12.0-beta.1", true),
+            ("2.15.2", true),
+            ("3.0.0", true),
+            ("", false),
+        ] {
+            assert_eq!(version_at_least(version, (2, 12)), yes, "{version}");
+        }
     }
 
     #[test]

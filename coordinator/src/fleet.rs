@@ -313,8 +313,10 @@ impl Fleet {
     }
 
     /// Waits until the command is done or `timeout` passes; returns its status then.
-    /// Follows the result entry's subject, with a re-read every 2 s in case the live
-    /// subscription missed a put (a reconnect).
+    /// Follows the result entry's subject, and re-reads the entry after 25 ms, then
+    /// doubling to every 2 s: a put the subscription cannot have seen — routed just
+    /// before the subscription began but stored just after the first read, or lost
+    /// across a reconnect — is found that way.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
         // Subscribe before looking, so that nothing put in between is missed.
@@ -325,11 +327,13 @@ impl Fleet {
             .map_err(FleetError::nats)?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut status = self.status_of(&submission).await?;
+        let mut pause = Duration::from_millis(25);
         loop {
             if status.done {
                 return Ok(status);
             }
-            let recheck = tokio::time::sleep(Duration::from_secs(2));
+            let recheck = tokio::time::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(2));
             tokio::select! {
                 m = live.next() => status = match m {
                     Some(m) => self.whole(&submission, &m.payload).await?,

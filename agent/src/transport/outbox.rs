@@ -14,6 +14,16 @@
 //! reconnect) finds record `seq` last and is refused (`wrong last sequence`). Only
 //! this host can publish on its subject (permissions), so nobody else can move it.
 //!
+//! Bursts (at least [`BATCH_MIN`] records waiting) go out as atomic batches
+//! (nats-server 2.12 and later, when the stream allows them): up to [`BATCH`]
+//! consecutive records in one round trip, stored all or none,
+//! the first carrying the expected last subject sequence — so a batch, like a single
+//! record, is stored only right after record `first - 1`, at most once. A batch that
+//! fails for another reason than the subject moving (the server's limit of open
+//! batches per stream, say) sends the outbox back to one record at a time for
+//! [`FALLBACK`], at once; an older server gets one at a time throughout. A failure
+//! after progress starts the retry pause afresh (0.2 s doubling to 2 s).
+//!
 //! Where to resume is read from JetStream itself — the last message on the host's
 //! subject, its record seq and stream sequence — at start and after every failure
 //! (a refused publish included), so nothing is lost across an outage or an agent
@@ -25,6 +35,7 @@
 
 use super::{pause, OutboxAlarm};
 use crate::log::Log;
+use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use capstan_common::wire;
 use std::sync::Arc;
@@ -55,6 +66,42 @@ enum OutboxError {
     },
     #[error("record {seq} was acknowledged as a duplicate of stream message {stream_seq} and not stored; re-reading")]
     Duplicate { seq: u64, stream_seq: u64 },
+    #[error(
+        "the batch of records {first}..={last} was not stored; one at a time for {FALLBACK:?}"
+    )]
+    Batch {
+        first: u64,
+        last: u64,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The most records in one atomic batch.
+const BATCH: usize = 256;
+/// The fewest records worth a batch: fewer go one at a time, so that many hosts each
+/// publishing a few records do not crowd the server's open batches.
+const BATCH_MIN: usize = 8;
+/// How long the outbox publishes one record at a time after a batch failed for
+/// another reason than the subject moving.
+const FALLBACK: Duration = Duration::from_secs(30);
+
+/// Whether records go out in atomic batches: the stream allows them (nats-server
+/// 2.12 and later; the layout asks for it), and no batch failed lately.
+#[derive(Debug, Default)]
+struct Atomic {
+    allowed: bool,
+    failed_at: Option<tokio::time::Instant>,
+}
+
+impl Atomic {
+    fn ready(&self) -> bool {
+        self.allowed && self.failed_at.is_none_or(|t| t.elapsed() >= FALLBACK)
+    }
+
+    fn fail(&mut self) {
+        self.failed_at = Some(tokio::time::Instant::now());
+    }
 }
 
 /// The host's last record in the stream: its record seq and its stream sequence
@@ -84,10 +131,33 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut retry = Duration::from_millis(200);
+    let mut atomic = Atomic::default();
     loop {
-        match publish_all(&js, replicas, &log, &host, &published, &mut stop).await {
+        let before = *published.borrow();
+        match publish_all(
+            &js,
+            replicas,
+            &log,
+            &host,
+            &published,
+            &mut atomic,
+            &mut stop,
+        )
+        .await
+        {
             Ok(()) => return,
             Err(e) => {
+                if *published.borrow() > before {
+                    // It made progress since the last failure: a fresh failure.
+                    retry = Duration::from_millis(200);
+                }
+                if let OutboxError::Batch { .. } = e {
+                    // The server would not take a batch (e.g. its limit of open
+                    // batches per stream, 50 by default, with many hosts at once):
+                    // go on at once, one record at a time.
+                    tracing::info!(error = %e, "outbox batch refused; publishing one record at a time");
+                    continue;
+                }
                 if let OutboxError::Duplicate { .. } = e {
                     // Without message ids the server has nothing to de-duplicate
                     // against: someone is interfering with the stream.
@@ -114,12 +184,14 @@ async fn publish_all(
     log: &Log,
     host: &str,
     published: &watch::Sender<u64>,
+    atomic: &mut Atomic,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), OutboxError> {
     let subject = wire::evt_subject(host);
     let stream = capstan_common::nats::evt_stream(js, replicas)
         .await
         .map_err(OutboxError::Stream)?;
+    atomic.allowed = stream.cached_info().config.allow_atomic_publish;
     let (mut acked, mut last_stream_seq) = last_published(&stream, &subject).await?;
     let local = log.last_seq();
     if acked > local {
@@ -149,45 +221,151 @@ async fn publish_all(
         // Only durable records leave the host: a record published and then lost in a
         // crash would make the stream disagree with the log.
         log.durable(last).await.map_err(OutboxError::Log)?;
+        let mut batch = Vec::with_capacity(BATCH);
         for record in log.read_since(acked) {
             let record = record.map_err(OutboxError::Log)?;
             if record.seq > last {
                 break;
             }
-            let seq = record.seq;
             let mut body = record.to_json();
             body["host"] = host.into();
-            let message = jetstream::message::PublishMessage::build()
-                .payload(body.to_string().into())
-                .expected_last_subject_sequence(last_stream_seq);
-            let publish_error = |e: jetstream::context::PublishError| {
-                if e.kind() == PublishErrorKind::WrongLastSequence {
-                    OutboxError::Moved {
-                        seq,
-                        source: e.into(),
-                    }
-                } else {
-                    OutboxError::Publish {
-                        seq,
-                        source: e.into(),
-                    }
-                }
-            };
-            let ack = js
-                .send_publish(subject.clone(), message)
-                .await
-                .map_err(publish_error)?
-                .await
-                .map_err(publish_error)?;
-            if ack.duplicate {
-                return Err(OutboxError::Duplicate {
-                    seq,
-                    stream_seq: ack.sequence,
-                });
+            batch.push((record.seq, body.to_string()));
+            if batch.len() == BATCH {
+                break;
             }
-            acked = seq;
-            last_stream_seq = ack.sequence;
-            published.send_replace(acked);
+        }
+        let Some(&(first, _)) = batch.first() else {
+            continue;
+        };
+        let (seq, stream_seq) = if batch.len() >= BATCH_MIN && atomic.ready() {
+            let sent = send_batch(js, &subject, &batch, last_stream_seq).await;
+            if let Err(OutboxError::Batch { .. }) = &sent {
+                atomic.fail();
+            }
+            sent?
+        } else {
+            send_one(js, &subject, first, &batch[0].1, last_stream_seq).await?
+        };
+        acked = seq;
+        last_stream_seq = stream_seq;
+        published.send_replace(acked);
+    }
+}
+
+/// Publishes one record; its seq and stream sequence.
+async fn send_one(
+    js: &jetstream::Context,
+    subject: &str,
+    seq: u64,
+    body: &str,
+    last_stream_seq: u64,
+) -> Result<(u64, u64), OutboxError> {
+    let message = jetstream::message::PublishMessage::build()
+        .payload(body.to_string().into())
+        .expected_last_subject_sequence(last_stream_seq);
+    let publish_error = |e: jetstream::context::PublishError| {
+        if e.kind() == PublishErrorKind::WrongLastSequence {
+            OutboxError::Moved {
+                seq,
+                source: e.into(),
+            }
+        } else {
+            OutboxError::Publish {
+                seq,
+                source: e.into(),
+            }
+        }
+    };
+    let ack = js
+        .send_publish(subject.to_string(), message)
+        .await
+        .map_err(publish_error)?
+        .await
+        .map_err(publish_error)?;
+    if ack.duplicate {
+        return Err(OutboxError::Duplicate {
+            seq,
+            stream_seq: ack.sequence,
+        });
+    }
+    Ok((seq, ack.sequence))
+}
+
+/// Publishes `batch` (consecutive records) as one atomic batch: all stored or none.
+/// Only the first message carries `Nats-Expected-Last-Subject-Sequence` (the server
+/// allows no more), which is enough: the batch is stored only right after record
+/// `first - 1`, in one piece. The batch id is random, so no other host can join or
+/// break it. The last record's seq and stream sequence.
+async fn send_batch(
+    js: &jetstream::Context,
+    subject: &str,
+    batch: &[(u64, String)],
+    last_stream_seq: u64,
+) -> Result<(u64, u64), OutboxError> {
+    let (first, last) = (batch[0].0, batch[batch.len() - 1].0);
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| OutboxError::Batch {
+        first,
+        last,
+        source,
+    };
+    let id = batch_id().map_err(|e| failed(e.into()))?;
+    let client = js.client();
+    let mut commit = None;
+    for (i, (_, body)) in batch.iter().enumerate() {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(header::NATS_BATCH_ID, id.as_str());
+        headers.insert(header::NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
+        if i == 0 {
+            headers.insert(
+                header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                last_stream_seq.to_string().as_str(),
+            );
+        }
+        if i + 1 < batch.len() {
+            client
+                .publish_with_headers(subject.to_string(), headers, body.clone().into())
+                .await
+                .map_err(|e| failed(e.into()))?;
+        } else {
+            headers.insert(header::NATS_BATCH_COMMIT, "1");
+            let message = jetstream::message::PublishMessage::build()
+                .headers(headers)
+                .payload(body.clone().into());
+            commit = Some(
+                js.send_publish(subject.to_string(), message)
+                    .await
+                    .map_err(|e| failed(e.into()))?,
+            );
         }
     }
+    let ack = match commit.expect("a batch has a last record").await {
+        Ok(ack) => ack,
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            return Err(OutboxError::Moved {
+                seq: first,
+                source: e.into(),
+            })
+        }
+        Err(e) => return Err(failed(e.into())),
+    };
+    if ack.duplicate {
+        return Err(OutboxError::Duplicate {
+            seq: last,
+            stream_seq: ack.sequence,
+        });
+    }
+    let stored = ack.batch_size.unwrap_or(0);
+    if stored != batch.len() as u64 {
+        return Err(failed(
+            format!("the server stored {stored} of {} records", batch.len()).into(),
+        ));
+    }
+    Ok((last, ack.sequence))
+}
+
+/// 32 random hex digits.
+fn batch_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)?;
+    Ok(capstan_common::signing::to_hex(&bytes))
 }

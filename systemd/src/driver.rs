@@ -302,6 +302,13 @@ impl SystemdDriver {
         Ok(())
     }
 
+    /// Stops `unit` (ours) and keeps it from starting at boot: what `stop` does, and
+    /// how `retire` begins.
+    async fn halt(&self, op: &'static str, unit: &str) -> Result<(), DriverError> {
+        self.bus.stop(unit).await.map_err(backend(op, unit))?;
+        self.at_boot(op, unit, false).await
+    }
+
     /// Whether systemd starts `unit` at boot: enabled while intent wants it running,
     /// so that a host reboot brings back what ran, without the agent. When the agent
     /// manages the lifecycle, its startup does that instead and nothing is enabled.
@@ -542,8 +549,7 @@ impl Driver for SystemdDriver {
             // Nothing of it: stopped is what was asked.
             return Ok(());
         }
-        self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
-        self.at_boot(op, &unit, false).await
+        self.halt(op, &unit).await
     }
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -553,8 +559,7 @@ impl Driver for SystemdDriver {
             // Already gone: retire converges.
             return Ok(());
         }
-        self.bus.stop(&unit).await.map_err(backend(op, &unit))?;
-        self.at_boot(op, &unit, false).await?;
+        self.halt(op, &unit).await?;
         let removed = remove_unit_files(&self.config.unit_dir, &unit).map_err(io(op, &unit))?;
         self.reload(op, removed).await?;
         self.bus

@@ -22,7 +22,7 @@
 //! When the log cannot record a command, the command's lane retries it (with a
 //! pause) instead of handing it back, so nothing later in its namespace overtakes it.
 
-use super::{auth, pause};
+use super::{auth, pause, with_cause};
 use crate::event::Event;
 use crate::executor::Executor;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -56,7 +56,7 @@ async fn consumer(
 ) -> Result<jetstream::consumer::PullConsumer, String> {
     let stream = capstan_common::nats::cmd_stream(js, replicas)
         .await
-        .map_err(|e| format!("{e}: {}", source_text(&e)))?;
+        .map_err(|e| with_cause(&e))?;
     let name = wire::consumer_name(host);
     if fresh {
         match stream.delete_consumer(&name).await {
@@ -91,10 +91,6 @@ async fn consumer(
 fn not_found(e: &jetstream::stream::ConsumerError) -> bool {
     matches!(e.kind(), jetstream::stream::ConsumerErrorKind::JetStream(e)
         if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND)
-}
-
-fn source_text(e: &dyn std::error::Error) -> String {
-    e.source().map(|s| s.to_string()).unwrap_or_default()
 }
 
 /// What a lane needs to carry out a command.

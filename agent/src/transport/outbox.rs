@@ -33,7 +33,7 @@
 //! record was not stored: it is an alarm (an error log and `outbox_alarm` in the
 //! heartbeat and `status`), and the record is published again after a re-read.
 
-use super::{pause, OutboxAlarm};
+use super::{pause, with_cause, OutboxAlarm};
 use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
@@ -164,10 +164,7 @@ pub async fn run(
                     tracing::error!(error = %e, "ALARM: unexpected duplicate publish ack");
                     alarm.set(e.to_string());
                 } else {
-                    let cause = std::error::Error::source(&e)
-                        .map(|s| format!(": {s}"))
-                        .unwrap_or_default();
-                    tracing::warn!(error = %format!("{e}{cause}"), "outbox paused; retrying");
+                    tracing::warn!(error = %with_cause(&e), "outbox paused; retrying");
                 }
                 if pause(&mut stop, retry).await {
                     return;
@@ -234,21 +231,21 @@ async fn publish_all(
                 break;
             }
         }
-        let Some(&(first, _)) = batch.first() else {
-            continue;
-        };
-        let (seq, stream_seq) = if batch.len() >= BATCH_MIN && atomic.ready() {
-            let sent = send_batch(js, &subject, &batch, last_stream_seq).await;
+        if batch.len() >= BATCH_MIN && atomic.ready() {
+            let sent = send_batch(js, &subject, batch, last_stream_seq).await;
             if let Err(OutboxError::Batch { .. }) = &sent {
                 atomic.fail();
             }
-            sent?
+            (acked, last_stream_seq) = sent?;
+            published.send_replace(acked);
         } else {
-            send_one(js, &subject, first, &batch[0].1, last_stream_seq).await?
-        };
-        acked = seq;
-        last_stream_seq = stream_seq;
-        published.send_replace(acked);
+            // One at a time, every record read (none is read and encoded twice).
+            for (seq, body) in batch {
+                (acked, last_stream_seq) =
+                    send_one(js, &subject, seq, body, last_stream_seq).await?;
+                published.send_replace(acked);
+            }
+        }
     }
 }
 
@@ -257,11 +254,11 @@ async fn send_one(
     js: &jetstream::Context,
     subject: &str,
     seq: u64,
-    body: &str,
+    body: String,
     last_stream_seq: u64,
 ) -> Result<(u64, u64), OutboxError> {
     let message = jetstream::message::PublishMessage::build()
-        .payload(body.to_string().into())
+        .payload(body.into())
         .expected_last_subject_sequence(last_stream_seq);
     let publish_error = |e: jetstream::context::PublishError| {
         if e.kind() == PublishErrorKind::WrongLastSequence {
@@ -299,10 +296,10 @@ async fn send_one(
 async fn send_batch(
     js: &jetstream::Context,
     subject: &str,
-    batch: &[(u64, String)],
+    batch: Vec<(u64, String)>,
     last_stream_seq: u64,
 ) -> Result<(u64, u64), OutboxError> {
-    let (first, last) = (batch[0].0, batch[batch.len() - 1].0);
+    let (first, last, size) = (batch[0].0, batch[batch.len() - 1].0, batch.len());
     let failed = |source: Box<dyn std::error::Error + Send + Sync>| OutboxError::Batch {
         first,
         last,
@@ -311,7 +308,7 @@ async fn send_batch(
     let id = batch_id().map_err(|e| failed(e.into()))?;
     let client = js.client();
     let mut commit = None;
-    for (i, (_, body)) in batch.iter().enumerate() {
+    for (i, (_, body)) in batch.into_iter().enumerate() {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(header::NATS_BATCH_ID, id.as_str());
         headers.insert(header::NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
@@ -321,16 +318,16 @@ async fn send_batch(
                 last_stream_seq.to_string().as_str(),
             );
         }
-        if i + 1 < batch.len() {
+        if i + 1 < size {
             client
-                .publish_with_headers(subject.to_string(), headers, body.clone().into())
+                .publish_with_headers(subject.to_string(), headers, body.into())
                 .await
                 .map_err(|e| failed(e.into()))?;
         } else {
             headers.insert(header::NATS_BATCH_COMMIT, "1");
             let message = jetstream::message::PublishMessage::build()
                 .headers(headers)
-                .payload(body.clone().into());
+                .payload(body.into());
             commit = Some(
                 js.send_publish(subject.to_string(), message)
                     .await
@@ -355,9 +352,9 @@ async fn send_batch(
         });
     }
     let stored = ack.batch_size.unwrap_or(0);
-    if stored != batch.len() as u64 {
+    if stored != size as u64 {
         return Err(failed(
-            format!("the server stored {stored} of {} records", batch.len()).into(),
+            format!("the server stored {stored} of {size} records").into(),
         ));
     }
     Ok((last, ack.sequence))

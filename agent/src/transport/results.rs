@@ -21,7 +21,7 @@
 //! The bucket being unreachable (no coordinator created it yet, or an outage) delays
 //! results, never the outbox.
 
-use super::pause;
+use super::{pause, with_cause};
 use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention};
@@ -111,10 +111,7 @@ pub async fn run(
             Err(e) => {
                 if !failing {
                     failing = true;
-                    let cause = std::error::Error::source(&e)
-                        .map(|s| format!(": {s}"))
-                        .unwrap_or_default();
-                    tracing::warn!(error = %format!("{e}{cause}"), "command results paused; retrying");
+                    tracing::warn!(error = %with_cause(&e), "command results paused; retrying");
                 }
                 if pause(&mut stop, retry).await {
                     return;

@@ -7,7 +7,7 @@ use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::sim_fleet::{self, FleetOptions};
-use capstan_common::Outcome;
+use capstan_common::{service, Outcome};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -337,10 +337,23 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     // Config errors first, before anything is touched.
     let policy = policy(ctx)?;
     // First, so that a SIGTERM during startup is handled after it, not fatal.
-    let stopped = stop_signal()?;
+    let mut stopped = std::pin::pin!(stop_signal()?);
+    service::status(
+        "starting: opening the log, finishing what it shows begun, reconciling the host",
+    );
     let daemon = setup(ctx).start(policy).await.map_err(explain)?;
-    tracing::info!(host = %ctx.host, log_seq = daemon.executor().log().last_seq(), "capstan-agent ready");
-    stopped.await;
+    let log_seq = daemon.executor().log().last_seq();
+    tracing::info!(host = %ctx.host, log_seq, "capstan-agent ready");
+    // Ready for systemd only now: the log is open, intent rebuilt, the host reconciled.
+    service::ready(&format!("ready: host {}, log seq {log_seq}", ctx.host));
+    let mut watchdog = service::Watchdog::from_env();
+    let stop = loop {
+        tokio::select! {
+            stop = &mut stopped => break stop,
+            _ = watchdog.tick() => watchdog.alive(),
+        }
+    };
+    service::stopping(&format!("{}: stopping", stop.name()));
     let report = daemon
         .stop(leave_running.then_some(ShutdownMode::LeaveRunning))
         .await?;

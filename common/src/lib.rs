@@ -12,6 +12,8 @@ mod error;
 pub mod nats;
 mod outcome;
 mod phase;
+#[cfg(feature = "service")]
+pub mod service;
 pub mod signing;
 pub mod status;
 pub mod validate;

@@ -3,6 +3,7 @@
 
 use anyhow::Context as _;
 use capstan_common::nats::Retention;
+use capstan_common::service;
 use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
@@ -166,17 +167,30 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, "capstan-coordinator ready");
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async {
-            use tokio::signal::unix::{signal, SignalKind};
-            if let Ok(mut term) = signal(SignalKind::terminate()) {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
-                }
+    use tokio::signal::unix::{signal, SignalKind};
+    // Before saying ready, so that a SIGTERM sent at once is not lost.
+    let mut term = signal(SignalKind::terminate())?;
+    let addr = listener.local_addr()?;
+    tracing::info!(listen = %addr, "capstan-coordinator ready");
+    service::ready(&format!("ready: listening on {addr}"));
+    // The HTTP server is the main loop; the pings show the runtime under it turns.
+    let watchdog = tokio::spawn(async {
+        let mut watchdog = service::Watchdog::from_env();
+        loop {
+            watchdog.tick().await;
+            watchdog.alive();
+        }
+    });
+    let served = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
             }
+            service::stopping("stopping: finishing the requests in flight");
         })
-        .await?;
+        .await;
+    watchdog.abort();
+    served?;
     Ok(())
 }

@@ -147,8 +147,20 @@ impl AgentBuilder {
 
     /// Creates the agent's temp dir and writes its config and hook scripts.
     pub fn build(self) -> Agent {
+        let dir = tempfile::tempdir().expect("temp dir");
+        self.build_with(dir)
+    }
+
+    /// [`AgentBuilder::build`] with the agent's dir made under `parent` (e.g. a
+    /// [`crate::systemd::SystemdHost::dir`], so that its paths are valid inside).
+    pub fn build_in(self, parent: &Path) -> Agent {
+        let dir = tempfile::tempdir_in(parent).expect("temp dir");
+        self.build_with(dir)
+    }
+
+    fn build_with(self, dir: tempfile::TempDir) -> Agent {
         let agent = Agent {
-            dir: tempfile::tempdir().expect("temp dir"),
+            dir,
             host: self.host.clone(),
             config: self.clone(),
             runs: Cell::new(0),

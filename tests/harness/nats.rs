@@ -361,10 +361,10 @@ impl NatsCluster {
     }
 }
 
-/// A plain HTTP/1.0 GET on loopback `port` (nats-server's monitoring endpoint): the
-/// status and the JSON body (`Null` if it is not JSON). `None` if it does not answer
-/// within 2 s.
-fn http_get(port: u16, path: &str) -> Option<(u16, Value)> {
+/// A plain HTTP/1.0 GET on loopback `port` (nats-server's monitoring endpoint, a
+/// coordinator without tokens): the status and the JSON body (`Null` if it is not
+/// JSON). `None` if it does not answer within 2 s.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, Value)> {
     use std::io::{Read, Write};
     let timeout = std::time::Duration::from_secs(2);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));

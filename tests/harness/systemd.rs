@@ -273,6 +273,21 @@ impl SystemdHost {
         self.dir.path().join("state")
     }
 
+    /// The host's dir: the same path inside and outside (under `/var/lib`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Copies `binary` into the host's `bin/` and returns the copy's path, valid
+    /// inside the host (the build may live under `/tmp`, which the host does not see).
+    pub fn install(&self, binary: &Path) -> PathBuf {
+        let name = binary.file_name().expect("a binary's file name");
+        let to = self.dir.path().join("bin").join(name);
+        std::fs::copy(binary, &to)
+            .unwrap_or_else(|e| panic!("cannot copy {} into the host: {e}", binary.display()));
+        to
+    }
+
     /// `capstan-envdump` at a path valid inside this host (a copy in its dir).
     pub fn envdump(&self) -> PathBuf {
         self.dir.path().join("bin/capstan-envdump")

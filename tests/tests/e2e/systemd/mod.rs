@@ -3,6 +3,7 @@
 
 mod agent;
 mod driver;
+mod service;
 mod smoke;
 
 use capstan_common::{DriverKind, Spec};

@@ -162,7 +162,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         driver: Some(d), ..
     } = &cli.command
     {
-        config.driver = *d;
+        config.driver = config::DriverSetting::Builtin(*d);
     }
     let data_dir = cli
         .data_dir

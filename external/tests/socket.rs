@@ -123,6 +123,12 @@ async fn a_driver_killed_mid_request_fails_it_retryably_and_is_reconnected() {
         async move { driver.activate(rev, &spec, &LaunchEnv::new(), None).await }
     });
     tokio::task::block_in_place(|| sim.wait_for("holding activate"));
+    // Multiplexed: another request on the same connection is answered meanwhile.
+    let observed = driver.observe().await.unwrap();
+    assert!(
+        observed.revision("ns", "web", "r1").is_some(),
+        "{observed:?}"
+    );
     assert!(!activate.is_finished(), "activate answered while held");
     sim.kill();
     let err = activate.await.unwrap().unwrap_err();
@@ -184,4 +190,44 @@ async fn an_untrusted_or_unexpected_driver_is_refused() {
     let err = ExternalDriver::connect(config).await.err().unwrap();
     assert!(err.to_string().contains("nobody.sock"), "{err}");
     sim.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exits_stream_on_the_connection_until_it_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, state) = paths(dir.path());
+    let sim = SimProcess::start(&socket, &state, &["--reports-exits"]);
+    let driver = std::sync::Arc::new(
+        ExternalDriver::connect(ExternalConfig::at(&socket))
+            .await
+            .unwrap(),
+    );
+    assert!(driver.capabilities().reports_exits);
+    let rev = RevisionRef {
+        namespace: "ns",
+        workload: "web",
+        revision: "r1",
+    };
+    driver.ensure_namespace("ns").await.unwrap();
+    driver.prepare(rev, &spec()).await.unwrap();
+    driver
+        .activate(rev, &spec(), &LaunchEnv::new(), None)
+        .await
+        .unwrap();
+    let (tx, mut exits) = tokio::sync::mpsc::channel(8);
+    let watch = tokio::spawn({
+        let driver = std::sync::Arc::clone(&driver);
+        async move { driver.watch_exits(tx).await }
+    });
+    tokio::task::block_in_place(|| sim.wait_for("exit feed open"));
+    driver.stop(rev).await.unwrap();
+    let exit = exits.recv().await.unwrap();
+    assert_eq!(
+        (exit.rev(), exit.exit_code),
+        (rev, None),
+        "the stop is reported as an exit"
+    );
+    sim.kill();
+    let err = watch.await.unwrap().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::DriverUnavailable, "{}", err.report());
 }

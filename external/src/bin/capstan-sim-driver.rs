@@ -2,7 +2,8 @@
 //! external driver protocol on a Unix socket (`docs/driver-protocol.md`). Its host
 //! lives in `--state-dir` (readable with `capstan_driver::sim::SimHost::load`), so it
 //! survives the process. For tests, `--hold OP` makes every `OP` request wait (after
-//! logging "holding OP") until `--release FILE` exists, or for ever.
+//! logging "holding OP") until `--release FILE` exists, or for ever; "exit feed open"
+//! says a `watch_exits` stream misses no exit from then on.
 
 use anyhow::Context as _;
 use capstan_common::{DriverKind, Spec};
@@ -179,7 +180,17 @@ impl Driver for Holding {
         self.sim.state(rev).await
     }
 
+    /// Logs "exit feed open" once the sim's feed is registered: from then on no exit
+    /// is missed (what tests wait for before causing one).
     async fn watch_exits(&self, exits: mpsc::Sender<Exit>) -> Result<(), DriverError> {
-        self.sim.watch_exits(exits).await
+        let announce = async {
+            self.sim.watched().await;
+            tracing::info!("exit feed open");
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            ended = self.sim.watch_exits(exits) => ended,
+            () = announce => unreachable!("pending never completes"),
+        }
     }
 }

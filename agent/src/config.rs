@@ -149,6 +149,10 @@ pub enum ConfigError {
     },
     #[error("invalid config: `hook_cleanup_budget` must be more than 0 and at most 60 seconds")]
     CleanupBudget,
+    #[error(
+        "invalid config: `[external] connect_timeout` must be more than 0 and at most 3600 seconds"
+    )]
+    ConnectTimeout,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
 }
@@ -179,6 +183,14 @@ impl AgentConfig {
             .is_some_and(|b| !(b > 0.0 && b <= 60.0))
         {
             return Err(ConfigError::CleanupBudget);
+        }
+        #[cfg(feature = "external")]
+        if config
+            .external
+            .connect_timeout
+            .is_some_and(|t| !(t > 0.0 && t <= 3600.0))
+        {
+            return Err(ConfigError::ConnectTimeout);
         }
         let max = crate::transport::commands::MAX_IN_FLIGHT;
         if config.commands_in_flight.is_some_and(|n| n == 0 || n > max) {
@@ -324,6 +336,11 @@ mod tests {
         assert_eq!(c.external.kind, Some(DriverKind::Sim));
         assert!(c.external.trusts(990, 1) && c.external.trusts(5, 990));
         assert!(!c.external.trusts(5, 5));
+        std::fs::write(&path, "[external]\nconnect_timeout = 0\n").unwrap();
+        assert!(matches!(
+            AgentConfig::load(Some(&path)),
+            Err(ConfigError::ConnectTimeout)
+        ));
         for (text, says) in [
             (
                 "driver = \"external\"\n[external]\nsockett = \"x\"\n",

@@ -12,7 +12,8 @@ pub struct ExternalConfig {
     #[serde(default = "default_socket")]
     pub socket: PathBuf,
     /// Seconds the agent waits at start for the driver to accept and answer the
-    /// hello (default 10); a reconnect gets the same bound for its hello.
+    /// hello (default 10; the agent's config loader accepts 0 < x ≤ 3600); a
+    /// reconnect gets the same bound for its hello.
     pub connect_timeout: Option<f64>,
     /// The kind the driver must announce (`sim`, `docker`, …); unset: any.
     pub kind: Option<capstan_common::DriverKind>,

@@ -38,6 +38,11 @@ fn a_driver_killed_mid_command_fails_it_retryably_and_the_retry_acts_once() {
     assert_eq!(failed["error"]["code"], "driver_unavailable", "{failed}");
     assert_eq!(failed["retryable"], true, "{failed}");
     assert_eq!(sim.host().revisions["shop/web@r1"].starts, 0);
+    // Log first: a1 was received before the driver was asked, and completed failed.
+    let log = agent.log_of("a1");
+    let kinds: Vec<&str> = log.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"command_received"), "{log:?}");
+    assert_eq!(log.last().unwrap()["code"], "driver_unavailable", "{log:?}");
 
     let driver = sim.start(&[]);
     agent.apply_ok(&[c.activate("a2", "web", "r1")]);

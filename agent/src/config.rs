@@ -6,6 +6,8 @@ use capstan_common::DriverKind;
 #[cfg(feature = "docker")]
 use capstan_docker::DockerConfig;
 use capstan_driver::sim::SimConfig;
+#[cfg(feature = "external")]
+use capstan_external::ExternalConfig;
 #[cfg(feature = "systemd")]
 use capstan_systemd::SystemdConfig;
 use serde::Deserialize;
@@ -28,6 +30,51 @@ pub enum ShutdownMode {
     LeaveRunning,
 }
 
+/// `driver` in `agent.toml`: a driver compiled into this build, by kind, or
+/// `external`: a driver process behind `[external] socket`, whose kind (what specs
+/// name) it announces when the agent connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverSetting {
+    Builtin(DriverKind),
+    External,
+}
+
+impl Default for DriverSetting {
+    fn default() -> Self {
+        DriverSetting::Builtin(DriverKind::Sim)
+    }
+}
+
+impl std::fmt::Display for DriverSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverSetting::Builtin(kind) => kind.fmt(f),
+            DriverSetting::External => f.write_str("external"),
+        }
+    }
+}
+
+impl std::str::FromStr for DriverSetting {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "external" => Ok(DriverSetting::External),
+            _ => s.parse().map(DriverSetting::Builtin).map_err(|_| {
+                format!("unknown driver {s:?} (sim, docker, systemd, kube or external)")
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DriverSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// `agent.toml`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,10 +82,10 @@ pub struct AgentConfig {
     /// This host's name (a DNS label); defaults to the machine's hostname.
     pub host: Option<String>,
     pub data_dir: Option<PathBuf>,
-    /// The driver this agent runs (`sim` by default). It must be compiled into this
-    /// build (`capstan-agent --version` lists them).
+    /// The driver this agent runs (`sim` by default): one compiled into this build
+    /// (`capstan-agent --version` lists them), or `external`.
     #[serde(default)]
-    pub driver: DriverKind,
+    pub driver: DriverSetting,
     #[serde(default)]
     pub shutdown: ShutdownMode,
     /// How many workloads the shutdown sweep stops at once.
@@ -53,6 +100,10 @@ pub struct AgentConfig {
     #[cfg(feature = "systemd")]
     #[serde(default)]
     pub systemd: SystemdConfig,
+    /// The external driver's section; owned by `capstan-external`.
+    #[cfg(feature = "external")]
+    #[serde(default)]
+    pub external: ExternalConfig,
     /// Lifecycle hook owners, in calling order (`[[hooks]]`). Read once at start and
     /// frozen: changing them needs an agent restart.
     #[serde(default)]
@@ -98,6 +149,10 @@ pub enum ConfigError {
     },
     #[error("invalid config: `hook_cleanup_budget` must be more than 0 and at most 60 seconds")]
     CleanupBudget,
+    #[error(
+        "invalid config: `[external] connect_timeout` must be more than 0 and at most 3600 seconds"
+    )]
+    ConnectTimeout,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
 }
@@ -128,6 +183,14 @@ impl AgentConfig {
             .is_some_and(|b| !(b > 0.0 && b <= 60.0))
         {
             return Err(ConfigError::CleanupBudget);
+        }
+        #[cfg(feature = "external")]
+        if config
+            .external
+            .connect_timeout
+            .is_some_and(|t| !(t > 0.0 && t <= 3600.0))
+        {
+            return Err(ConfigError::ConnectTimeout);
         }
         let max = crate::transport::commands::MAX_IN_FLIGHT;
         if config.commands_in_flight.is_some_and(|n| n == 0 || n > max) {
@@ -253,6 +316,45 @@ mod tests {
                 Err(ConfigError::InFlight) if !ok => {}
                 other => panic!("{n}: {other:?}"),
             }
+        }
+    }
+
+    #[cfg(feature = "external")]
+    #[test]
+    fn reads_an_external_driver_and_names_bad_keys_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(
+            &path,
+            "driver = \"external\"\n[external]\nsocket = \"/run/d.sock\"\nconnect_timeout = 2.5\nkind = \"sim\"\nallowed_uids = [0, 990]\nallowed_gids = [990]\n",
+        )
+        .unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.driver, DriverSetting::External);
+        assert_eq!(c.external.socket, Path::new("/run/d.sock"));
+        assert_eq!(c.external.connect_timeout(), Duration::from_millis(2500));
+        assert_eq!(c.external.kind, Some(DriverKind::Sim));
+        assert!(c.external.trusts(990, 1) && c.external.trusts(5, 990));
+        assert!(!c.external.trusts(5, 5));
+        std::fs::write(&path, "[external]\nconnect_timeout = 0\n").unwrap();
+        assert!(matches!(
+            AgentConfig::load(Some(&path)),
+            Err(ConfigError::ConnectTimeout)
+        ));
+        for (text, says) in [
+            (
+                "driver = \"external\"\n[external]\nsockett = \"x\"\n",
+                "sockett",
+            ),
+            (
+                "driver = \"extrenal\"\n",
+                "sim, docker, systemd, kube or external",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = AgentConfig::load(Some(&path)).unwrap_err();
+            let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(text.contains(says), "{text}");
         }
     }
 

@@ -1,8 +1,10 @@
 //! The drivers compiled into this build, and opening the one the config names. The
 //! agent is their composition: each real driver is a crate behind a cargo feature
-//! (`docker`, `systemd`), so a build links only the backends it can drive.
+//! (`docker`, `systemd`), so a build links only the backends it can drive. With the
+//! `external` feature, `driver = "external"` reaches a driver process over its socket
+//! (`docs/driver-protocol.md`); from then on it is treated like a built-in one.
 
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, DriverSetting};
 use capstan_common::DriverKind;
 use capstan_driver::{sim::SimDriver, Driver};
 use std::path::Path;
@@ -20,23 +22,29 @@ pub fn compiled() -> Vec<DriverKind> {
     kinds
 }
 
+/// Whether this build can reach external drivers (`driver = "external"`).
+pub const EXTERNAL: bool = cfg!(feature = "external");
+
 /// Why the configured driver could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     #[error("driver `{0}` is not in this build (it has: {list})", list = list(&compiled()))]
-    NotCompiled(DriverKind),
+    NotCompiled(DriverSetting),
     #[error("cannot open the sim host")]
     Sim(#[source] std::io::Error),
     #[error("cannot reach the {0} backend")]
     Backend(DriverKind, #[source] capstan_driver::DriverError),
+    #[cfg(feature = "external")]
+    #[error("cannot connect to the external driver")]
+    External(#[source] capstan_external::ConnectError),
 }
 
 fn list(kinds: &[DriverKind]) -> String {
-    kinds
-        .iter()
-        .map(|k| k.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+    if EXTERNAL {
+        names.push("external");
+    }
+    names.join(", ")
 }
 
 /// Opens `config.driver` for `host`, keeping its state (if any) under `data_dir`.
@@ -50,7 +58,20 @@ pub async fn open(
     host: &str,
     data_dir: &Path,
 ) -> Result<Arc<dyn Driver>, OpenError> {
-    match config.driver {
+    let kind = match config.driver {
+        DriverSetting::Builtin(kind) => kind,
+        #[cfg(feature = "external")]
+        DriverSetting::External => {
+            return Ok(Arc::new(
+                capstan_external::ExternalDriver::connect(config.external.clone())
+                    .await
+                    .map_err(OpenError::External)?,
+            ))
+        }
+        #[cfg(not(feature = "external"))]
+        DriverSetting::External => return Err(OpenError::NotCompiled(DriverSetting::External)),
+    };
+    match kind {
         DriverKind::Sim => Ok(Arc::new(
             SimDriver::open(data_dir, config.sim.clone()).map_err(OpenError::Sim)?,
         )),
@@ -66,7 +87,7 @@ pub async fn open(
                 .await
                 .map_err(|e| OpenError::Backend(DriverKind::Systemd, e))?,
         )),
-        other => Err(OpenError::NotCompiled(other)),
+        other => Err(OpenError::NotCompiled(DriverSetting::Builtin(other))),
     }
 }
 
@@ -78,11 +99,34 @@ mod tests {
     async fn a_driver_outside_the_build_is_named_with_what_the_build_has() {
         let dir = tempfile::tempdir().unwrap();
         let config = AgentConfig {
-            driver: DriverKind::Kube,
+            driver: DriverSetting::Builtin(DriverKind::Kube),
             ..AgentConfig::default()
         };
         let err = open(&config, "h1", dir.path()).await.err().unwrap();
-        assert!(matches!(err, OpenError::NotCompiled(DriverKind::Kube)));
+        assert!(matches!(
+            err,
+            OpenError::NotCompiled(DriverSetting::Builtin(DriverKind::Kube))
+        ));
         assert!(err.to_string().contains("sim"), "{err}");
+    }
+
+    #[cfg(feature = "external")]
+    #[tokio::test]
+    async fn an_external_driver_nobody_serves_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("nobody.sock");
+        let config = AgentConfig {
+            driver: DriverSetting::External,
+            external: capstan_external::ExternalConfig {
+                connect_timeout: Some(0.1),
+                ..capstan_external::ExternalConfig::at(&socket)
+            },
+            ..AgentConfig::default()
+        };
+        let err = open(&config, "h1", dir.path()).await.err().unwrap();
+        let OpenError::External(cause) = &err else {
+            panic!("{err}");
+        };
+        assert!(cause.to_string().contains("nobody.sock"), "{cause}");
     }
 }

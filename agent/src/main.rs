@@ -14,21 +14,27 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// `--version`: the release and the drivers compiled into this build (cargo features).
-const VERSION: &str = match (cfg!(feature = "docker"), cfg!(feature = "systemd")) {
-    (true, true) => concat!(
+/// `--version`: the release and the drivers compiled into this build (cargo features;
+/// `drivers::compiled`, and `external` when this build reaches external drivers).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut drivers: Vec<&str> = capstan_agent::drivers::compiled()
+        .into_iter()
+        .map(|k| k.as_str())
+        .collect();
+    if capstan_agent::drivers::EXTERNAL {
+        drivers.push("external");
+    }
+    format!(
+        "{} (drivers: {})",
         env!("CARGO_PKG_VERSION"),
-        " (drivers: sim, docker, systemd)"
-    ),
-    (true, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, docker)"),
-    (false, true) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim, systemd)"),
-    (false, false) => concat!(env!("CARGO_PKG_VERSION"), " (drivers: sim)"),
-};
+        drivers.join(", ")
+    )
+});
 
 #[derive(Parser)]
 #[command(
     name = "capstan-agent",
-    version = VERSION,
+    version = VERSION.as_str(),
     about = "capstan node agent: an event-sourced lifecycle agent for one host"
 )]
 struct Cli {
@@ -162,7 +168,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         driver: Some(d), ..
     } = &cli.command
     {
-        config.driver = *d;
+        config.driver = config::DriverSetting::Builtin(*d);
     }
     let data_dir = cli
         .data_dir

@@ -9,7 +9,7 @@
 //! during that ends the starting after the host in hand. On the signal every host
 //! stops at once, each as `run` stops.
 
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, DriverSetting};
 use crate::daemon::{DaemonError, HostSetup};
 use crate::log::LogOptions;
 use capstan_common::signing::Policy;
@@ -38,7 +38,7 @@ pub struct FleetOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     #[error("sim-fleet runs the sim driver; the config names `{0}`")]
-    NotSim(DriverKind),
+    NotSim(DriverSetting),
     #[error("--hosts must be at least 1")]
     NoHosts,
     #[error("host name {0:?} (from --prefix) must be a DNS label (1-63 of [a-z0-9-])")]
@@ -69,7 +69,7 @@ pub async fn run<S>(
     options: &FleetOptions,
     stopped: impl Future<Output = S>,
 ) -> Result<u8, FleetError> {
-    if config.driver != DriverKind::Sim {
+    if config.driver != DriverSetting::Builtin(DriverKind::Sim) {
         return Err(FleetError::NotSim(config.driver));
     }
     if options.hosts == 0 {
@@ -186,14 +186,17 @@ mod tests {
             "{err}"
         );
         let docker = AgentConfig {
-            driver: DriverKind::Docker,
+            driver: DriverSetting::Builtin(DriverKind::Docker),
             ..AgentConfig::default()
         };
         let err = run(&docker, None, &options(2, "sim"), std::future::ready(()))
             .await
             .unwrap_err();
         assert!(
-            matches!(err, FleetError::NotSim(DriverKind::Docker)),
+            matches!(
+                err,
+                FleetError::NotSim(DriverSetting::Builtin(DriverKind::Docker))
+            ),
             "{err}"
         );
     }

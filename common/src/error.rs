@@ -105,6 +105,11 @@ pub enum ErrorCode {
     /// The hook exited 0 but its reply was not valid: it believes it granted, so it is
     /// compensated (also after a crash). Retryable.
     HookInvalidReply,
+    // Execution (`failed`), appended at the end so that no existing variant moves.
+    /// An external driver could not be reached, or its connection broke while the
+    /// operation was in flight (the driver process went away). The agent reconnects
+    /// on the next operation. Retryable: driver operations are idempotent.
+    DriverUnavailable,
 }
 
 impl ErrorCode {
@@ -148,6 +153,7 @@ impl ErrorCode {
             Self::NotOwned => "not_owned",
             Self::HookTimeout => "hook_timeout",
             Self::HookInvalidReply => "hook_invalid_reply",
+            Self::DriverUnavailable => "driver_unavailable",
         }
     }
 
@@ -162,6 +168,7 @@ impl ErrorCode {
                 | Self::Cancelled
                 | Self::Interrupted
                 | Self::LogFailed
+                | Self::DriverUnavailable
         )
     }
 }
@@ -209,6 +216,7 @@ mod tests {
         for (code, wire) in [
             (ErrorCode::HookTimeout, "hook_timeout"),
             (ErrorCode::HookInvalidReply, "hook_invalid_reply"),
+            (ErrorCode::DriverUnavailable, "driver_unavailable"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));

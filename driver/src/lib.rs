@@ -156,6 +156,15 @@ pub enum DriverError {
         code: ErrorCode,
         reason: String,
     },
+    /// The driver could not be reached, or went away while the operation was in
+    /// flight (an external driver's process): retryable, the caller reconnects.
+    #[error("{op} {target}: the driver is unavailable")]
+    Unavailable {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The backend refused or failed.
     #[error("{op} {target} failed")]
     Backend {
@@ -187,6 +196,7 @@ impl DriverError {
         match self {
             DriverError::Missing { .. } => ErrorCode::BackendMissing,
             DriverError::Refused { code, .. } => *code,
+            DriverError::Unavailable { .. } => ErrorCode::DriverUnavailable,
             DriverError::Scripted { .. } | DriverError::Backend { .. } => ErrorCode::DriverFailed,
         }
     }

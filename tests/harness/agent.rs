@@ -26,6 +26,11 @@ pub enum Driver {
     },
     /// A test's [`crate::systemd::SystemdHost`]: its bus, unit dir and state dir.
     Systemd(Systemd),
+    /// A driver process behind this socket (`driver = "external"`), e.g. a
+    /// [`crate::external::SimDriver`].
+    External {
+        socket: PathBuf,
+    },
 }
 
 /// The `[systemd]` section of an agent on a [`crate::systemd::SystemdHost`].
@@ -58,6 +63,14 @@ impl AgentBuilder {
     pub fn docker(mut self) -> AgentBuilder {
         self.driver = Driver::Docker {
             reap_orphans: false,
+        };
+        self
+    }
+
+    /// An external driver listening on `socket` (`[external] socket`).
+    pub fn external(mut self, socket: &Path) -> AgentBuilder {
+        self.driver = Driver::External {
+            socket: socket.to_path_buf(),
         };
         self
     }
@@ -179,6 +192,10 @@ impl AgentBuilder {
                 "driver = \"docker\"\n[docker]\nsocket = {:?}\npull_policy = \"never\"\n\
                  reap_orphans = {reap_orphans}\nstop_timeout_secs = 10\n",
                 crate::docker::docker_host()
+            )),
+            Driver::External { socket } => add(&format!(
+                "driver = \"external\"\n[external]\nsocket = {:?}\n",
+                socket.display().to_string()
             )),
             Driver::Systemd(s) => {
                 add(&format!(

@@ -9,6 +9,8 @@
 //!   coordinators). Its `stop()`/`kill()` assert how the child exited; dropping it
 //!   SIGKILLs a child that still runs, without asserting.
 //! - [`wait_until`]: the one readiness wait (a log line, a file, a record, a port).
+//! - [`external::SimDriver`]: the standalone sim driver process (`capstan-sim-driver`)
+//!   an agent with `driver = "external"` talks to over its socket.
 //! - [`docker`], [`nats`]: the real dockerd and nats-server the tests drive.
 //! - [`systemd::SystemdHost`]: a real systemd per test, as PID 1 of its own PID and
 //!   mount namespace, and [`systemd::envdump`], the workload that the systemd tests
@@ -18,6 +20,7 @@ pub mod agent;
 pub mod command;
 pub mod docker;
 pub mod envdump;
+pub mod external;
 pub mod hooks;
 pub mod nats;
 pub mod process;

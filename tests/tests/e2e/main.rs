@@ -6,10 +6,11 @@
 //!
 //! Run a group with a filter: `cargo test -p capstan-tests --test e2e docker::` (every
 //! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`,
-//! `systemd::`.
+//! `systemd::`, `external::` (the standalone sim driver over its socket).
 
 mod core;
 mod docker;
+mod external;
 mod hooks;
 mod nats;
 mod systemd;

@@ -1,0 +1,196 @@
+//! `capstan-sim-driver`: the sim driver as a standalone driver process, serving the
+//! external driver protocol on a Unix socket (`docs/driver-protocol.md`). Its host
+//! lives in `--state-dir` (readable with `capstan_driver::sim::SimHost::load`), so it
+//! survives the process. For tests, `--hold OP` makes every `OP` request wait (after
+//! logging "holding OP") until `--release FILE` exists, or for ever; "exit feed open"
+//! says a `watch_exits` stream misses no exit from then on.
+
+use anyhow::Context as _;
+use capstan_common::{DriverKind, Spec};
+use capstan_driver::sim::{SimConfig, SimDriver};
+use capstan_driver::{
+    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
+};
+use clap::Parser;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+#[derive(Parser)]
+#[command(name = "capstan-sim-driver", version, about)]
+struct Cli {
+    /// The socket to listen on (replaced if it exists; mode 0600).
+    #[arg(long)]
+    socket: PathBuf,
+    /// Where the simulated host is kept.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Declare `manages_lifecycle` (the agent stops workloads on a graceful stop).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    manages_lifecycle: bool,
+    /// Declare and provide `reports_exits`.
+    #[arg(long)]
+    reports_exits: bool,
+    /// Declare `restarts_exits`.
+    #[arg(long)]
+    restarts_exits: bool,
+    /// Declare `reaps_orphans`.
+    #[arg(long)]
+    reaps_orphans: bool,
+    /// Hold every request for this operation (`activate`, `stop`, …) before doing it.
+    #[arg(long)]
+    hold: Option<String>,
+    /// With `--hold`: carry on once this file exists (checked every 20 ms).
+    #[arg(long, requires = "hold")]
+    release: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let cli = Cli::parse();
+    let config = SimConfig::declaring(Capabilities {
+        manages_lifecycle: cli.manages_lifecycle,
+        reports_exits: cli.reports_exits,
+        restarts_exits: cli.restarts_exits,
+        reaps_orphans: cli.reaps_orphans,
+    });
+    let sim = SimDriver::open(&cli.state_dir, config)
+        .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?;
+    let driver: Arc<dyn Driver> = Arc::new(Holding {
+        sim,
+        hold: cli.hold,
+        release: cli.release,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match std::fs::remove_file(&cli.socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).context("cannot remove the old socket");
+            }
+            _ => {}
+        }
+        let listener = tokio::net::UnixListener::bind(&cli.socket)
+            .with_context(|| format!("cannot listen on {}", cli.socket.display()))?;
+        std::fs::set_permissions(&cli.socket, std::fs::Permissions::from_mode(0o600))?;
+        tracing::info!(socket = %cli.socket.display(), "capstan-sim-driver listening");
+        capstan_external::serve(listener, driver)
+            .await
+            .context("accepting connections failed")
+    })
+}
+
+/// The sim driver, with an optional hold on one operation.
+struct Holding {
+    sim: SimDriver,
+    hold: Option<String>,
+    release: Option<PathBuf>,
+}
+
+impl Holding {
+    async fn gate(&self, op: &str) {
+        if self.hold.as_deref() != Some(op) {
+            return;
+        }
+        tracing::info!("holding {op}");
+        loop {
+            if self.release.as_ref().is_some_and(|f| f.exists()) {
+                tracing::info!("released {op}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for Holding {
+    fn kind(&self) -> DriverKind {
+        self.sim.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.sim.capabilities()
+    }
+
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        self.gate("ensure_namespace").await;
+        self.sim.ensure_namespace(namespace).await
+    }
+
+    async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
+        self.gate("delete_namespace").await;
+        self.sim.delete_namespace(namespace).await
+    }
+
+    async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
+        self.gate("prepare").await;
+        self.sim.prepare(rev, spec).await
+    }
+
+    async fn activate(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+        previous: Option<&str>,
+    ) -> Result<(), DriverError> {
+        self.gate("activate").await;
+        self.sim.activate(rev, spec, launch_env, previous).await
+    }
+
+    async fn start(
+        &self,
+        rev: RevisionRef<'_>,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
+    ) -> Result<(), DriverError> {
+        self.gate("start").await;
+        self.sim.start(rev, spec, launch_env).await
+    }
+
+    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.gate("resume").await;
+        self.sim.resume(rev).await
+    }
+
+    async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.gate("stop").await;
+        self.sim.stop(rev).await
+    }
+
+    async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.gate("retire").await;
+        self.sim.retire(rev).await
+    }
+
+    async fn observe(&self) -> Result<Observed, DriverError> {
+        self.gate("observe").await;
+        self.sim.observe().await
+    }
+
+    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
+        self.gate("state").await;
+        self.sim.state(rev).await
+    }
+
+    /// Logs "exit feed open" once the sim's feed is registered: from then on no exit
+    /// is missed (what tests wait for before causing one).
+    async fn watch_exits(&self, exits: mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        let announce = async {
+            self.sim.watched().await;
+            tracing::info!("exit feed open");
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            ended = self.sim.watch_exits(exits) => ended,
+            () = announce => unreachable!("pending never completes"),
+        }
+    }
+}

@@ -360,6 +360,9 @@ async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
         }
     };
     service::stopping(&format!("{}: stopping", stop.name()));
+    // SIGUSR2: stop leaving the workloads running, whatever `shutdown` says (an
+    // upgrade: the new agent adopts them).
+    let leave_running = leave_running || matches!(stop, Stop::Usr2);
     let report = daemon
         .stop(leave_running.then_some(ShutdownMode::LeaveRunning))
         .await?;
@@ -388,6 +391,8 @@ async fn sim_fleet(ctx: &Context, options: FleetOptions) -> anyhow::Result<ExitC
 enum Stop {
     Term,
     Int,
+    /// `run`: stop leaving the workloads running (the package's upgrade sends it).
+    Usr2,
 }
 
 impl Stop {
@@ -395,6 +400,7 @@ impl Stop {
         match self {
             Stop::Term => "SIGTERM",
             Stop::Int => "SIGINT",
+            Stop::Usr2 => "SIGUSR2",
         }
     }
 
@@ -404,18 +410,24 @@ impl Stop {
         match self {
             Stop::Term => 143,
             Stop::Int => 130,
+            Stop::Usr2 => 140,
         }
     }
 }
 
-/// Installs the SIGTERM/SIGINT handlers now (so a signal sent as soon as the agent
-/// says it is ready is never lost to the default action) and returns the wait.
+/// Installs the SIGTERM/SIGINT/SIGUSR2 handlers now (so a signal sent as soon as the
+/// agent says it is ready is never lost to the default action) and returns the wait.
+/// The first signal decides: a SIGTERM that follows a SIGUSR2 (`systemctl stop` after
+/// the package's upgrade asked for a leave-running stop) changes nothing.
 fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
     Ok(async move {
         let stop = tokio::select! {
+            biased;
+            _ = usr2.recv() => Stop::Usr2,
             _ = term.recv() => Stop::Term,
             _ = int.recv() => Stop::Int,
         };

@@ -2,4 +2,5 @@
 
 mod bad_input;
 mod crash;
+mod stop;
 mod tamper;

@@ -13,4 +13,5 @@ mod docker;
 mod external;
 mod hooks;
 mod nats;
+mod packaging;
 mod systemd;

@@ -614,6 +614,10 @@ impl Driver for DockerDriver {
             .await
             .map_err(backend(op, &self.host))?
         {
+            // Checked again, as for containers (see `containers`).
+            if !naming::is_ours(n.labels.as_ref(), &self.host) {
+                continue;
+            }
             if let Some(ns) = n.labels.as_ref().and_then(|l| l.get(NAMESPACE)) {
                 observed.namespaces.insert(ns.clone());
             }

@@ -29,7 +29,12 @@ pub enum EngineError {
     Status { status: u16, message: String },
     #[error("the engine's answer is not the JSON expected")]
     Json(#[source] serde_json::Error),
+    #[error("the engine did not answer within {0:?}")]
+    Timeout(std::time::Duration),
 }
+
+/// How long one raw read may take (bollard's requests get the same).
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One container of `GET /containers/json`, only the fields the driver reads.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -114,6 +119,15 @@ impl Engine {
         &self,
         path_and_query: &str,
     ) -> Result<Option<T>, EngineError> {
+        tokio::time::timeout(TIMEOUT, self.exchange(path_and_query))
+            .await
+            .map_err(|_| EngineError::Timeout(TIMEOUT))?
+    }
+
+    async fn exchange<T: serde::de::DeserializeOwned>(
+        &self,
+        path_and_query: &str,
+    ) -> Result<Option<T>, EngineError> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .map_err(EngineError::Connect)?;
@@ -152,14 +166,18 @@ impl Engine {
         }
     }
 
-    /// Every container (stopped ones too) matching `filters`.
+    /// Every container (stopped ones too) matching `filters`. A 404 is an error
+    /// here, never "none": a list read as empty would make `prepare` create again.
     pub async fn containers(
         &self,
         filters: &HashMap<String, Vec<String>>,
     ) -> Result<Vec<Listed>, EngineError> {
         let filters = serde_json::to_string(filters).map_err(EngineError::Json)?;
         let path = format!("/containers/json?all=true&filters={}", percent(&filters));
-        Ok(self.get(&path).await?.unwrap_or_default())
+        self.get(&path).await?.ok_or_else(|| EngineError::Status {
+            status: 404,
+            message: format!("no container list at {path}"),
+        })
     }
 
     /// The state of container `id`; `None`: it is gone.

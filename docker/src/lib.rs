@@ -22,7 +22,7 @@ use capstan_driver::{
 };
 use engine::{Engine, Listed};
 use futures::StreamExt;
-use naming::{HOST, MANAGED, NAMESPACE, REVISION, WORKLOAD};
+use naming::{NAMESPACE, REVISION, WORKLOAD};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -166,14 +166,12 @@ impl DockerDriver {
             .await
             .map_err(backend(op, target))?;
         // The engine filtered; checked again here, so that an engine reading several
-        // label filters as "any of" (podman does for events) cannot hand us another
-        // host's or another revision's container.
+        // label filters as "any of" (podman 4.3 does for events; its lists combine
+        // them, but nothing says they must) cannot hand us another host's or another
+        // revision's container.
         Ok(listed
             .into_iter()
-            .filter(|c| {
-                naming::is_ours(c.labels.as_ref(), &self.host)
-                    && extra.iter().all(|(k, v)| c.label(k) == Some(*v))
-            })
+            .filter(|c| naming::matches(c.labels.as_ref(), &self.host, extra))
             .collect())
     }
 
@@ -681,9 +679,7 @@ impl Driver for DockerDriver {
                 continue;
             }
             let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
-            if attrs.get(MANAGED).map(String::as_str) != Some("true")
-                || attrs.get(HOST) != Some(&self.host)
-            {
+            if !naming::is_ours(Some(&attrs), &self.host) {
                 continue; // another host's container (see the filter above)
             }
             let (Some(ns), Some(wl), Some(r)) = (

@@ -107,6 +107,18 @@ macro_rules! each_engine {
     )+};
 }
 
+/// Like [`serve`], but a stop takes `secs` seconds (a service draining on SIGTERM):
+/// the engine then shows a stop under way for that long (podman: `stopping`).
+pub fn slow_to_stop(rev: &str, secs: u32) -> Spec {
+    Spec::docker(IMAGE)
+        .command(&[
+            "sh",
+            "-c",
+            &format!("trap 'sleep {secs}; exit 0' TERM; while :; do sleep 1; done"),
+        ])
+        .env("REV", rev)
+}
+
 /// An agent builder on the docker driver on `engine`, for a host named after the test
 /// and the engine.
 pub fn agent(engine: Engine, name: &str) -> crate::agent::AgentBuilder {

@@ -6,25 +6,13 @@
 //! Every workload ends with exactly one running container, r2, and every activation
 //! logged exactly one `workload_started`.
 
-use capstan_tests::docker::{agent, Engine, IMAGE};
+use capstan_tests::docker::{agent, slow_to_stop, Engine};
 use capstan_tests::{wait_until, READY};
 use std::io::{BufRead as _, BufReader};
 
 capstan_tests::each_engine!(sigkill_mid_activation_ends_with_one_running_container_per_workload);
 
 const WORKLOADS: usize = 4;
-
-/// Like [`capstan_tests::docker::serve`], but a stop takes a while (a service
-/// draining on SIGTERM), so that a kill lands while a stop is under way.
-fn slow_to_stop(rev: &str) -> capstan_tests::command::Spec {
-    capstan_tests::command::Spec::docker(IMAGE)
-        .command(&[
-            "sh",
-            "-c",
-            "trap 'sleep 2; exit 0' TERM; while :; do sleep 1; done",
-        ])
-        .env("REV", rev)
-}
 
 fn sigkill_mid_activation_ends_with_one_running_container_per_workload(engine: Engine) {
     let a = agent(engine, "crash").build();
@@ -33,9 +21,9 @@ fn sigkill_mid_activation_ends_with_one_running_container_per_workload(engine: E
     let mut swap = Vec::new();
     for w in 0..WORKLOADS {
         let wl = format!("w{w}");
-        setup.push(c.prepare(&format!("{wl}.p1"), &wl, "r1", slow_to_stop("r1")));
+        setup.push(c.prepare(&format!("{wl}.p1"), &wl, "r1", slow_to_stop("r1", 2)));
         setup.push(c.activate(&format!("{wl}.a1"), &wl, "r1"));
-        setup.push(c.prepare(&format!("{wl}.p2"), &wl, "r2", slow_to_stop("r2")));
+        setup.push(c.prepare(&format!("{wl}.p2"), &wl, "r2", slow_to_stop("r2", 2)));
         swap.push(c.activate(&format!("{wl}.a2"), &wl, "r2"));
     }
     a.apply_ok(&setup);

@@ -1,5 +1,6 @@
 //! The docker driver against the real engines from `.ci/services.sh`: every test runs
-//! once on dockerd and once on podman (`<test>::dockerd`, `<test>::podman`).
+//! once on dockerd and once on podman (`<test>::dockerd`, `<test>::podman`), but
+//! `stopping`, a state only podman shows.
 
 mod bad_input;
 mod crash;
@@ -7,6 +8,7 @@ mod names;
 mod ownership;
 mod restart;
 mod retire;
+mod stopping;
 mod supervise;
 
 use capstan_tests::agent::Agent;

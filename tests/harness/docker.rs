@@ -89,7 +89,7 @@ impl Engine {
 }
 
 /// Defines each named docker test once per engine: `fn name(engine: Engine)` becomes
-/// the tests `name::dockerd` and `name::podman` (so `cargo test … podman` runs the
+/// the tests `name::dockerd` and `name::podman` (so the filter `::podman` runs the
 /// podman half).
 #[macro_export]
 macro_rules! each_engine {

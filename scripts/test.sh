@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Packages (nats-server, docker.io, busybox-static, …) and a private dockerd.
+# Packages (nats-server, docker.io, podman, busybox-static, …), a private dockerd and a
+# private podman API service: every docker e2e test runs once on each
+# (`<test>::dockerd`, `<test>::podman`, in the e2e binary), so the summary counts both.
 eval "$(.ci/services.sh)"
 
 # Every test that starts nats-server runs the binary $CAPSTAN_NATS_SERVER names: the

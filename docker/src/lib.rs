@@ -2,16 +2,17 @@
 //! (bollard). A namespace is a bridge network `capstan-<ns>`; a revision is one
 //! container, created by `prepare` and started by `activate`/`start`. Everything is
 //! found again by its labels (see [`naming`]), never by name alone, and only objects
-//! labelled with this agent's host are ever changed.
+//! labelled with this agent's host are ever changed. What engines answer differently
+//! (podman's Docker-compatible API) is read raw, in [`engine`].
 
+pub mod engine;
 pub mod naming;
 
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerSummary, NetworkCreateRequest};
+use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
-    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
-    StopContainerOptionsBuilder,
+    ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use bollard::Docker;
 use capstan_common::{DriverKind, ErrorCode, Spec};
@@ -19,6 +20,7 @@ use capstan_driver::{
     merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
     RevisionRef,
 };
+use engine::{Engine, Listed};
 use futures::StreamExt;
 use naming::{NAMESPACE, REVISION, WORKLOAD};
 use serde::Deserialize;
@@ -78,6 +80,8 @@ pub enum PullPolicy {
 /// The docker driver.
 pub struct DockerDriver {
     docker: Docker,
+    /// The reads bollard's typed models are too strict for (see [`engine`]).
+    engine: Engine,
     host: String,
     config: DockerConfig,
     /// Where the exit feed (re)starts, in unix nanoseconds: first the moment the
@@ -95,7 +99,10 @@ fn status(e: &DockerError) -> Option<u16> {
     }
 }
 
-fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(DockerError) -> DriverError {
+fn backend<E: std::error::Error + Send + Sync + 'static>(
+    op: &'static str,
+    target: impl ToString,
+) -> impl FnOnce(E) -> DriverError {
     move |e| DriverError::Backend {
         op,
         target: target.to_string(),
@@ -132,11 +139,13 @@ impl DockerDriver {
             .negotiate_version()
             .await
             .map_err(backend(op, &config.socket))?;
+        let engine = Engine::new(path, &docker.client_version());
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         Ok(DockerDriver {
             docker,
+            engine,
             host: host.to_string(),
             config,
             exits_since: std::sync::Mutex::new(now),
@@ -149,15 +158,21 @@ impl DockerDriver {
         op: &'static str,
         target: &str,
         extra: &[(&str, &str)],
-    ) -> Result<Vec<ContainerSummary>, DriverError> {
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&naming::label_filter(&self.host, extra))
-            .build();
-        self.docker
-            .list_containers(Some(options))
+    ) -> Result<Vec<Listed>, DriverError> {
+        let filter = naming::label_filter(&self.host, extra);
+        let listed = self
+            .engine
+            .containers(&filter)
             .await
-            .map_err(backend(op, target))
+            .map_err(backend(op, target))?;
+        // The engine filtered; checked again here, so that an engine reading several
+        // label filters as "any of" (podman 4.3 does for events; its lists combine
+        // them, but nothing says they must) cannot hand us another host's or another
+        // revision's container.
+        Ok(listed
+            .into_iter()
+            .filter(|c| naming::matches(c.labels.as_ref(), &self.host, extra))
+            .collect())
     }
 
     /// The container of exactly this revision, if there is one.
@@ -165,7 +180,7 @@ impl DockerDriver {
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
-    ) -> Result<Option<ContainerSummary>, DriverError> {
+    ) -> Result<Option<Listed>, DriverError> {
         let found = self
             .containers(
                 op,
@@ -243,11 +258,21 @@ impl DockerDriver {
                     tracing::info!(container = %name, revision = %rev, "container created");
                     return Ok(created.id);
                 }
-                Err(e) if status(&e) == Some(409) => last = Some(e),
+                // A name in use is 409 from dockerd and 500 from podman 4.3: rather
+                // than trusting either code, the name is looked up.
+                Err(e) if status(&e) == Some(409) || self.name_taken(&name).await => {
+                    last = Some(e);
+                }
                 Err(e) => return Err(backend(op, rev)(e)),
             }
         }
         Err(backend(op, rev)(last.expect("a name was tried")))
+    }
+
+    /// Whether a container named `name` exists (a failed lookup says no: the error
+    /// that asked is then reported as it is).
+    async fn name_taken(&self, name: &str) -> bool {
+        matches!(self.engine.state(name).await, Ok(Some(_)))
     }
 
     /// The id of the revision's container, created with `spec` and `launch_env`. An
@@ -268,13 +293,9 @@ impl DockerDriver {
                 op,
                 target: rev.to_string(),
             })?;
-        let id = existing.id.clone().unwrap_or_default();
+        let id = existing.id.clone();
         let env = merged_env(spec, launch_env);
-        let have = existing
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(naming::ENV_HASH));
-        if have == Some(&naming::env_hash(&env)) {
+        if existing.label(naming::ENV_HASH) == Some(naming::env_hash(&env).as_str()) {
             return Ok(id);
         }
         tracing::info!(revision = %rev, "environment changed: recreating the container");
@@ -282,22 +303,39 @@ impl DockerDriver {
         self.create(op, rev, spec, &env).await
     }
 
+    /// Starts container `id` (a running one: a no-op answer, 304). Podman refuses to
+    /// start a container while a stop is under way (state `stopping`: e.g. the stop
+    /// of an agent killed mid-activation, which the engine carries on with): that
+    /// stop is waited for (a second stop returns when the container has stopped),
+    /// then the container is started.
     async fn start_id(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
         id: &str,
     ) -> Result<(), DriverError> {
-        match self
-            .docker
-            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
-        {
+        let start = || {
+            self.docker
+                .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+        };
+        let missing = || DriverError::Missing {
+            op,
+            target: rev.to_string(),
+        };
+        match start().await {
+            Ok(()) => return Ok(()),
+            Err(e) if status(&e) == Some(404) => return Err(missing()),
+            Err(e) => match self.engine.state(id).await {
+                Ok(Some(state)) if engine::is_stopping(&state) => {
+                    tracing::info!(revision = %rev, "waiting for a stop under way before starting");
+                }
+                _ => return Err(backend(op, rev)(e)),
+            },
+        }
+        self.stop_id(op, &rev.to_string(), id).await?;
+        match start().await {
             Ok(()) => Ok(()),
-            Err(e) if status(&e) == Some(404) => Err(DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            }),
+            Err(e) if status(&e) == Some(404) => Err(missing()),
             Err(e) => Err(backend(op, rev)(e)),
         }
     }
@@ -332,22 +370,8 @@ impl DockerDriver {
         op: &'static str,
         id: &str,
     ) -> Result<Option<BackendState>, DriverError> {
-        match self
-            .docker
-            .inspect_container(
-                id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-        {
-            Ok(i) => Ok(Some(if i.state.and_then(|s| s.running).unwrap_or(false) {
-                BackendState::Running
-            } else {
-                BackendState::Stopped
-            })),
-            Err(e) if status(&e) == Some(404) => Ok(None),
-            Err(e) => Err(backend(op, id)(e)),
-        }
+        let state = self.engine.state(id).await.map_err(backend(op, id))?;
+        Ok(state.as_ref().map(engine::backend_state))
     }
 
     /// Starts `rev` (recreating it if its env changed). Starting a running container
@@ -365,10 +389,6 @@ impl DockerDriver {
         tracing::info!(revision = %rev, container = %id, "container started (or already running)");
         Ok(())
     }
-}
-
-fn label<'a>(c: &'a ContainerSummary, key: &str) -> Option<&'a str> {
-    c.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 #[async_trait::async_trait]
@@ -485,14 +505,13 @@ impl Driver for DockerDriver {
             )
         })?;
         if let Some(existing) = self.find(op, rev).await? {
-            if label(&existing, naming::SPEC_HASH) == Some(&naming::spec_hash(spec)) {
+            if existing.label(naming::SPEC_HASH) == Some(naming::spec_hash(spec).as_str()) {
                 return Ok(());
             }
             // A leftover from an earlier life of this host with another spec: the
             // log is the truth, so replace it.
             tracing::warn!(revision = %rev, "replacing a container made from another spec");
-            self.remove(op, rev, existing.id.as_deref().unwrap_or_default())
-                .await?;
+            self.remove(op, rev, &existing.id).await?;
         }
         self.ensure_image(op, image).await?;
         self.create(op, rev, spec, &merged_env(spec, &LaunchEnv::new()))
@@ -521,11 +540,10 @@ impl Driver for DockerDriver {
         // Every one, whatever the list says its state is (that view can lag right
         // after a start); stopping a stopped container is a no-op answer (304).
         for c in others {
-            if label(&c, REVISION) != Some(rev.revision) {
-                let id = c.id.as_deref().unwrap_or_default();
-                self.stop_id(op, &rev.to_string(), id).await?;
+            if c.label(REVISION) != Some(rev.revision) {
+                self.stop_id(op, &rev.to_string(), &c.id).await?;
                 tracing::info!(
-                    revision = label(&c, REVISION).unwrap_or("?"),
+                    revision = c.label(REVISION).unwrap_or("?"),
                     "other revision stopped"
                 );
             }
@@ -552,27 +570,20 @@ impl Driver for DockerDriver {
                 target: rev.to_string(),
             })?;
         // The container keeps the env it was created with: never recreated here.
-        self.start_id(op, rev, existing.id.as_deref().unwrap_or_default())
-            .await
+        self.start_id(op, rev, &existing.id).await
     }
 
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let op = "stop";
         match self.find(op, rev).await? {
-            Some(c) => {
-                self.stop_id(op, &rev.to_string(), c.id.as_deref().unwrap_or_default())
-                    .await
-            }
+            Some(c) => self.stop_id(op, &rev.to_string(), &c.id).await,
             None => Ok(()),
         }
     }
 
     async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
         match self.find("state", rev).await? {
-            Some(c) => {
-                self.inspect_state("state", c.id.as_deref().unwrap_or_default())
-                    .await
-            }
+            Some(c) => self.inspect_state("state", &c.id).await,
             None => Ok(None),
         }
     }
@@ -581,8 +592,7 @@ impl Driver for DockerDriver {
         let op = "retire";
         match self.find(op, rev).await? {
             Some(c) => {
-                self.remove(op, rev, c.id.as_deref().unwrap_or_default())
-                    .await?;
+                self.remove(op, rev, &c.id).await?;
                 tracing::info!(revision = %rev, "container removed");
                 Ok(())
             }
@@ -602,6 +612,10 @@ impl Driver for DockerDriver {
             .await
             .map_err(backend(op, &self.host))?
         {
+            // Checked again, as for containers (see `containers`).
+            if !naming::is_ours(n.labels.as_ref(), &self.host) {
+                continue;
+            }
             if let Some(ns) = n.labels.as_ref().and_then(|l| l.get(NAMESPACE)) {
                 observed.namespaces.insert(ns.clone());
             }
@@ -611,18 +625,16 @@ impl Driver for DockerDriver {
         // hundred ms after the `die` event under load).
         let states: Vec<_> = futures::stream::iter(self.containers(op, &self.host, &[]).await?)
             .map(|c| async move {
-                let id = c.id.clone().unwrap_or_default();
-                (c, self.inspect_state(op, &id).await)
+                let state = self.inspect_state(op, &c.id).await;
+                (c, state)
             })
             .buffer_unordered(16)
             .collect()
             .await;
         for (c, state) in states {
-            let (Some(ns), Some(wl), Some(r)) = (
-                label(&c, NAMESPACE),
-                label(&c, WORKLOAD),
-                label(&c, REVISION),
-            ) else {
+            let (Some(ns), Some(wl), Some(r)) =
+                (c.label(NAMESPACE), c.label(WORKLOAD), c.label(REVISION))
+            else {
                 continue;
             };
             let Some(state) = state? else {
@@ -638,9 +650,11 @@ impl Driver for DockerDriver {
     }
 
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        // No `event` filter: podman 4.3 matches `event=die` to nothing (its own word is
+        // `died`, though it reports the event as `die`). And podman reads several
+        // `label` filters as "any of": the action and the host are checked below.
         let mut filters = naming::label_filter(&self.host, &[]);
         filters.insert("type".into(), vec!["container".into()]);
-        filters.insert("event".into(), vec!["die".into()]);
         let since = *self.exits_since.lock().expect("exits_since");
         let since = format!(
             "{}.{:09}",
@@ -661,7 +675,13 @@ impl Driver for DockerDriver {
                 }
                 *since = t + 1;
             }
+            if event.action.as_deref() != Some("die") {
+                continue;
+            }
             let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
+            if !naming::is_ours(Some(&attrs), &self.host) {
+                continue; // another host's container (see the filter above)
+            }
             let (Some(ns), Some(wl), Some(r)) = (
                 attrs.get(NAMESPACE),
                 attrs.get(WORKLOAD),

@@ -117,6 +117,19 @@ pub fn is_ours(labels: Option<&HashMap<String, String>>, host: &str) -> bool {
     })
 }
 
+/// True when `labels` say the object is ours on `host` and carry every `extra` label:
+/// what [`label_filter`] asks the engine for, checked on what it answered.
+pub fn matches(
+    labels: Option<&HashMap<String, String>>,
+    host: &str,
+    extra: &[(&str, &str)],
+) -> bool {
+    is_ours(labels, host)
+        && extra
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(*k)).map(String::as_str) == Some(*v))
+}
+
 /// The list filter selecting this host's objects, narrowed by extra `key=value` labels.
 pub fn label_filter(host: &str, extra: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
     let mut labels = vec![format!("{MANAGED}=true"), format!("{HOST}={host}")];
@@ -265,6 +278,20 @@ mod tests {
         assert_eq!(bad_env(&env), Some("A=B"));
         let nul = BTreeMap::from([("X".to_string(), "a\0b".to_string())]);
         assert_eq!(bad_env(&nul), Some("X"));
+    }
+
+    #[test]
+    fn matches_checks_the_host_and_every_extra_label() {
+        let s = spec();
+        let env = merged_env(&s, &LaunchEnv::new());
+        let labels = container_labels("h1", rev("ns", "web", "r1"), &s, &env);
+        let l = Some(&labels);
+        assert!(matches(l, "h1", &[]));
+        assert!(matches(l, "h1", &[(NAMESPACE, "ns"), (REVISION, "r1")]));
+        // What an engine reading label filters as "any of" could return.
+        assert!(!matches(l, "h2", &[(NAMESPACE, "ns")]));
+        assert!(!matches(l, "h1", &[(NAMESPACE, "ns"), (REVISION, "r2")]));
+        assert!(!matches(None, "h1", &[]));
     }
 
     #[test]

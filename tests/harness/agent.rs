@@ -20,8 +20,9 @@ use std::process::{Command, Stdio};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Driver {
     Sim,
-    /// The test engine (`CAPSTAN_TEST_DOCKER_HOST`), `pull_policy = "never"`.
+    /// A test engine ([`crate::docker::Engine`]), `pull_policy = "never"`.
     Docker {
+        engine: crate::docker::Engine,
         reap_orphans: bool,
     },
     /// A test's [`crate::systemd::SystemdHost`]: its bus, unit dir and state dir.
@@ -59,9 +60,10 @@ pub struct AgentBuilder {
 }
 
 impl AgentBuilder {
-    /// The docker driver on the test engine.
-    pub fn docker(mut self) -> AgentBuilder {
+    /// The docker driver on test engine `engine`.
+    pub fn docker(mut self, engine: crate::docker::Engine) -> AgentBuilder {
         self.driver = Driver::Docker {
+            engine,
             reap_orphans: false,
         };
         self
@@ -77,11 +79,13 @@ impl AgentBuilder {
 
     /// `reap_orphans` for the docker driver.
     pub fn reap_orphans(mut self, reap: bool) -> AgentBuilder {
-        assert!(
-            matches!(self.driver, Driver::Docker { .. }),
-            "reap_orphans is a docker setting"
-        );
-        self.driver = Driver::Docker { reap_orphans: reap };
+        let Driver::Docker { engine, .. } = self.driver else {
+            panic!("reap_orphans is a docker setting");
+        };
+        self.driver = Driver::Docker {
+            engine,
+            reap_orphans: reap,
+        };
         self
     }
 
@@ -188,10 +192,13 @@ impl AgentBuilder {
         let mut add = |text: &str| toml.push_str(text);
         match &self.driver {
             Driver::Sim => add("driver = \"sim\"\n"),
-            Driver::Docker { reap_orphans } => add(&format!(
+            Driver::Docker {
+                engine,
+                reap_orphans,
+            } => add(&format!(
                 "driver = \"docker\"\n[docker]\nsocket = {:?}\npull_policy = \"never\"\n\
                  reap_orphans = {reap_orphans}\nstop_timeout_secs = 10\n",
-                crate::docker::docker_host()
+                engine.socket()
             )),
             Driver::External { socket } => add(&format!(
                 "driver = \"external\"\n[external]\nsocket = {:?}\n",
@@ -259,6 +266,14 @@ impl Agent {
             nats: None,
             nats_auth: String::new(),
             signing: None,
+        }
+    }
+
+    /// The engine of an agent on the docker driver (panics for another driver).
+    pub fn engine(&self) -> crate::docker::Engine {
+        match self.config.driver {
+            Driver::Docker { engine, .. } => engine,
+            _ => panic!("{} is not on the docker driver", self.host),
         }
     }
 
@@ -548,8 +563,8 @@ impl Feed {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        if matches!(self.config.driver, Driver::Docker { .. }) {
-            crate::docker::remove_host(&self.host);
+        if let Driver::Docker { engine, .. } = self.config.driver {
+            crate::docker::remove_host(engine, &self.host);
         }
     }
 }

@@ -1,7 +1,10 @@
-//! The real dockerd from `.ci/services.sh`: the docker CLI against it, and what an
-//! agent on the docker driver made there (found by its host label). Docker tests give
-//! their agent a [`crate::unique`] host and use that name as their namespace too, so
-//! tests (and test runs) sharing the engine never see each other's containers.
+//! The real engines from `.ci/services.sh` — dockerd and podman's Docker-compatible
+//! service, each on its own socket ([`Engine`]) — the docker CLI against them, and
+//! what an agent on the docker driver made there (found by its host label). Every
+//! docker test runs once per engine ([`crate::each_engine!`]). Docker tests give their
+//! agent a [`crate::unique`] host named after the test and the engine, and use that
+//! name as their namespace too, so tests (and test runs) sharing an engine never see
+//! each other's containers or networks.
 
 use crate::agent::Agent;
 use crate::command::Spec;
@@ -19,42 +22,107 @@ pub fn serve(rev: &str) -> Spec {
         .env("REV", rev)
 }
 
-/// An agent builder on the docker driver for a host named after the test.
-pub fn agent(name: &str) -> crate::agent::AgentBuilder {
-    Agent::builder(&crate::unique(name)).docker()
+/// An engine the docker driver's tests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Debian's docker.io (`CAPSTAN_TEST_DOCKER_HOST`).
+    Dockerd,
+    /// Debian's podman, `podman system service` (`CAPSTAN_TEST_PODMAN_HOST`).
+    Podman,
 }
 
-/// The engine under test, from `CAPSTAN_TEST_DOCKER_HOST`.
-pub fn docker_host() -> String {
-    std::env::var("CAPSTAN_TEST_DOCKER_HOST").unwrap_or_else(|_| {
-        panic!(
-            "CAPSTAN_TEST_DOCKER_HOST is not set: run `eval \"$(.ci/services.sh)\"` first \
-             (scripts/test.sh does); the docker tests need the private dockerd"
-        )
-    })
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Dockerd => "dockerd",
+            Engine::Podman => "podman",
+        }
+    }
+
+    /// The variable `.ci/services.sh` exports its socket in.
+    fn variable(self) -> &'static str {
+        match self {
+            Engine::Dockerd => "CAPSTAN_TEST_DOCKER_HOST",
+            Engine::Podman => "CAPSTAN_TEST_PODMAN_HOST",
+        }
+    }
+
+    /// Its socket, `unix:///…`; panics when it is not set.
+    pub fn socket(self) -> String {
+        std::env::var(self.variable()).unwrap_or_else(|_| {
+            panic!(
+                "{} is not set: run `eval \"$(.ci/services.sh)\"` first (scripts/test.sh \
+                 does); the docker tests need its private {}",
+                self.variable(),
+                self.name()
+            )
+        })
+    }
+
+    /// Runs the docker CLI against this engine; panics on failure. Returns stdout.
+    pub fn docker(self, args: &[&str]) -> String {
+        let out = self.cli(args).expect("run the docker CLI");
+        assert!(
+            out.status.success(),
+            "docker {} ({}): {}",
+            args.join(" "),
+            self.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn cli(self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        Command::new("docker")
+            .arg("-H")
+            .arg(self.socket())
+            .args(args)
+            .output()
+    }
+
+    /// `docker inspect` of one container or network.
+    pub fn inspect(self, id: &str) -> Value {
+        let all: Value =
+            serde_json::from_str(&self.docker(&["inspect", id])).expect("inspect JSON");
+        all[0].clone()
+    }
 }
 
-/// Runs the docker CLI against the test engine; panics on failure. Returns stdout.
-pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .arg("-H")
-        .arg(docker_host())
-        .args(args)
-        .output()
-        .expect("run the docker CLI");
-    assert!(
-        out.status.success(),
-        "docker {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// Defines each named docker test once per engine: `fn name(engine: Engine)` becomes
+/// the tests `name::dockerd` and `name::podman` (so the filter `::podman` runs the
+/// podman half).
+#[macro_export]
+macro_rules! each_engine {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn dockerd() {
+                super::$name($crate::docker::Engine::Dockerd)
+            }
+            #[test]
+            fn podman() {
+                super::$name($crate::docker::Engine::Podman)
+            }
+        }
+    )+};
 }
 
-/// `docker inspect` of one container or network.
-pub fn inspect(id: &str) -> Value {
-    let all: Value = serde_json::from_str(&docker(&["inspect", id])).expect("inspect JSON");
-    all[0].clone()
+/// Like [`serve`], but a stop takes `secs` seconds (a service draining on SIGTERM):
+/// the engine then shows a stop under way for that long (podman: `stopping`).
+pub fn slow_to_stop(rev: &str, secs: u32) -> Spec {
+    Spec::docker(IMAGE)
+        .command(&[
+            "sh",
+            "-c",
+            &format!("trap 'sleep {secs}; exit 0' TERM; while :; do sleep 1; done"),
+        ])
+        .env("REV", rev)
+}
+
+/// An agent builder on the docker driver on `engine`, for a host named after the test
+/// and the engine.
+pub fn agent(engine: Engine, name: &str) -> crate::agent::AgentBuilder {
+    Agent::builder(&crate::unique(&format!("{name}-{}", engine.name()))).docker(engine)
 }
 
 /// One container as `docker inspect` shows it.
@@ -65,6 +133,8 @@ pub struct Container {
     pub workload: String,
     pub revision: String,
     pub running: bool,
+    /// `State.Status`: `running`, `exited`, … (podman: also `stopping`).
+    pub status: String,
     pub started_at: String,
     pub env: Vec<String>,
 }
@@ -87,6 +157,7 @@ impl Container {
             workload: label("workload"),
             revision: label("revision"),
             running: c["State"]["Running"].as_bool().unwrap_or(false),
+            status: c["State"]["Status"].as_str().unwrap_or_default().into(),
             started_at: c["State"]["StartedAt"].as_str().unwrap_or_default().into(),
             env: c["Config"]["Env"]
                 .as_array()
@@ -106,7 +177,7 @@ impl Container {
 impl Agent {
     /// Every container labelled with this agent's host.
     pub fn containers(&self) -> Vec<Container> {
-        let ids = docker(&[
+        let ids = self.docker(&[
             "ps",
             "-aq",
             "--no-trunc",
@@ -119,8 +190,18 @@ impl Agent {
         }
         let mut args = vec!["inspect"];
         args.extend(ids);
-        let all: Vec<Value> = serde_json::from_str(&docker(&args)).expect("inspect JSON");
+        let all: Vec<Value> = serde_json::from_str(&self.docker(&args)).expect("inspect JSON");
         all.iter().map(Container::from_inspect).collect()
+    }
+
+    /// Runs the docker CLI against this agent's engine; panics on failure.
+    pub fn docker(&self, args: &[&str]) -> String {
+        self.engine().docker(args)
+    }
+
+    /// `docker inspect` of one container or network on this agent's engine.
+    pub fn inspect(&self, id: &str) -> Value {
+        self.engine().inspect(id)
     }
 
     /// The one container of `workload`@`rev`; panics if there is not exactly one.
@@ -135,19 +216,16 @@ impl Agent {
     }
 }
 
-/// Removes every container and network labelled with `host` (an agent's drop).
-/// Never panics: it may run while a test unwinds.
-pub(crate) fn remove_host(host: &str) {
-    let Ok(engine) = std::env::var("CAPSTAN_TEST_DOCKER_HOST") else {
+/// Removes every container and network labelled with `host` on `engine` (an agent's
+/// drop). Never panics: it may run while a test unwinds.
+pub(crate) fn remove_host(engine: Engine, host: &str) {
+    if std::env::var_os(engine.variable()).is_none() {
         return;
-    };
+    }
     let filter = format!("label=io.capstan.host={host}");
     let run = |args: &[&str]| {
-        Command::new("docker")
-            .arg("-H")
-            .arg(&engine)
-            .args(args)
-            .output()
+        engine
+            .cli(args)
             .ok()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()

@@ -4,12 +4,16 @@
 //! with `image_not_found`, also creating nothing.
 
 use capstan_tests::command::Spec;
-use capstan_tests::docker::{agent, inspect, IMAGE};
+use capstan_tests::docker::{agent, Engine, IMAGE};
 use serde_json::json;
 
-#[test]
-fn bad_specs_are_rejected_with_a_code_and_create_nothing() {
-    let a = agent("bad").build();
+capstan_tests::each_engine!(
+    bad_specs_are_rejected_with_a_code_and_create_nothing,
+    spec_fields_reach_the_container_as_given
+);
+
+fn bad_specs_are_rejected_with_a_code_and_create_nothing(engine: Engine) {
+    let a = agent(engine, "bad").build();
     let c = a.commands(&a.host);
     a.apply_ok(&[c.ensure_namespace("ns")]);
     let image = || Spec::docker(IMAGE);
@@ -61,9 +65,8 @@ fn bad_specs_are_rejected_with_a_code_and_create_nothing() {
     assert!(a.intent()["workloads"].as_object().unwrap().is_empty());
 }
 
-#[test]
-fn spec_fields_reach_the_container_as_given() {
-    let a = agent("fields").build();
+fn spec_fields_reach_the_container_as_given(engine: Engine) {
+    let a = agent(engine, "fields").build();
     let c = a.commands(&a.host);
     let spec = Spec::docker(IMAGE)
         .command(&["sleep", "300"])
@@ -81,19 +84,35 @@ fn spec_fields_reach_the_container_as_given() {
     a.apply_ok(&[c.ensure_namespace("ns"), c.prepare("p", "web", "r1", spec)]);
     let web = a.container("web", "r1");
     assert!(!web.running, "prepare creates without starting");
-    let i = inspect(&web.id);
+    let i = a.inspect(&web.id);
     assert_eq!(i["Config"]["Cmd"], json!(["sleep", "300"]));
     assert_eq!(i["Config"]["WorkingDir"], "/tmp");
     assert!(web.has_env("GREETING=hello world"), "{:?}", web.env);
     assert!(web.has_env("EMPTY="), "{:?}", web.env);
     assert_eq!(i["HostConfig"]["RestartPolicy"]["Name"], "no");
-    assert_eq!(i["HostConfig"]["Mounts"][0]["Target"], "/host-etc");
-    assert_eq!(i["HostConfig"]["Mounts"][0]["ReadOnly"], true);
+    // The mount points, as both engines show them (podman has no `HostConfig.Mounts`).
+    assert_eq!(i["Mounts"][0]["Type"], "bind");
+    assert_eq!(i["Mounts"][0]["Source"], "/etc");
+    assert_eq!(i["Mounts"][0]["Destination"], "/host-etc");
+    assert_eq!(i["Mounts"][0]["RW"], false);
     assert_eq!(
         i["HostConfig"]["PortBindings"]["8080/tcp"][0]["HostIp"],
         "127.0.0.1"
     );
     assert_eq!(i["Config"]["Labels"]["io.capstan.managed"], "true");
     assert_eq!(i["Config"]["Labels"]["io.capstan.namespace"], c.ns.as_str());
-    assert_eq!(i["HostConfig"]["NetworkMode"], format!("capstan-{}", c.ns));
+    // On the namespace's network under the workload's name (podman says `bridge` in
+    // `HostConfig.NetworkMode` for any bridge network: the attachment is the truth).
+    let networks = i["NetworkSettings"]["Networks"]
+        .as_object()
+        .expect("networks");
+    assert_eq!(
+        networks.keys().collect::<Vec<_>>(),
+        [&format!("capstan-{}", c.ns)]
+    );
+    let aliases = &networks[&format!("capstan-{}", c.ns)]["Aliases"];
+    assert!(
+        aliases.as_array().into_iter().flatten().any(|a| a == "web"),
+        "{aliases}"
+    );
 }

@@ -1,4 +1,6 @@
-//! The docker driver against the real dockerd from `.ci/services.sh`.
+//! The docker driver against the real engines from `.ci/services.sh`: every test runs
+//! once on dockerd and once on podman (`<test>::dockerd`, `<test>::podman`), but
+//! `stopping`, a state only podman shows.
 
 mod bad_input;
 mod crash;
@@ -6,16 +8,17 @@ mod names;
 mod ownership;
 mod restart;
 mod retire;
+mod stopping;
 mod supervise;
 
 use capstan_tests::agent::Agent;
 use capstan_tests::command::Commands;
-use capstan_tests::docker::{agent, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 
 /// A docker agent named `name` (its namespace too) with workloads `a` and `b` at
 /// `r1`: `a` running, `b` explicitly stopped. Nothing runs the agent yet.
-fn a_running_b_stopped(name: &str) -> (Agent, Commands) {
-    let a = agent(name).build();
+fn a_running_b_stopped(engine: Engine, name: &str) -> (Agent, Commands) {
+    let a = agent(engine, name).build();
     let c = a.commands(&a.host);
     let mut setup = c.rollout(&["a", "b"], "r1", serve);
     setup.push(c.stop("sb", "b"));

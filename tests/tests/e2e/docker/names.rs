@@ -2,11 +2,12 @@
 //! when too long, and never confused between two triples that spell the same
 //! readable name (`a-b`+`c` vs `a`+`b-c`): containers are found by labels.
 
-use capstan_tests::docker::{agent, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 
-#[test]
-fn long_and_colliding_names_get_distinct_bounded_containers() {
-    let a = agent("names").build();
+capstan_tests::each_engine!(long_and_colliding_names_get_distinct_bounded_containers);
+
+fn long_and_colliding_names_get_distinct_bounded_containers(engine: Engine) {
+    let a = agent(engine, "names").build();
     let c = a.commands(&a.host);
     let long_wl = format!("w{}", "x".repeat(62));
     let long_rev = format!("r{}", "y".repeat(62));

@@ -1,13 +1,14 @@
 //! Ownership is read back from labels: an agent never adopts, deletes or even sees
 //! another host's network or containers on a shared engine.
 
-use capstan_tests::docker::{agent, docker, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 use capstan_tests::process::Exit;
 
-#[test]
-fn another_hosts_network_is_neither_adopted_nor_deleted() {
-    let x = agent("ownx").build();
-    let y = agent("owny").build();
+capstan_tests::each_engine!(another_hosts_network_is_neither_adopted_nor_deleted);
+
+fn another_hosts_network_is_neither_adopted_nor_deleted(engine: Engine) {
+    let x = agent(engine, "ownx").build();
+    let y = agent(engine, "owny").build();
     let xc = x.commands(&x.host);
     x.apply_ok(&[
         xc.ensure_namespace("ns"),
@@ -39,6 +40,6 @@ fn another_hosts_network_is_neither_adopted_nor_deleted() {
     }
     assert!(y.containers().is_empty(), "y sees none of x's containers");
     assert_eq!(x.containers(), vec![web], "x's container untouched");
-    let labels = docker(&["network", "inspect", "-f", "{{json .Labels}}", &net]);
+    let labels = x.docker(&["network", "inspect", "-f", "{{json .Labels}}", &net]);
     assert!(labels.contains(&x.host), "still x's network: {labels}");
 }

@@ -6,8 +6,14 @@
 
 use super::a_running_b_stopped;
 use capstan_tests::agent::Agent;
-use capstan_tests::docker::{agent, docker, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 use serde_json::Value;
+
+capstan_tests::each_engine!(
+    gateway_restart_stops_on_sigterm_and_restarts_the_same_container,
+    leave_running_keeps_containers_up_and_adopts_them,
+    a_missing_container_marks_the_workload_failed_and_the_rest_starts
+);
 
 /// The parts of intent the controller owns (not `applied_seq`, which moves with every
 /// record the agent adds).
@@ -16,9 +22,8 @@ fn owned_intent(a: &Agent) -> (Value, Value) {
     (i["namespaces"].clone(), i["workloads"].clone())
 }
 
-#[test]
-fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container() {
-    let (a, c) = a_running_b_stopped("gw");
+fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container(engine: Engine) {
+    let (a, c) = a_running_b_stopped(engine, "gw");
     let intent = owned_intent(&a);
     assert_eq!(intent.1[format!("{}/a", c.ns)]["intent"], "running");
     assert_eq!(intent.1[format!("{}/b", c.ns)]["intent"], "stopped");
@@ -62,9 +67,8 @@ fn gateway_restart_stops_on_sigterm_and_restarts_the_same_container() {
     assert!(stopped.iter().all(|e| e["workload"] == "a"), "{stopped:?}");
 }
 
-#[test]
-fn leave_running_keeps_containers_up_and_adopts_them() {
-    let a = agent("lr").build();
+fn leave_running_keeps_containers_up_and_adopts_them(engine: Engine) {
+    let a = agent(engine, "lr").build();
     a.apply_ok(&a.commands(&a.host).rollout(&["web"], "r1", serve));
     let daemon = a.run_with(&["--leave-running"], &[]);
     let before = a.container("web", "r1");
@@ -95,14 +99,13 @@ fn leave_running_keeps_containers_up_and_adopts_them() {
     );
 }
 
-#[test]
-fn a_missing_container_marks_the_workload_failed_and_the_rest_starts() {
-    let a = agent("miss").build();
+fn a_missing_container_marks_the_workload_failed_and_the_rest_starts(engine: Engine) {
+    let a = agent(engine, "miss").build();
     let c = a.commands(&a.host);
     a.apply_ok(&c.rollout(&["a", "c"], "r1", serve));
     a.run().stop();
     let gone = a.container("a", "r1");
-    docker(&["rm", "-f", &gone.id]);
+    a.docker(&["rm", "-f", &gone.id]);
 
     let daemon = a.run();
     assert!(a.container("c", "r1").running, "C starts despite A");

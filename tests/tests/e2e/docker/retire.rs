@@ -2,12 +2,13 @@
 //! running revision is never touched. A namespace with our containers left in it is
 //! not deleted.
 
-use capstan_tests::docker::{agent, docker, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 use capstan_tests::process::Exit;
 
-#[test]
-fn retiring_the_old_revision_leaves_the_new_one_running() {
-    let a = agent("ret").build();
+capstan_tests::each_engine!(retiring_the_old_revision_leaves_the_new_one_running);
+
+fn retiring_the_old_revision_leaves_the_new_one_running(engine: Engine) {
+    let a = agent(engine, "ret").build();
     let c = a.commands(&a.host);
     let mut setup = c.rollout(&["web"], "r1", serve);
     setup.push(c.prepare("p2", "web", "r2", serve("r2")));
@@ -39,7 +40,7 @@ fn retiring_the_old_revision_leaves_the_new_one_running() {
     );
     assert_eq!(a.containers(), vec![r2]);
     let net = format!("capstan-{}", c.ns);
-    let networks = || docker(&["network", "ls", "-q", "--filter", &format!("name=^{net}$")]);
+    let networks = || a.docker(&["network", "ls", "-q", "--filter", &format!("name=^{net}$")]);
     assert_eq!(networks().lines().count(), 1);
 
     // Empty: deleted, network gone.

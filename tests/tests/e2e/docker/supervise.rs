@@ -5,22 +5,27 @@
 
 use super::a_running_b_stopped;
 use capstan_tests::command::Spec;
-use capstan_tests::docker::{agent, docker, IMAGE};
+use capstan_tests::docker::{agent, Engine, IMAGE};
 use capstan_tests::process::Exit;
 use capstan_tests::{wait_until, READY};
 
-#[test]
-fn a_killed_container_is_restarted_and_its_exit_recorded() {
-    let (a, c) = a_running_b_stopped("sup");
+capstan_tests::each_engine!(
+    a_killed_container_is_restarted_and_its_exit_recorded,
+    drift_is_reported_and_reaped_only_when_configured,
+    a_crash_looping_workload_is_retried_with_growing_logged_delays
+);
+
+fn a_killed_container_is_restarted_and_its_exit_recorded(engine: Engine) {
+    let (a, c) = a_running_b_stopped(engine, "sup");
     let daemon = a.run();
     let before = a.container("a", "r1");
     assert!(before.running);
     // B is explicitly stopped: someone starts its container behind our back and it
     // dies again; that exit is recorded but never "restarted".
     let b = a.container("b", "r1");
-    docker(&["start", &b.id]);
-    docker(&["kill", &b.id]);
-    docker(&["kill", &before.id]);
+    a.docker(&["start", &b.id]);
+    a.docker(&["kill", &b.id]);
+    a.docker(&["kill", &before.id]);
     wait_until("the supervisor to restart A", READY, || {
         let now = a.container("a", "r1");
         now.running && now.started_at != before.started_at
@@ -57,13 +62,12 @@ fn a_killed_container_is_restarted_and_its_exit_recorded() {
     );
 }
 
-#[test]
-fn drift_is_reported_and_reaped_only_when_configured() {
-    let mut a = agent("drift").build();
+fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
+    let mut a = agent(engine, "drift").build();
     let c = a.commands(&a.host);
     a.apply_ok(&[c.ensure_namespace("ns")]);
     let ghost = format!("capstan-ghost-{}", c.ns);
-    docker(&[
+    a.docker(&[
         "create",
         "--name",
         &ghost,
@@ -109,9 +113,8 @@ fn drift_is_reported_and_reaped_only_when_configured() {
     a.apply_ok(&[c.delete_namespace("d2")]);
 }
 
-#[test]
-fn a_crash_looping_workload_is_retried_with_growing_logged_delays() {
-    let a = agent("loop").build();
+fn a_crash_looping_workload_is_retried_with_growing_logged_delays(engine: Engine) {
+    let a = agent(engine, "loop").build();
     let c = a.commands(&a.host);
     let crashy = |_: &str| Spec::docker(IMAGE).command(&["sh", "-c", "exit 3"]);
     a.apply_ok(&c.rollout(&["crashy"], "r1", crashy));

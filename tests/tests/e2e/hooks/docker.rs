@@ -3,11 +3,14 @@
 //! agent's graceful stop and restart, which run no hooks.
 
 use super::iam;
-use capstan_tests::docker::{agent, serve};
+use capstan_tests::docker::{agent, serve, Engine};
 
-#[test]
-fn the_placeholder_reaches_the_container_env_and_survives_an_agent_restart() {
-    let a = agent("hookenv").hook(iam()).build();
+capstan_tests::each_engine!(
+    the_placeholder_reaches_the_container_env_and_survives_an_agent_restart
+);
+
+fn the_placeholder_reaches_the_container_env_and_survives_an_agent_restart(engine: Engine) {
+    let a = agent(engine, "hookenv").hook(iam()).build();
     a.apply_ok(&a.commands(&a.host).rollout(&["web"], "r1", serve));
     let before = a.container("web", "r1");
     assert!(before.running);

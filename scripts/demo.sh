@@ -5,7 +5,8 @@
 # running intent rebuilt from the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --bin capstan-agent
+echo "== building capstan-agent (a few minutes the first time)"
+cargo build --bin capstan-agent
 agent=target/debug/capstan-agent
 dir=$(mktemp -d /tmp/capstan-demo.XXXXXX)
 host=demo-host

@@ -10,7 +10,10 @@ if ! command -v nats-server >/dev/null; then
   echo "== installing nats-server"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null
 fi
-cargo build --quiet --bins
+# A fresh machine compiles the workspace first (about 5 minutes on 2 cores; seconds
+# once built): cargo's own progress shows on stderr.
+echo "== building (about 5 minutes the first time)"
+cargo build --bins
 bin=${CARGO_TARGET_DIR:-target}/debug
 dir=$(mktemp -d /tmp/capstan-fleet.XXXXXX)
 pids=()

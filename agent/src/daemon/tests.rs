@@ -15,6 +15,7 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
         shutdown,
         shutdown_concurrency: 4,
         backoff: Backoff::default(),
+        metrics: None,
     }
 }
 

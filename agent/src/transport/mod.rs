@@ -156,8 +156,15 @@ impl Transport {
                 .in_current_span(),
             ),
             tokio::spawn(
-                registry::run(js, replicas, Arc::clone(executor.log()), info, rest_rx)
-                    .in_current_span(),
+                registry::run(
+                    js,
+                    replicas,
+                    Arc::clone(&executor),
+                    info,
+                    published.clone(),
+                    rest_rx,
+                )
+                .in_current_span(),
             ),
         ];
         Ok(Transport {
@@ -169,6 +176,11 @@ impl Transport {
             published,
             executor,
         })
+    }
+
+    /// Follows the last seq `CAPSTAN_EVT` acknowledged.
+    pub fn published(&self) -> watch::Receiver<u64> {
+        self.published.clone()
     }
 
     /// Stops taking commands; those being carried out finish first.
@@ -230,7 +242,7 @@ mod tests {
             status["outbox_alarm"],
             "record 5 was acknowledged as a duplicate"
         );
-        let beat = registry::beat(&info, rig.executor.log(), 0);
+        let beat = registry::beat(&info, &rig.executor, 0, 0);
         let json = serde_json::to_value(&beat).expect("beats serialise");
         assert_eq!(
             json["outbox_alarm"],

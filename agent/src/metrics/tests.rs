@@ -152,7 +152,21 @@ async fn commands_are_counted_by_op_and_outcome_and_duplicates_apart() {
             duplicate: 1
         }
     );
-    // One workload running, one whose activation failed (never started: stopped).
+    // The heartbeat's figures: the same counts, the lag against the given seqs.
+    let last = e.log().last_seq();
+    let figures = e.metrics().figures(e.log(), last, last - 2);
+    assert_eq!(figures.commands, e.metrics().command_counts());
+    assert_eq!(figures.outbox_lag, 2);
+    // One workload running; one whose activation failed: never started, so stopped
+    // (a failed command changes no intent; `workload_failed` comes from reconciling).
+    assert_eq!(
+        figures.workloads,
+        WorkloadCounts {
+            running: 1,
+            stopped: 1,
+            failed: 0
+        }
+    );
     assert_eq!(
         value(&text, r#"capstan_agent_workloads{state="running"}"#),
         Some(1.0)
@@ -311,4 +325,35 @@ fn the_text_has_help_and_type_for_every_family_and_escapes_label_values() {
             assert!(l.rsplit(' ').next().unwrap().parse::<f64>().is_ok(), "{l}");
         }
     }
+}
+
+#[test]
+fn workloads_are_failed_while_their_last_start_failed_else_by_intent() {
+    use crate::event::{Cause, Event};
+    use crate::testkit::{given, running, started, stopped};
+    let failed = Event::WorkloadFailed {
+        cause: Cause::AgentStartup,
+        namespace: "ns".into(),
+        workload: "web".into(),
+        code: ErrorCode::BackendMissing,
+        message: "gone".into(),
+    };
+    let mut events = running("r1", spec());
+    let count = |events: &[Event]| workloads(&given(events));
+    assert_eq!(count(&events).running, 1);
+    events.push(failed);
+    assert_eq!(count(&events).failed, 1);
+    assert_eq!(count(&events).running, 0);
+    // A start clears the failure; a stop by command changes the intent.
+    events.push(started(Cause::Supervisor, "r1", None));
+    assert_eq!(count(&events).running, 1);
+    events.push(stopped(crate::testkit::by("s1"), "r1"));
+    assert_eq!(
+        count(&events),
+        WorkloadCounts {
+            running: 0,
+            stopped: 1,
+            failed: 0
+        }
+    );
 }

@@ -31,7 +31,9 @@ fn metrics_and_heartbeat_count_commands_hooks_and_driver_ops() {
         .agent("h1")
         .hook(Hook::plain("iam", &["before_workload_start"]))
         .build();
-    let daemon = h1.run();
+    // Leaving the workload running, a stop appends nothing: the log read after it is
+    // the log the scrape saw.
+    let daemon = h1.run_with(&["--leave-running"], &[]);
     let addr = metrics_address(&daemon);
     assert!(addr.ip().is_loopback(), "{addr}");
 
@@ -138,5 +140,12 @@ fn metrics_and_heartbeat_count_commands_hooks_and_driver_ops() {
     assert!(!h2.log_dir().exists(), "nothing was opened");
 
     daemon.stop();
+    let log = h1.log();
+    let seq = log.last().and_then(|r| r["seq"].as_u64());
+    assert_eq!(
+        seq,
+        Some(last),
+        "the log's last seq, read by `capstan-agent log`"
+    );
     fleet.stop();
 }

@@ -3,8 +3,10 @@
 //!
 //! Up: supervision first (an exit during startup must be seen) → [`startup`]
 //! (finish what the log shows as begun, reconcile the host) → the transport (new
-//! commands come last) → the background verification of the whole log (opening
-//! checked only the tail after the newest snapshot, and trusted that snapshot).
+//! commands come last) → `/metrics` on the listener `run` bound before anything was
+//! opened ([`crate::metrics::serve`]) → the background verification of the whole log
+//! (opening checked only the tail after the newest snapshot, and trusted that
+//! snapshot).
 //!
 //! One host's agent is built by [`HostSetup`]: `run` builds one, `sim-fleet`
 //! ([`crate::sim_fleet`]) one per simulated host.
@@ -12,7 +14,8 @@
 //! Down ([`Daemon::stop`]): cancel hooks in flight (their owners compensate under a
 //! fresh budget, so the command being carried out ends promptly) → stop taking
 //! commands → stop supervision (no restart may undo the sweep) → the shutdown sweep
-//! (unless leave-running) → give the outbox a bounded time to publish → flush.
+//! (unless leave-running) → give the outbox a bounded time to publish → flush → stop
+//! serving `/metrics` (up to [`METRICS_DRAIN`]).
 
 use crate::config::{AgentConfig, ShutdownMode};
 use crate::drivers::{self, OpenError};
@@ -34,6 +37,9 @@ use tracing::Instrument as _;
 
 /// How long a stopping agent waits for the outbox to publish the last records.
 pub const OUTBOX_DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a stopping agent lets scrapes in flight finish.
+pub const METRICS_DRAIN: Duration = Duration::from_secs(1);
 
 /// The background verification's I/O bound: this many records, then a pause.
 pub const VERIFY_PACE: Pace = Pace {
@@ -345,9 +351,16 @@ impl Daemon {
             t.shutdown(OUTBOX_DRAIN).await;
         }
         self.executor.log().flush()?;
-        if let Some((task, stop)) = self.metrics.take() {
+        if let Some((mut task, stop)) = self.metrics.take() {
+            // Scrapes in flight may finish; a connection that never sends a whole
+            // request must not hold the stop.
             drop(stop);
-            let _ = task.await;
+            if tokio::time::timeout(METRICS_DRAIN, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
         }
         Ok(StopReport { sweep })
     }

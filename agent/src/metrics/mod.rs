@@ -209,12 +209,9 @@ impl Metrics {
     /// Records one hook call; `result` is `ok` or the code it was recorded with.
     pub fn hook_call(&self, owner: &str, phase: Phase, result: &'static str, took: Duration) {
         let mut h = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
-        match h.calls.get_mut(&(owner.to_string(), phase, result)) {
-            Some(n) => *n += 1,
-            None => {
-                h.calls.insert((owner.to_string(), phase, result), 1);
-            }
-        }
+        *h.calls
+            .entry((owner.to_string(), phase, result))
+            .or_default() += 1;
         h.durations
             .entry((owner.to_string(), phase))
             .or_default()
@@ -277,9 +274,7 @@ impl Metrics {
             .collect();
         (calls, durations)
     }
-}
 
-impl Metrics {
     /// The heartbeat's and `status`'s figures: `last_seq` as the same message reports
     /// it, `published` as the outbox last saw acknowledged.
     pub fn figures(&self, log: &crate::log::Log, last_seq: u64, published: u64) -> Figures {

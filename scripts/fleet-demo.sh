@@ -66,6 +66,9 @@ data_dir = "$dir/$host"
 url = "nats://127.0.0.1:$nats_port"
 [signing]
 public_keys = ["$public"]
+[metrics]
+# Two agents on one machine: each on a free port (\`serving metrics on …\` in its log).
+listen = "127.0.0.1:0"
 TOML
   RUST_LOG=info "$bin/capstan-agent" --config "$dir/$host/agent.toml" run 2>"$dir/$host/agent.log" & pids+=($!)
   wait_for "$dir/$host/agent.log" "taking commands"

@@ -123,6 +123,53 @@ pub struct AgentConfig {
     /// The coordinator keys commands must be signed with, and how old they may be.
     #[serde(default)]
     pub signing: crate::transport::auth::SigningConfig,
+    /// The Prometheus endpoint of `run` (`docs/metrics.md`).
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// The default `[metrics] listen`: loopback only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+
+/// `[metrics]`: where `run` serves `GET /metrics`. On by default, on loopback.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `false` turns the endpoint off.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// `address:port` (default [`DEFAULT_METRICS_LISTEN`]); port 0 takes a free port,
+    /// logged at start. Checked by [`AgentConfig::load`].
+    pub listen: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: None,
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// The address to serve on; `None` when the endpoint is off.
+    pub fn listen(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let text = self.listen.as_deref().unwrap_or(DEFAULT_METRICS_LISTEN);
+        text.parse()
+            .map(Some)
+            .map_err(|source| ConfigError::MetricsListen {
+                value: text.to_string(),
+                source,
+            })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +202,12 @@ pub enum ConfigError {
     ConnectTimeout,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
+    #[error("invalid config: `[metrics] listen` {value:?} must be an IP address and port (e.g. \"127.0.0.1:9464\")")]
+    MetricsListen {
+        value: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
 }
 
 impl AgentConfig {
@@ -201,6 +254,7 @@ impl AgentConfig {
                 return Err(ConfigError::Host(h.clone()));
             }
         }
+        config.metrics.listen()?;
         Ok(config)
     }
 }
@@ -350,6 +404,40 @@ mod tests {
                 "driver = \"extrenal\"\n",
                 "sim, docker, systemd, kube or external",
             ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = AgentConfig::load(Some(&path)).unwrap_err();
+            let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(text.contains(says), "{text}");
+        }
+    }
+
+    #[test]
+    fn metrics_are_on_at_loopback_by_default_and_a_bad_address_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "host = \"h1\"\n").unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(
+            c.metrics.listen().unwrap(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        std::fs::write(&path, "[metrics]\nlisten = \"[::1]:0\"\n").unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(
+            c.metrics.listen().unwrap(),
+            Some("[::1]:0".parse().unwrap())
+        );
+        std::fs::write(&path, "[metrics]\nenabled = false\nlisten = \"x\"\n").unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.metrics.listen().unwrap(), None);
+        for (text, says) in [
+            (
+                "[metrics]\nlisten = \"localhost:9464\"\n",
+                "\"localhost:9464\"",
+            ),
+            ("[metrics]\nlisten = \"127.0.0.1\"\n", "IP address and port"),
+            ("[metrics]\nlisen = \"127.0.0.1:1\"\n", "lisen"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = AgentConfig::load(Some(&path)).unwrap_err();

@@ -3,8 +3,10 @@
 //!
 //! Up: supervision first (an exit during startup must be seen) → [`startup`]
 //! (finish what the log shows as begun, reconcile the host) → the transport (new
-//! commands come last) → the background verification of the whole log (opening
-//! checked only the tail after the newest snapshot, and trusted that snapshot).
+//! commands come last) → `/metrics` on the listener `run` bound before anything was
+//! opened ([`crate::metrics::serve`]) → the background verification of the whole log
+//! (opening checked only the tail after the newest snapshot, and trusted that
+//! snapshot).
 //!
 //! One host's agent is built by [`HostSetup`]: `run` builds one, `sim-fleet`
 //! ([`crate::sim_fleet`]) one per simulated host.
@@ -12,13 +14,15 @@
 //! Down ([`Daemon::stop`]): cancel hooks in flight (their owners compensate under a
 //! fresh budget, so the command being carried out ends promptly) → stop taking
 //! commands → stop supervision (no restart may undo the sweep) → the shutdown sweep
-//! (unless leave-running) → give the outbox a bounded time to publish → flush.
+//! (unless leave-running) → give the outbox a bounded time to publish → flush → stop
+//! serving `/metrics` (up to [`METRICS_DRAIN`]).
 
 use crate::config::{AgentConfig, ShutdownMode};
 use crate::drivers::{self, OpenError};
 use crate::executor::{Executor, SweepReport};
 use crate::hooks::{Hooks, Runners};
 use crate::log::{Log, LogError, LogOptions, Pace};
+use crate::metrics::{self, Metrics};
 use crate::supervise::{Backoff, Supervisor};
 use crate::transport::{HostInfo, Transport};
 use capstan_common::nats::{NatsConfig, NatsError};
@@ -26,12 +30,16 @@ use capstan_common::signing::Policy;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument as _;
 
 /// How long a stopping agent waits for the outbox to publish the last records.
 pub const OUTBOX_DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a stopping agent lets scrapes in flight finish.
+pub const METRICS_DRAIN: Duration = Duration::from_secs(1);
 
 /// The background verification's I/O bound: this many records, then a pause.
 pub const VERIFY_PACE: Pace = Pace {
@@ -83,6 +91,8 @@ pub struct Settings {
     /// How many workloads the shutdown sweep stops at once.
     pub shutdown_concurrency: usize,
     pub backoff: Backoff,
+    /// Where to serve `/metrics` once up.
+    pub metrics: Option<TcpListener>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,13 +131,18 @@ impl HostSetup<'_> {
             source,
         })?;
         let log = Arc::new(Log::open(&dir, self.log)?);
+        let metrics = Arc::new(Metrics::new());
         let hooks = Hooks::new(
             self.config.hook_owners.clone(),
             Arc::new(Runners::default()),
         )
-        .with_cleanup_budget(self.config.cleanup_budget());
+        .with_cleanup_budget(self.config.cleanup_budget())
+        .with_metrics(Arc::clone(&metrics));
         let driver = drivers::open(self.config, self.host, self.data_dir).await?;
-        Ok(Executor::new(self.host.to_string(), log, driver).with_hooks(hooks))
+        let driver = metrics::driver::Measured::wrap(driver, Arc::clone(&metrics));
+        Ok(Executor::new(self.host.to_string(), log, driver)
+            .with_hooks(hooks)
+            .with_metrics(metrics))
     }
 
     /// What the host says about itself in heartbeats and `status`.
@@ -143,9 +158,14 @@ impl HostSetup<'_> {
     }
 
     /// [`HostSetup::open`], then [`Daemon::start`]: NATS (when the config has it,
-    /// accepting what `policy` accepts; `None` only without NATS) and the config's
-    /// shutdown settings.
-    pub async fn start(&self, policy: Option<Policy>) -> Result<Daemon, DaemonError> {
+    /// accepting what `policy` accepts; `None` only without NATS), the config's
+    /// shutdown settings, and `/metrics` on `metrics` when given (bound by the caller,
+    /// before anything was opened: [`metrics::serve::bind`]).
+    pub async fn start(
+        &self,
+        policy: Option<Policy>,
+        metrics: Option<TcpListener>,
+    ) -> Result<Daemon, DaemonError> {
         let executor = Arc::new(self.open().await?);
         let nats = match (&self.config.nats, policy) {
             (Some(config), Some(policy)) => Some(NatsSettings {
@@ -161,6 +181,7 @@ impl HostSetup<'_> {
             shutdown: self.config.shutdown,
             shutdown_concurrency: self.config.shutdown_concurrency.unwrap_or(16),
             backoff: Backoff::default(),
+            metrics,
         };
         Daemon::start(executor, settings).await
     }
@@ -192,6 +213,8 @@ pub struct Daemon {
     verification: Option<Verification>,
     /// Stops the verification when the daemon stops or is dropped.
     stop_verification: Option<DropGuard>,
+    /// The `/metrics` endpoint, and what stops it (also when dropped).
+    metrics: Option<(JoinHandle<()>, DropGuard)>,
 }
 
 /// Verifies the whole log (records and snapshots) in the background, at
@@ -242,6 +265,13 @@ impl Daemon {
             ),
             None => None,
         };
+        let metrics = settings.metrics.map(|listener| {
+            let stop = CancellationToken::new();
+            let published = transport.as_ref().map(Transport::published);
+            let task =
+                metrics::serve::serve(listener, Arc::clone(&executor), published, stop.clone());
+            (task, stop.drop_guard())
+        });
         let (verification, stop_verification) = match executor.log().degraded() {
             Some(_) => (None, None),
             None => {
@@ -257,6 +287,7 @@ impl Daemon {
             shutdown_concurrency: settings.shutdown_concurrency,
             verification,
             stop_verification,
+            metrics,
         })
     }
 
@@ -320,6 +351,17 @@ impl Daemon {
             t.shutdown(OUTBOX_DRAIN).await;
         }
         self.executor.log().flush()?;
+        if let Some((mut task, stop)) = self.metrics.take() {
+            // Scrapes in flight may finish; a connection that never sends a whole
+            // request must not hold the stop.
+            drop(stop);
+            if tokio::time::timeout(METRICS_DRAIN, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
         Ok(StopReport { sweep })
     }
 }

@@ -65,12 +65,12 @@ async fn status_shows_a_failed_flush() {
 async fn the_heartbeat_shows_a_failed_flush() {
     let rig = Rig::new(SimConfig::default());
     let log = rig.executor.log();
-    let beat = crate::transport::registry::beat(&info(), log, 0);
+    let beat = crate::transport::registry::beat(&info(), &rig.executor, 0, 0);
     assert!(beat.healthy && beat.log_failed.is_none(), "{beat:?}");
     log.inject_flush_failure("disk on fire");
     let seq = log.append(&[crate::testkit::ns_ready()]).unwrap();
     assert!(log.durable(seq).await.is_err());
-    let beat = crate::transport::registry::beat(&info(), log, seq);
+    let beat = crate::transport::registry::beat(&info(), &rig.executor, seq, 0);
     assert!(!beat.healthy, "{beat:?}");
     assert_eq!(beat.log_failed.as_deref(), Some("disk on fire"));
     // What the coordinator reads back (and shows in `/v1/hosts`).

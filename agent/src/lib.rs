@@ -2,7 +2,8 @@
 //!
 //! Commands arrive (`apply`, or NATS through [`transport`]), are written down
 //! ([`log`]), decided ([`intent`]: the fold, [`plan`]: the decisions), carried out
-//! ([`executor`] through a driver: [`capstan_driver`], composed in [`drivers`]), and reported (the log is the outbox).
+//! ([`executor`] through a driver: [`capstan_driver`], composed in [`drivers`]), and reported (the log is the outbox;
+//! [`metrics`] counts what happened, for `/metrics` and the heartbeat).
 
 pub mod config;
 pub mod daemon;
@@ -12,6 +13,7 @@ pub mod executor;
 pub mod hooks;
 pub mod intent;
 pub mod log;
+pub mod metrics;
 pub mod plan;
 pub mod sim_fleet;
 pub mod supervise;

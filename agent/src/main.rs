@@ -6,6 +6,7 @@ use capstan_agent::daemon::{self, DaemonError, HostSetup};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_agent::metrics;
 use capstan_agent::sim_fleet::{self, FleetOptions};
 use capstan_common::{service, Outcome};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -342,12 +343,17 @@ fn read_lines(
 async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<ExitCode> {
     // Config errors first, before anything is touched.
     let policy = policy(ctx)?;
+    // Then the metrics address: one in use stops the start before anything is opened.
+    let metrics = match ctx.config.metrics.listen()? {
+        Some(addr) => Some(metrics::serve::bind(addr).await?),
+        None => None,
+    };
     // First, so that a SIGTERM during startup is handled after it, not fatal.
     let mut stopped = std::pin::pin!(stop_signal()?);
     service::status(
         "starting: opening the log, finishing what it shows begun, reconciling the host",
     );
-    let daemon = setup(ctx).start(policy).await.map_err(explain)?;
+    let daemon = setup(ctx).start(policy, metrics).await.map_err(explain)?;
     let log_seq = daemon.executor().log().last_seq();
     tracing::info!(host = %ctx.host, log_seq, "capstan-agent ready");
     // Ready for systemd only now: the log is open, intent rebuilt, the host reconciled.

@@ -5,6 +5,9 @@
 //! and heartbeat. The config (its [nats] and [signing] sections, hooks, shutdown
 //! settings) is shared; every host's diagnostics carry a `host` span.
 //!
+//! `[metrics]` does not apply: a simulated fleet serves no `/metrics` (each host still
+//! counts, and its heartbeat carries its figures).
+//!
 //! Hosts start one after another (progress every [`PROGRESS_EVERY`]); a stop signal
 //! during that ends the starting after the host in hand. On the signal every host
 //! stops at once, each as `run` stops.
@@ -84,6 +87,10 @@ pub async fn run<S>(
     {
         return Err(FleetError::Name(bad.clone()));
     }
+    if config.metrics.enabled {
+        // One process, many hosts: per-host series would multiply by the fleet size.
+        tracing::info!("sim-fleet serves no /metrics: `[metrics]` applies to `run` only");
+    }
     tokio::pin!(stopped);
     let mut daemons = Vec::with_capacity(names.len());
     let mut signalled = false;
@@ -95,7 +102,10 @@ pub async fn run<S>(
             data_dir: &data_dir,
             log: options.log,
         };
-        let started = setup.start(policy.clone()).instrument(span(name)).await;
+        let started = setup
+            .start(policy.clone(), None)
+            .instrument(span(name))
+            .await;
         match started {
             Ok(daemon) => daemons.push((name, daemon)),
             Err(source) => {

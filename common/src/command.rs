@@ -61,8 +61,8 @@ pub enum Op {
     },
 }
 
-/// The ops this version knows, in their wire spelling.
-const KNOWN_OPS: &[&str] = &[
+/// The ops this version knows, in their wire spelling ([`Op::name`]).
+pub const KNOWN_OPS: [&str; 7] = [
     "ensure_namespace",
     "delete_namespace",
     "prepare_revision",

@@ -21,7 +21,7 @@ pub mod wire;
 
 pub use command::{
     salvage_id, workload_key, Command, DriverKind, Mount, Op, PortMapping, Protocol, Spec,
-    SystemdSpec, WorkloadRef, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+    SystemdSpec, WorkloadRef, KNOWN_OPS, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};

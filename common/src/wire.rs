@@ -92,8 +92,46 @@ pub struct HostBeat {
     /// `duplicate` ack: a record of this host was suppressed). Older agents: none.
     #[serde(default)]
     pub outbox_alarm: Option<String>,
+    /// The agent's key figures (`docs/metrics.md`); older agents: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub figures: Option<Figures>,
     /// When the agent wrote this entry.
     pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// An agent's key figures, as in its heartbeat and `status`: the same numbers its
+/// `/metrics` endpoint shows. Counts are since `since` (the agent process's start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// When the agent process started counting.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// The last seq `CAPSTAN_EVT` acknowledged.
+    pub published_seq: u64,
+    /// Records in the log not yet in `CAPSTAN_EVT`: `last_seq - published_seq`.
+    pub outbox_lag: u64,
+    /// Commands answered, by outcome.
+    pub commands: CommandCounts,
+    /// Workloads by state, from the running intent.
+    pub workloads: WorkloadCounts,
+}
+
+/// Commands answered since the agent started, by outcome; answers to a redelivered or
+/// re-sent command (from the log, `duplicate: true`) are counted apart, in `duplicate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandCounts {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    pub duplicate: u64,
+}
+
+/// Workloads in the running intent: `failed` when the last attempt to reach intent
+/// failed, else by intent (`running` or `stopped`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadCounts {
+    pub running: u64,
+    pub stopped: u64,
+    pub failed: u64,
 }
 
 /// The body of a `log` RPC request; both fields optional.

@@ -337,6 +337,7 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
             degraded: None,
             log_failed: (!healthy).then(|| "flush failed".into()),
             outbox_alarm: None,
+            figures: None,
             at: chrono::Utc::now(),
         };
         let body = serde_json::to_vec(&beat).expect("beat");

@@ -57,6 +57,9 @@ pub struct AgentBuilder {
     nats_auth: String,
     /// The coordinator's public key.
     signing: Option<String>,
+    /// `[metrics] listen`; `None`: `enabled = false`. By default port 0 (a free port,
+    /// logged: [`metrics_address`]), so that parallel agents never collide.
+    metrics: Option<String>,
 }
 
 impl AgentBuilder {
@@ -162,6 +165,12 @@ impl AgentBuilder {
         self
     }
 
+    /// `[metrics] listen = addr`, or with `None`, `enabled = false`.
+    pub fn metrics(mut self, listen: Option<&str>) -> AgentBuilder {
+        self.metrics = listen.map(Into::into);
+        self
+    }
+
     /// Creates the agent's temp dir and writes its config and hook scripts.
     pub fn build(self) -> Agent {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -231,6 +240,10 @@ impl AgentBuilder {
                 "[signing]\npublic_keys = [{key:?}]\nmax_age_secs = 600\n"
             ));
         }
+        match &self.metrics {
+            Some(listen) => add(&format!("[metrics]\nlisten = {listen:?}\n")),
+            None => add("[metrics]\nenabled = false\n"),
+        }
         toml
     }
 }
@@ -266,6 +279,7 @@ impl Agent {
             nats: None,
             nats_auth: String::new(),
             signing: None,
+            metrics: Some("127.0.0.1:0".into()),
         }
     }
 
@@ -548,6 +562,46 @@ impl Agent {
             &self.path(&format!("run-{n}.log")),
         )
     }
+}
+
+/// Where a `run` daemon serves `/metrics` (its log line `serving metrics`).
+#[track_caller]
+pub fn metrics_address(daemon: &Process) -> std::net::SocketAddr {
+    let line = daemon.wait_for_line("the metrics endpoint", |l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("serving metrics"))
+    });
+    line["fields"]["addr"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line}"))
+}
+
+/// `GET /metrics` at `addr`: the status, the `Content-Type` and the body.
+pub fn scrape(addr: std::net::SocketAddr) -> (u16, String, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    let timeout = Some(std::time::Duration::from_secs(10));
+    stream.set_read_timeout(timeout).expect("read timeout");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send GET");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read /metrics");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, content_type, body.to_string())
 }
 
 /// The writer of an [`Agent::start_apply_fed`] input, holding its pipe open.

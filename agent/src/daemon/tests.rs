@@ -15,6 +15,7 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
         shutdown,
         shutdown_concurrency: 4,
         backoff: Backoff::default(),
+        metrics: None,
     }
 }
 
@@ -238,4 +239,49 @@ async fn the_background_verification_passes_an_honest_log() {
     assert!(verified >= records, "{verified} < {records}");
     assert!(rig.executor.log().degraded().is_none());
     daemon.stop(None).await.unwrap();
+}
+
+/// `GET /metrics` at `addr`: the whole HTTP/1.0 response.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test]
+async fn metrics_are_served_until_the_stop_which_a_stalled_connection_does_not_hold() {
+    use tokio::io::AsyncWriteExt as _;
+    let rig = given_two_running(SimConfig::default()).await;
+    let listener = crate::metrics::serve::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A second listener on the same address is refused, naming it.
+    let taken = crate::metrics::serve::bind(addr).await.unwrap_err();
+    assert!(taken.to_string().contains(&addr.to_string()), "{taken}");
+    let mut settings = settings(ShutdownMode::LeaveRunning, None);
+    settings.metrics = Some(listener);
+    let daemon = Daemon::start(Arc::clone(&rig.executor), settings)
+        .await
+        .unwrap();
+    let response = scrape(addr).await;
+    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    let last = rig.executor.log().last_seq();
+    assert!(
+        response.contains(&format!("\ncapstan_agent_log_last_seq {last}\n")),
+        "{response}"
+    );
+    assert!(response.contains("capstan_agent_workloads{state=\"running\"} 2\n"));
+    // Half a request, never finished.
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(b"GET /metr").await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), daemon.stop(None)).await;
+    assert!(stopped.expect("the stop was held").is_ok());
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still listening"
+    );
 }

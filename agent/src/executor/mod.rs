@@ -17,6 +17,7 @@
 use crate::event::{Cause, Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError};
+use crate::metrics::Metrics;
 use crate::plan::{self, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
 use capstan_driver::{Driver, DriverError, LaunchEnv, RevisionRef};
@@ -41,6 +42,8 @@ pub struct Executor {
     shutdown: CancellationToken,
     /// Commands on one namespace run one at a time; namespaces run in parallel.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Every answer is counted here (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 /// `id_conflict` when the log received this id with other content
@@ -106,7 +109,18 @@ impl Executor {
             hooks: Hooks::none(),
             shutdown: CancellationToken::new(),
             locks: Mutex::new(HashMap::new()),
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Counts into `metrics` (shared with the measured driver and the hooks).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Executor {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Uses these hook owners (frozen for the executor's life).
@@ -145,8 +159,16 @@ impl Executor {
         }
     }
 
-    /// Records a rejection and reports it. Nothing else happens.
+    /// Records a rejection of input that is not (or not yet trusted as) a command,
+    /// counts it (op `none`) and reports it. Nothing else happens.
     pub async fn reject(&self, id: Option<String>, rejection: Rejection) -> CommandResult {
+        let answer = self.record_rejection(id, rejection).await;
+        self.metrics.command(None, &answer);
+        answer
+    }
+
+    /// Records a rejection and reports it, uncounted.
+    async fn record_rejection(&self, id: Option<String>, rejection: Rejection) -> CommandResult {
         tracing::warn!(command_id = id.as_deref().unwrap_or("-"), code = %rejection.code, "command rejected: {}", rejection.message);
         let event = Event::CommandRejected {
             command_id: id.clone(),
@@ -171,6 +193,12 @@ impl Executor {
         command: Command,
         cancel: &CancellationToken,
     ) -> CommandResult {
+        let answer = self.answer(&command, cancel).await;
+        self.metrics.command(Some(&command.op), &answer);
+        answer
+    }
+
+    async fn answer(&self, command: &Command, cancel: &CancellationToken) -> CommandResult {
         let id = command.id.clone();
         if let Some(corruption) = self.log.degraded() {
             let message = format!(
@@ -189,12 +217,12 @@ impl Executor {
                 command.host, self.host
             );
             return self
-                .reject(Some(id), Rejection::new(ErrorCode::WrongHost, message))
+                .record_rejection(Some(id), Rejection::new(ErrorCode::WrongHost, message))
                 .await;
         }
         let lock = self.lock_for(command.op.namespace());
         let _serial = lock.lock().await;
-        match self.carry_out(&command, cancel).await {
+        match self.carry_out(command, cancel).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(command_id = %id, error = %e, "log write failed");
@@ -221,7 +249,7 @@ impl Executor {
             .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
             .collect();
         if let Some(rejection) = id_conflict(&history, command) {
-            return Ok(self.reject(Some(id.clone()), rejection).await);
+            return Ok(self.record_rejection(Some(id.clone()), rejection).await);
         }
         if let Some(answer) = history.iter().find_map(|r| completed(r, id)) {
             tracing::info!(command_id = %id, "duplicate command answered from the log");

@@ -69,6 +69,8 @@ pub struct Hooks {
     owners: Arc<[HookOwner]>,
     runner: Arc<dyn HookRunner>,
     cleanup_budget: Duration,
+    /// Every call's result and duration is recorded here.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Hooks {
@@ -77,7 +79,14 @@ impl Hooks {
             owners: owners.into(),
             runner,
             cleanup_budget: DEFAULT_CLEANUP_BUDGET,
+            metrics: Arc::default(),
         }
+    }
+
+    /// Records calls into `metrics` (the executor's).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Hooks {
+        self.metrics = metrics;
+        self
     }
 
     /// No owners at all: every phase is a no-op.

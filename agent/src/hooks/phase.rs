@@ -166,12 +166,19 @@ impl Hooks {
                     .min(deadline.saturating_duration_since(Instant::now())),
             ),
         };
+        let began = Instant::now();
         let outcome = tokio::select! {
             biased;
             () = cancel.cancelled() => Err(CallFailure::Cancelled),
             r = self.runner.call(owner, &request) => r,
             () = tokio::time::sleep(timeout) => Err(CallFailure::Timeout),
         };
+        let result = match &outcome {
+            Ok(_) => "ok",
+            Err(f) => failure_code(*f).as_str(),
+        };
+        self.metrics
+            .hook_call(&owner.name, phase, result, began.elapsed());
         let done = match &outcome {
             Ok(_) => event(|command_id, phase, owner| Event::HookSucceeded {
                 command_id,

@@ -156,8 +156,15 @@ impl Transport {
                 .in_current_span(),
             ),
             tokio::spawn(
-                registry::run(js, replicas, Arc::clone(executor.log()), info, rest_rx)
-                    .in_current_span(),
+                registry::run(
+                    js,
+                    replicas,
+                    Arc::clone(&executor),
+                    info,
+                    published.clone(),
+                    rest_rx,
+                )
+                .in_current_span(),
             ),
         ];
         Ok(Transport {
@@ -169,6 +176,11 @@ impl Transport {
             published,
             executor,
         })
+    }
+
+    /// Follows the last seq `CAPSTAN_EVT` acknowledged.
+    pub fn published(&self) -> watch::Receiver<u64> {
+        self.published.clone()
     }
 
     /// Stops taking commands; those being carried out finish first.
@@ -210,16 +222,43 @@ mod tests {
     use super::*;
     use capstan_driver::sim::SimConfig;
 
-    #[tokio::test]
-    async fn an_outbox_alarm_shows_in_status_and_heartbeat() {
-        let rig = crate::testkit::Rig::new(SimConfig::default());
-        let info = HostInfo {
+    fn info() -> HostInfo {
+        HostInfo {
             host: crate::testkit::HOST.into(),
             version: "test".into(),
             drivers: vec!["sim".into()],
             capabilities: serde_json::json!({}),
             outbox_alarm: OutboxAlarm::default(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn status_and_heartbeat_carry_the_key_figures() {
+        let rig = crate::testkit::Rig::new(SimConfig::default());
+        rig.running_r1().await;
+        let info = info();
+        let last = rig.executor.log().last_seq();
+        let status = rpc::answer("status", b"", &rig.executor, &info, 2);
+        let beat = registry::beat(&info, &rig.executor, last, 2);
+        let beat = serde_json::to_value(&beat).expect("beats serialise");
+        for figures in [&status["figures"], &beat["figures"]] {
+            assert_eq!(figures["published_seq"], 2, "{figures}");
+            assert_eq!(figures["outbox_lag"], last - 2, "{figures}");
+            assert_eq!(
+                figures["commands"],
+                serde_json::json!({"succeeded": 3, "failed": 0, "rejected": 0, "duplicate": 0})
+            );
+            assert_eq!(
+                figures["workloads"],
+                serde_json::json!({"running": 1, "stopped": 0, "failed": 0})
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outbox_alarm_shows_in_status_and_heartbeat() {
+        let rig = crate::testkit::Rig::new(SimConfig::default());
+        let info = info();
         let status = rpc::answer("status", b"", &rig.executor, &info, 0);
         assert_eq!(status["outbox_alarm"], serde_json::Value::Null, "{status}");
         // The outbox holds a clone of the HostInfo's alarm.
@@ -230,7 +269,7 @@ mod tests {
             status["outbox_alarm"],
             "record 5 was acknowledged as a duplicate"
         );
-        let beat = registry::beat(&info, rig.executor.log(), 0);
+        let beat = registry::beat(&info, &rig.executor, 0, 0);
         let json = serde_json::to_value(&beat).expect("beats serialise");
         assert_eq!(
             json["outbox_alarm"],

@@ -3,7 +3,7 @@
 //! bucket. The bucket's max age removes the entries of hosts that stopped beating.
 
 use super::{pause, HostInfo};
-use crate::log::Log;
+use crate::executor::Executor;
 use async_nats::jetstream;
 use capstan_common::nats::Retention;
 use capstan_common::wire::{self, HostBeat};
@@ -18,10 +18,12 @@ pub const FRESH: Duration = Duration::from_millis(250);
 pub async fn run(
     js: jetstream::Context,
     replicas: usize,
-    log: Arc<Log>,
+    executor: Arc<Executor>,
     info: HostInfo,
+    published: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let log = executor.log();
     let mut bucket = None;
     let mut failing = false;
     let mut appended = log.subscribe();
@@ -48,7 +50,7 @@ pub async fn run(
         if let Some(b) = &bucket {
             let sent_seq = *appended.borrow_and_update();
             sent = Some(sent_seq);
-            let beat = beat(&info, &log, sent_seq);
+            let beat = beat(&info, &executor, sent_seq, *published.borrow());
             let body = serde_json::to_vec(&beat).expect("beats serialise");
             match b.put(info.host.as_str(), body.into()).await {
                 Ok(_) if failing => {
@@ -87,9 +89,10 @@ pub async fn run(
     }
 }
 
-/// This host's entry: what it runs, how far its log is, and whether the log takes
-/// writes.
-pub fn beat(info: &HostInfo, log: &Log, last_seq: u64) -> HostBeat {
+/// This host's entry: what it runs, how far its log is, whether the log takes
+/// writes, and its key figures (`published`: the outbox's acknowledged seq).
+pub fn beat(info: &HostInfo, executor: &Executor, last_seq: u64, published: u64) -> HostBeat {
+    let log = executor.log();
     HostBeat {
         host: info.host.clone(),
         version: info.version.clone(),
@@ -100,6 +103,7 @@ pub fn beat(info: &HostInfo, log: &Log, last_seq: u64) -> HostBeat {
         degraded: log.degraded().map(ToString::to_string),
         log_failed: log.flush_failed(),
         outbox_alarm: info.outbox_alarm.get(),
+        figures: Some(executor.metrics().figures(log, last_seq, published)),
         at: chrono::Utc::now(),
     }
 }

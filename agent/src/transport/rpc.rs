@@ -94,6 +94,7 @@ pub fn answer(
                 "in_flight": in_flight,
                 "drivers": info.drivers,
                 "capabilities": info.capabilities,
+                "figures": executor.metrics().figures(log, log.last_seq(), published),
             })
         }
         "intent" => log.intent().to_json(),

@@ -5,6 +5,7 @@ mod auth;
 mod cluster;
 mod confine;
 mod flow;
+mod metrics;
 mod outage;
 mod scale;
 mod sim_fleet;

@@ -31,7 +31,14 @@ PODMAN_LOG=$RUN_DIR/podman.log
 PODMAN_ROOT=/var/lib/capstan-ci/podman
 PODMAN_RUNROOT=$RUN_DIR/podman-run
 CONTAINERS_CONF=/etc/containers/containers.conf
-ULIMITS='default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]'
+# nproc is RLIMIT_NPROC: it counts every thread of the user — for rootful podman's
+# containers, every root thread on the machine. 1024 is less than a full test run has
+# (agents, nats-servers, systemd hosts, dockerd…), so container starts failed ("write
+# child: broken pipe") only under load. 32768 (or this machine's hard limit, if lower)
+# is under podman's own limit and far above what a test run holds.
+NPROC=$(ulimit -Hu)
+[[ $NPROC == unlimited || $NPROC -gt 32768 ]] && NPROC=32768
+ULIMITS="default_ulimits = [\"nofile=1024:1024\", \"nproc=$NPROC:$NPROC\"]"
 
 say() { echo "services.sh: $*" >&2; }
 docker() { command docker -H "unix://$SOCK" "$@"; }

@@ -86,7 +86,9 @@ impl<'f> FleetHost<'f> {
 }
 
 impl FleetHost<'_> {
-    /// Its hostname, file by file, keys and all, in the upper dir (before any boot).
+    /// Writes into its upper dir, before its first boot: its hostname, a machine id,
+    /// an ed25519 host key of its own (the only one its `known_hosts` trusts), and the
+    /// fleet's public key in root's `authorized_keys`.
     fn prepare_disk(&self) {
         let upper = self.dir.join("upper");
         for (sub, mode) in [("etc", 0o755), ("etc/ssh", 0o755), ("root", 0o700)] {

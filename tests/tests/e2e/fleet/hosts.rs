@@ -1,10 +1,13 @@
-//! Hosts boot, answer over SSH with the test's key, keep their disks across a reboot
-//! (and only their disks), and drop off the network while partitioned.
+//! Hosts boot, answer over SSH with the test's key, reach the machine over their
+//! links, keep their disks across a reboot (and only their disks), and drop off the
+//! network both ways while partitioned.
 
 use super::ssh_ok;
 use capstan_tests::fleet::{Fleet, FleetHost};
 use capstan_tests::{wait_until, READY};
 use std::collections::BTreeSet;
+use std::io::Read as _;
+use std::net::TcpListener;
 
 /// Boots `names` side by side.
 fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
@@ -15,6 +18,32 @@ fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
             .map(|b| b.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
+}
+
+/// Whether `host` reaches the machine end of its link (where the machine side's
+/// services will listen for it): a line sent from inside it (bash's `/dev/tcp`, run
+/// through `nsenter`, so not over its link) arrives at a listener there within 3 s.
+fn reaches_machine(host: &FleetHost<'_>) -> bool {
+    let listener = TcpListener::bind((host.machine_addr(), 0)).expect("listen on the link");
+    let port = listener.local_addr().expect("its address").port();
+    let send = format!(
+        "echo {} >/dev/tcp/{}/{port}",
+        host.name(),
+        host.machine_addr()
+    );
+    let sent = host.nsenter(&["timeout", "3", "bash", "-c", &send]);
+    if !sent.status.success() {
+        return false;
+    }
+    // It connected and wrote: the connection waits in the backlog.
+    listener.set_nonblocking(true).expect("non-blocking");
+    let (mut conn, from) = listener.accept().expect("the connection it made");
+    assert_eq!(from.ip(), host.addr(), "from its own address");
+    conn.set_nonblocking(false).expect("blocking");
+    let mut line = String::new();
+    conn.read_to_string(&mut line).expect("its line");
+    assert_eq!(line, format!("{}\n", host.name()));
+    true
 }
 
 #[test]
@@ -34,6 +63,11 @@ fn three_hosts_boot_and_answer_over_ssh_each_as_itself() {
         );
         assert_eq!(host.property("ssh.service", "ActiveState"), "active");
         ssh_ok(host, &["true"]);
+        assert!(
+            reaches_machine(host),
+            "{} does not reach the machine",
+            host.name()
+        );
         let name = ssh_ok(host, &["hostname"]);
         assert_eq!(name.trim(), host.name());
         names.insert(name.trim().to_string());
@@ -123,6 +157,11 @@ fn a_partitioned_host_stops_answering_until_healed() {
     );
     let out = cut.ssh(&["true"]);
     assert_eq!(out.status.code(), Some(255), "ssh got through: {out:?}");
+    assert!(
+        !reaches_machine(cut),
+        "{} got through to the machine",
+        cut.name()
+    );
     for other in [&hosts[0], &hosts[2]] {
         assert!(other.answers(), "{} stopped answering too", other.name());
         ssh_ok(other, &["true"]);
@@ -137,6 +176,11 @@ fn a_partitioned_host_stops_answering_until_healed() {
         || cut.answers(),
     );
     ssh_ok(cut, &["true"]);
+    assert!(
+        reaches_machine(cut),
+        "{} does not reach the machine",
+        cut.name()
+    );
     for host in hosts {
         host.kill();
     }

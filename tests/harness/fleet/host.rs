@@ -11,11 +11,12 @@ use std::time::Instant;
 
 /// The setup run by `sh` as PID 1 of the new namespaces, before it becomes systemd.
 /// `$1` rootfs, `$2` upper dir, `$3` work dir, `$4` the overlay's mount point, `$5`
-/// hostname, `$6` this boot's id file, `$7` `eth0`'s address; the rest are the
-/// host's cgroup dirs. It waits for a line on stdin: the machine side's word that
+/// hostname, `$6` this boot's id file, `$7` `eth0`'s address, `$8` the machine end's
+/// address, `$9` the fleet's hub address; the rest are the host's cgroup dirs. It waits for a line on stdin: the machine side's word that
 /// `eth0` is in its net namespace.
 const SETUP: &str = r#"set -e
-rootfs=$1 upper=$2 work=$3 root=$4 name=$5 boot_id=$6 addr=$7; shift 7
+rootfs=$1 upper=$2 work=$3 root=$4 name=$5 boot_id=$6 addr=$7 gateway=$8 hub=$9
+shift 9
 for cg in "$@"; do echo 0 > "$cg/cgroup.procs"; done
 mount --make-rprivate /
 mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$upper,workdir=$work" "$root"
@@ -38,6 +39,7 @@ ip link set lo up
 read -r _
 ip addr add "$addr" dev eth0
 ip link set eth0 up
+ip route add "$hub/32" via "$gateway" dev eth0
 exec chroot "$root" /usr/bin/env container=other \
   /lib/systemd/systemd --system systemd.log_target=journal </dev/null
 "#;
@@ -141,6 +143,8 @@ impl FleetHost<'_> {
             .arg(&self.name)
             .arg(&boot_id)
             .arg(format!("{}/30", self.addr()))
+            .arg(self.machine_addr().to_string())
+            .arg(self.fleet.hub_addr().to_string())
             .args(&self.cgroups)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")

@@ -32,6 +32,7 @@ pub mod net;
 pub mod ssh;
 
 pub use host::FleetHost;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -68,6 +69,8 @@ pub fn rootfs() -> &'static Path {
 /// borrow it, so they are all gone before it is.
 pub struct Fleet {
     dir: tempfile::TempDir,
+    /// Its hub's slot: the address every host reaches the machine at.
+    hub: net::Slot,
 }
 
 impl Fleet {
@@ -84,7 +87,23 @@ impl Fleet {
         });
         net::Slot::sweep(&Path::new(ROOT).join("net"));
         ssh::keygen(&dir.path().join("id_ed25519"), "capstan-tests");
-        Fleet { dir }
+        let hub = net::Slot::take(&Path::new(ROOT).join("net"));
+        // A crashed binary's hub link is swept with its slot; wait if it still goes.
+        crate::wait_until(
+            format_args!("{} (the slot's previous link) to go", hub.link()),
+            crate::READY,
+            || !hub.linked(),
+        );
+        hub.hub();
+        Fleet { dir, hub }
+    }
+
+    /// The machine address every host of the fleet reaches, whatever happens to the
+    /// other hosts' links: where the machine side's services listen for them (e.g.
+    /// nats-server). Each host routes it via the machine end of its own link, so a
+    /// partitioned host does not reach it.
+    pub fn hub_addr(&self) -> Ipv4Addr {
+        self.hub.machine_addr()
     }
 
     /// The test's SSH private key, which every host's root accepts.
@@ -129,4 +148,12 @@ impl Fleet {
 /// A host's cgroups: `<fleet dir's name>.<host>` in each hierarchy.
 fn cgroups(fleet: &str, host: &str) -> Vec<PathBuf> {
     crate::pid1::cgroups(format!("{fleet}.{host}").as_ref())
+}
+
+impl Drop for Fleet {
+    /// Its hosts are gone (they borrow it): removes its hub link; its slot and dir go
+    /// after.
+    fn drop(&mut self) {
+        self.hub.unlink();
+    }
 }

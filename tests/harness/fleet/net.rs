@@ -8,6 +8,12 @@
 //! end its `.2`, and the machine end is named `capf<n>` (at most 9 characters: link
 //! names are limited to 15). The host end is `eth0` inside the host's net namespace;
 //! the pair goes when that namespace does, which is when the host's PID 1 dies.
+//!
+//! A [`crate::fleet::Fleet`] takes a slot too, for its hub: a link `capf<n>` (one end
+//! of a veth pair kept on the machine) holding the slot's `.1` as a `/32`, the one machine address that every host of the
+//! fleet reaches (each host routes it via the machine end of its own link), where the
+//! machine side's services (nats-server) listen. It stays up whatever happens to any
+//! host's link.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -40,17 +46,19 @@ impl Slot {
     }
 
     /// Frees the slots under `dir` whose owner is gone (a test binary that aborted
-    /// runs no drop) and whose link went with its host.
+    /// runs no drop), removing their links: a hub's link outlives its binary, a
+    /// host's veth is going with its namespace anyway.
     pub fn sweep(dir: &Path) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Ok(n) = name.parse::<u32>() else {
                 continue;
             };
-            if stale(&entry.path()) && !link_exists(&machine_link(n)) {
+            if stale(&entry.path()) {
                 // Renamed first: of several binaries sweeping it, one wins the rename.
                 let doomed = dir.join(format!("{n}.stale.{}", std::process::id()));
                 if std::fs::rename(entry.path(), &doomed).is_ok() {
+                    unlink(&machine_link(n));
                     let _ = std::fs::remove_file(&doomed);
                 }
             }
@@ -80,27 +88,34 @@ impl Slot {
     /// gives the machine end its address and brings it up. The host end is
     /// configured from inside (the setup script).
     pub fn connect(&self, pid: u32) {
+        self.make_link(&["eth0", "netns", &pid.to_string()], 30);
+    }
+
+    /// Makes this slot a fleet's hub: a link holding [`Slot::machine_addr`] alone.
+    /// Removed by [`Slot::unlink`] (or, after a crash, [`Slot::sweep`]).
+    pub fn hub(&self) {
+        // A veth pair with both ends here (this kernel has no dummy links): its
+        // addressed end has a carrier once both are up.
+        let peer = format!("{}x", self.link());
+        self.make_link(&[&peer], 32);
+        ip(&["link", "set", &peer, "up"]);
+    }
+
+    /// A veth pair: [`Slot::link`] with [`Slot::machine_addr`]`/prefix`, up, and its
+    /// peer named by `peer` (`NAME [netns PID]`).
+    fn make_link(&self, peer: &[&str], prefix: u8) {
         let link = self.link();
-        ip(&[
-            "link",
-            "add",
-            &link,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &pid.to_string(),
-        ]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/30", self.machine_addr()),
-            "dev",
-            &link,
-        ]);
+        let mut add = vec!["link", "add", &link, "type", "veth", "peer", "name"];
+        add.extend_from_slice(peer);
+        ip(&add);
+        let addr = format!("{}/{prefix}", self.machine_addr());
+        ip(&["addr", "add", &addr, "dev", &link]);
         ip(&["link", "set", &link, "up"]);
+    }
+
+    /// Removes the machine end's link, if any (cleanup only: never asserts).
+    pub fn unlink(&self) {
+        unlink(&self.link());
     }
 
     /// Whether the machine end exists (it goes with the host's net namespace).
@@ -122,6 +137,15 @@ impl Drop for Slot {
 
 fn machine_link(n: u32) -> String {
     format!("capf{n}")
+}
+
+fn unlink(name: &str) {
+    if link_exists(name) {
+        let _ = Command::new("ip")
+            .args(["link", "del", name])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 fn link_exists(name: &str) -> bool {

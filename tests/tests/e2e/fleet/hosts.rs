@@ -7,7 +7,7 @@ use capstan_tests::fleet::{Fleet, FleetHost};
 use capstan_tests::{wait_until, READY};
 use std::collections::BTreeSet;
 use std::io::Read as _;
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, TcpListener};
 
 /// Boots `names` side by side.
 fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
@@ -20,17 +20,14 @@ fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
     })
 }
 
-/// Whether `host` reaches the machine end of its link (where the machine side's
-/// services will listen for it): a line sent from inside it (bash's `/dev/tcp`, run
-/// through `nsenter`, so not over its link) arrives at a listener there within 3 s.
-fn reaches_machine(host: &FleetHost<'_>) -> bool {
-    let listener = TcpListener::bind((host.machine_addr(), 0)).expect("listen on the link");
+/// Whether `host` reaches the machine at `addr` (the machine end of its link, or the
+/// fleet's hub, where the machine side's services listen): a line sent from inside it
+/// (bash's `/dev/tcp`, run through `nsenter`, so not over its link) arrives at a
+/// listener there within 3 s.
+fn reaches(host: &FleetHost<'_>, addr: Ipv4Addr) -> bool {
+    let listener = TcpListener::bind((addr, 0)).expect("listen on the machine");
     let port = listener.local_addr().expect("its address").port();
-    let send = format!(
-        "echo {} >/dev/tcp/{}/{port}",
-        host.name(),
-        host.machine_addr()
-    );
+    let send = format!("echo {} >/dev/tcp/{addr}/{port}", host.name());
     let sent = host.nsenter(&["timeout", "3", "bash", "-c", &send]);
     if !sent.status.success() {
         return false;
@@ -63,11 +60,8 @@ fn three_hosts_boot_and_answer_over_ssh_each_as_itself() {
         );
         assert_eq!(host.property("ssh.service", "ActiveState"), "active");
         ssh_ok(host, &["true"]);
-        assert!(
-            reaches_machine(host),
-            "{} does not reach the machine",
-            host.name()
-        );
+        assert!(reaches(host, host.machine_addr()), "{}", host.name());
+        assert!(reaches(host, fleet.hub_addr()), "{}", host.name());
         let name = ssh_ok(host, &["hostname"]);
         assert_eq!(name.trim(), host.name());
         names.insert(name.trim().to_string());
@@ -158,13 +152,19 @@ fn a_partitioned_host_stops_answering_until_healed() {
     let out = cut.ssh(&["true"]);
     assert_eq!(out.status.code(), Some(255), "ssh got through: {out:?}");
     assert!(
-        !reaches_machine(cut),
-        "{} got through to the machine",
+        !reaches(cut, cut.machine_addr()),
+        "{} got through",
+        cut.name()
+    );
+    assert!(
+        !reaches(cut, fleet.hub_addr()),
+        "{} got through",
         cut.name()
     );
     for other in [&hosts[0], &hosts[2]] {
         assert!(other.answers(), "{} stopped answering too", other.name());
         ssh_ok(other, &["true"]);
+        assert!(reaches(other, fleet.hub_addr()), "{}", other.name());
     }
     // It is up all along: only the link is cut.
     assert_eq!(cut.property("ssh.service", "ActiveState"), "active");
@@ -176,11 +176,7 @@ fn a_partitioned_host_stops_answering_until_healed() {
         || cut.answers(),
     );
     ssh_ok(cut, &["true"]);
-    assert!(
-        reaches_machine(cut),
-        "{} does not reach the machine",
-        cut.name()
-    );
+    assert!(reaches(cut, fleet.hub_addr()), "{}", cut.name());
     for host in hosts {
         host.kill();
     }

@@ -18,6 +18,8 @@
 //! - [`fleet::Fleet`]: a fleet of real Debian hosts ([`fleet::FleetHost`]), each with
 //!   systemd as PID 1 of its own PID, mount, net and UTS namespace, on an overlay of
 //!   the cached rootfs of `.ci/rootfs.sh`, reachable over SSH on a veth of its own.
+//! - [`pid1`]: what both kinds of host share: one boot of systemd as PID 1 of new
+//!   namespaces, the host's own cgroups, the sweep of what dead test binaries left.
 
 pub mod agent;
 pub mod command;

@@ -3,13 +3,14 @@
 //! agent.toml written the way an operator would, `systemctl start capstan-agent`
 //! returns once the agent said it was ready (`Type=notify`). Joined to nats-server and
 //! the coordinator on the machine side (on the fleet's hub address), it carries out a
-//! rollout the coordinator sends it.
+//! rollout the coordinator sends it, and after a reboot of its host it is back,
+//! started at boot, with the same intent.
 
 use super::ssh_ok;
-use capstan_tests::build_packages;
 use capstan_tests::command::{Commands, Spec};
 use capstan_tests::fleet::Fleet;
 use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use capstan_tests::{build_packages, wait_until, READY};
 
 #[test]
 fn the_agent_package_installs_on_a_fleet_host_and_takes_commands_from_the_machine_side() {
@@ -21,7 +22,7 @@ fn the_agent_package_installs_on_a_fleet_host_and_takes_commands_from_the_machin
         deb.display()
     );
     let fleet = Fleet::create();
-    let host = fleet.boot("agent-1");
+    let mut host = fleet.boot("agent-1");
     std::fs::copy(&deb, host.path("/root/capstan-agent.deb")).expect("copy the package in");
 
     ssh_ok(&host, &["dpkg", "-i", "/root/capstan-agent.deb"]);
@@ -77,6 +78,24 @@ fn the_agent_package_installs_on_a_fleet_host_and_takes_commands_from_the_machin
     ]);
     let intent = coordinator.cli_json(&["intent", host.name()], 0);
     assert!(intent["namespaces"]["shop"].is_object(), "{intent}");
+
+    // A reboot: the enabled unit starts at boot (the boot is over once it is ready),
+    // and the agent answers from the log on its disk.
+    let pid = host.property("capstan-agent.service", "MainPID");
+    host.reboot();
+    assert_eq!(
+        host.property("capstan-agent.service", "ActiveState"),
+        "active"
+    );
+    assert_ne!(host.property("capstan-agent.service", "MainPID"), pid);
+    // Ready means reconciled; its NATS connection may come a moment later.
+    let again = wait_until("agent-1 to answer `intent` again", READY, || {
+        let out = coordinator.cli(&["intent", host.name()]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON"))
+    });
+    assert_eq!(again["namespaces"], intent["namespaces"], "{again}");
 
     ssh_ok(&host, &["systemctl", "stop", "capstan-agent"]);
     assert_eq!(host.property("capstan-agent.service", "Result"), "success");

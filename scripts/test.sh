@@ -14,6 +14,10 @@ eval "$(.ci/services.sh)"
 # supported version, gets a smoke run at the end.
 CAPSTAN_NATS_SERVER=$(.ci/nats.sh)
 export CAPSTAN_NATS_SERVER
+# The fleet tests (tests/harness/fleet/) boot every host on an overlay of this Debian
+# rootfs: built once by .ci/rootfs.sh (debootstrap, about 1.5 minutes) and cached.
+CAPSTAN_FLEET_ROOTFS=$(.ci/rootfs.sh)
+export CAPSTAN_FLEET_ROOTFS
 OLDEST_NATS=/usr/sbin/nats-server
 
 # The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).

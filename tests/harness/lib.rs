@@ -15,14 +15,21 @@
 //! - [`systemd::SystemdHost`]: a real systemd per test, as PID 1 of its own PID and
 //!   mount namespace, and [`systemd::envdump`], the workload that the systemd tests
 //!   run in it (the `capstan-envdump` binary of this crate, [`envdump::main`]).
+//! - [`fleet::Fleet`]: a fleet of real Debian hosts ([`fleet::FleetHost`]), each with
+//!   systemd as PID 1 of its own PID, mount, net and UTS namespace, on an overlay of
+//!   the cached rootfs of `.ci/rootfs.sh`, reachable over SSH on a veth of its own.
+//! - [`pid1`]: what both kinds of host share: one boot of systemd as PID 1 of new
+//!   namespaces, the host's own cgroups, the sweep of what dead test binaries left.
 
 pub mod agent;
 pub mod command;
 pub mod docker;
 pub mod envdump;
 pub mod external;
+pub mod fleet;
 pub mod hooks;
 pub mod nats;
+pub mod pid1;
 pub mod process;
 pub mod systemd;
 pub mod watchdog;
@@ -103,6 +110,29 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Builds the .deb packages from this build's binaries into `out`
+/// (`packaging/deb/build.sh --bin-dir <bin_dir()> --out OUT`); returns their paths,
+/// capstan-agent's first.
+pub fn build_packages(out: &std::path::Path) -> Vec<PathBuf> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/deb/build.sh");
+    let done = std::process::Command::new(&script)
+        .arg("--bin-dir")
+        .arg(bin_dir())
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run packaging/deb/build.sh");
+    assert!(
+        done.status.success(),
+        "build.sh: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    String::from_utf8_lossy(&done.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// `name` made unique on this machine (`<name><pid>`: a DNS label when `name` is one),

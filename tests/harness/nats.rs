@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use capstan_testsupport::{free_port, nats_server_binary};
 
-/// A private nats-server with JetStream, on a free loopback port.
+/// A private nats-server with JetStream, on a free loopback port (or another address
+/// of this machine: [`NatsServer::start_on`]).
 pub struct NatsServer {
     pub port: u16,
+    addr: String,
     store: tempfile::TempDir,
     config: Option<PathBuf>,
     process: Option<Process>,
@@ -27,9 +29,20 @@ impl NatsServer {
 
     /// With a server config file (its listen address and store are overridden).
     pub fn start_with(config: Option<&Path>) -> NatsServer {
+        Self::start_at("127.0.0.1", config)
+    }
+
+    /// Listening on `addr`, an address of this machine (e.g. a fleet's hub,
+    /// [`crate::fleet::Fleet::hub_addr`]), on a port free on loopback.
+    pub fn start_on(addr: &str) -> NatsServer {
+        Self::start_at(addr, None)
+    }
+
+    fn start_at(addr: &str, config: Option<&Path>) -> NatsServer {
         crate::watchdog::watch();
         let mut server = NatsServer {
             port: free_port(),
+            addr: addr.to_string(),
             store: tempfile::tempdir().expect("store dir"),
             config: config.map(Path::to_path_buf),
             process: None,
@@ -40,7 +53,7 @@ impl NatsServer {
     }
 
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.addr, self.port)
     }
 
     fn boot(&mut self) {
@@ -49,17 +62,10 @@ impl NatsServer {
         if let Some(conf) = &self.config {
             c.arg("-c").arg(conf);
         }
-        c.args([
-            "-js",
-            "-a",
-            "127.0.0.1",
-            "-p",
-            &self.port.to_string(),
-            "-sd",
-        ])
-        .arg(self.store.path().join("js"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        c.args(["-js", "-a", &self.addr, "-p", &self.port.to_string(), "-sd"])
+            .arg(self.store.path().join("js"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
         let log = self.store.path().join(format!("server-{}.log", self.runs));
         let process = Process::spawn(
             format!("nats-server (port {}, run {})", self.port, self.runs),

@@ -37,26 +37,17 @@
 //! The driver talks to it at [`SystemdHost::bus_address`] (D-Bus, like on a real host);
 //! [`SystemdHost::systemctl`] (`nsenter` + `systemctl`) is for test assertions only.
 //!
-//! Stopping it: SIGKILL to its PID 1 kills the whole PID namespace (the kernel kills
-//! every other process in it, and reaps them, before `unshare` sees its child die),
-//! and its mounts go with it. `unshare` (util-linux 2.38, Debian bookworm) then tries to
-//! die of the same signal, fails to reset SIGKILL's handler, prints `unshare:
-//! sigprocmask unblock failed: Invalid argument` and **exits 1**: [`EXIT`], which
-//! [`SystemdHost::kill`] asserts. `--kill-child` makes `unshare`'s own death kill
-//! systemd, so dropping a host in any state leaves nothing running, and `setpriv
-//! --pdeathsig KILL` makes the test binary's death kill `unshare`, so not even a
-//! watchdog abort leaves a host behind (its dir and cgroups stay, until the next
-//! boot sweeps them away).
+//! Stopping it: SIGKILL to its PID 1 kills the whole namespace; `unshare` then exits
+//! 1 ([`EXIT`]), which [`SystemdHost::kill`] asserts; the `setpriv --pdeathsig` +
+//! `unshare --kill-child` chain kills it with the test binary, and the next boot
+//! sweeps away the dirs and cgroups of hosts whose binary is gone ([`crate::pid1`]).
 
-use crate::process::{send_signal, Exit, Process};
+pub use crate::pid1::EXIT;
+use crate::pid1::{cgroups, Boot};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{mpsc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-/// How `unshare` ends once its child, systemd, was SIGKILLed (see the module doc).
-pub const EXIT: Exit = Exit::Code(1);
+use std::time::Instant;
 
 /// Where hosts' dirs live: visible inside the namespaces (not under `/tmp`).
 const ROOT: &str = "/var/lib/capstan-tests/systemd";
@@ -94,11 +85,11 @@ pub fn envdump() -> PathBuf {
 /// A real systemd as PID 1 of its own PID + mount namespace (see the module doc).
 /// Dropping it kills it without asserting; [`SystemdHost::kill`] asserts how it ended.
 pub struct SystemdHost {
+    /// The running boot (dropped first: systemd dies before its dir goes).
+    boot: Option<Boot>,
     dir: tempfile::TempDir,
     /// This host's cgroup in each hierarchy it joins.
     cgroups: Vec<PathBuf>,
-    /// `unshare`, whose child is systemd.
-    process: Option<Process>,
     /// systemd's pid, as the machine sees it.
     pid: u32,
     boots: u32,
@@ -118,14 +109,9 @@ impl SystemdHost {
     /// where this crate's own binaries may not be built.
     pub fn boot_with(workload: &Path) -> SystemdHost {
         crate::watchdog::watch();
-        std::fs::create_dir_all(ROOT).unwrap_or_else(|e| panic!("cannot create {ROOT}: {e}"));
-        sweep();
-        let dir = tempfile::Builder::new()
-            .prefix("host-")
-            .tempdir_in(ROOT)
-            .expect("a host dir");
-        std::fs::write(dir.path().join("owner"), std::process::id().to_string())
-            .expect("write the host's owner");
+        let dir = crate::pid1::new_dir(ROOT, "host-", |dir| {
+            cgroups(dir.file_name().expect("a dir name"))
+        });
         // Readable by all, and the state dir writable by all (like /tmp), so that
         // workloads running as another user (`User=`, `DynamicUser=`) can use them.
         for (sub, mode) in [
@@ -151,7 +137,7 @@ impl SystemdHost {
         let mut host = SystemdHost {
             cgroups: cgroups(dir.path().file_name().expect("a dir name")),
             dir,
-            process: None,
+            boot: None,
             pid: 0,
             boots: 0,
         };
@@ -161,10 +147,6 @@ impl SystemdHost {
 
     fn start(&mut self) {
         self.boots += 1;
-        for cg in &self.cgroups {
-            std::fs::create_dir_all(cg)
-                .unwrap_or_else(|e| panic!("cannot create cgroup {}: {e}", cg.display()));
-        }
         let started = Instant::now();
         let console = self.dir.path().join("console");
         // A boot id of its own, as a real reboot gets (the kernel's is the machine's).
@@ -195,23 +177,10 @@ impl SystemdHost {
             self.dir.path().display(),
             self.boots
         );
-        let process = spawn_for_life(name.clone(), c, &log);
-        let unshare = process.id();
-        // systemd is unshare's only child: the `sh` above, which execs it.
-        let children = format!("/proc/{unshare}/task/{unshare}/children");
-        let pid = crate::wait_until(format_args!("{name} to fork"), crate::READY, || {
-            if let Some(exit) = process.exited() {
-                panic!(
-                    "{name} ended ({exit}) at once; its stderr:\n{}",
-                    process.stderr()
-                );
-            }
-            std::fs::read_to_string(&children)
-                .ok()
-                .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
-        });
+        let boot = Boot::start(name.clone(), c, &log, &self.cgroups);
+        let pid = boot.pid();
         self.pid = pid;
-        self.process = Some(process);
+        self.boot = Some(boot);
         let state = self.wait_running();
         eprintln!(
             "{name}: pid {pid}, {state} after {} ms",
@@ -221,28 +190,14 @@ impl SystemdHost {
 
     /// Waits until the bus socket exists and the boot is over; returns the state.
     fn wait_running(&self) -> String {
-        let process = self.process.as_ref().expect("it runs");
-        let socket = self.bus_socket();
-        let state = crate::wait_until(Booting(self), crate::READY, || -> Option<String> {
-            if let Some(exit) = process.exited() {
-                self.ended(process, exit, "while booting");
-            }
-            if !socket.exists() {
-                return None;
-            }
-            let out = self.systemctl(&["is-system-running"]);
-            let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            matches!(state.as_str(), "running" | "degraded").then_some(state)
-        });
-        if state == "degraded" {
-            let failed = self.systemctl(&["--failed", "--plain", "--no-legend"]);
-            eprintln!(
-                "systemd {} booted degraded; failed units:\n{}",
-                self.pid,
-                String::from_utf8_lossy(&failed.stdout)
-            );
-        }
-        state
+        let boot = self.boot.as_ref().expect("it runs");
+        crate::pid1::wait_booted(
+            &format!("systemd {}", self.pid),
+            &self.bus_socket(),
+            Booting(self),
+            || boot.check_alive("while booting", || self.log()),
+            |args| self.systemctl(args),
+        )
     }
 
     /// systemd's pid, as the machine sees it.
@@ -296,15 +251,7 @@ impl SystemdHost {
     /// `journalctl --directory <its journal> ARGS` from the machine: its journal, of
     /// every boot, also once it is gone. Returns stdout (empty if there is none yet).
     pub fn journal(&self, args: &[&str]) -> String {
-        let out = Command::new("journalctl")
-            .arg("--directory")
-            .arg(self.dir.path().join("journal"))
-            .args(["--no-pager", "--quiet"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run journalctl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        crate::pid1::journal(&self.dir.path().join("journal"), args)
     }
 
     /// This boot's journal (systemd's own messages and the units' output), from the
@@ -374,102 +321,10 @@ impl SystemdHost {
 
     #[track_caller]
     fn stop(&mut self) -> String {
-        let process = self.process.take().expect("it runs");
-        if let Some(early) = process.exited() {
-            self.ended(&process, early, "before SIGKILL");
-        }
-        send_signal(self.pid, libc::SIGKILL);
-        process.wait_expecting(EXIT);
-        crate::wait_until(
-            format_args!("the cgroups of systemd {} to go", self.pid),
-            crate::READY,
-            || remove_cgroups(&self.cgroups).is_ok(),
-        );
+        let boot = self.boot.take().expect("it runs");
+        boot.kill(|| self.log());
         self.log()
     }
-
-    #[track_caller]
-    fn ended(&self, process: &Process, exit: Exit, when: &str) -> ! {
-        panic!(
-            "systemd {} ended ({exit}) {when}; unshare's stderr:\n{}\nsystemd's log:\n{}",
-            self.pid,
-            process.stderr(),
-            self.log()
-        )
-    }
-}
-
-impl Drop for SystemdHost {
-    /// Cleanup only, never asserting: kills systemd (its namespace with it), reaps
-    /// `unshare`, and removes the cgroups (bounded: a few tries).
-    fn drop(&mut self) {
-        if let Some(process) = self.process.take() {
-            if process.exited().is_none() {
-                let _ = Command::new("kill")
-                    .args(["-9", &self.pid.to_string()])
-                    .stderr(Stdio::null())
-                    .status();
-            }
-            // unshare exits once it has reaped systemd; killing it first would leave
-            // systemd a zombie for the machine's init to reap.
-            for _ in 0..100 {
-                if process.exited().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            // Reaps unshare (SIGKILLing it first if it still runs: --kill-child then
-            // kills systemd).
-            drop(process);
-        }
-        for _ in 0..40 {
-            if remove_cgroups(&self.cgroups).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// [`Process::spawn`] on a thread that lives as long as the test binary. The parent
-/// death signal (`setpriv --pdeathsig`) fires when the *thread* that forked the child
-/// ends, so a host booted on a test's own thread (or a scoped thread, or a blocking
-/// task) would die with that thread, not with the test binary.
-fn spawn_for_life(name: String, command: Command, stderr: &Path) -> Process {
-    type Spawned = Result<Process, String>;
-    type Request = (String, Command, PathBuf, mpsc::Sender<Spawned>);
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("capstan-tests systemd spawner".into())
-            .spawn(move || {
-                for (name, command, stderr, reply) in rx {
-                    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        Process::spawn(name, command, &stderr)
-                    }))
-                    .map_err(|panic| {
-                        panic
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .unwrap_or_else(|| "Process::spawn panicked".into())
-                    });
-                    let _ = reply.send(spawned);
-                }
-            })
-            .expect("start the spawner thread");
-        Mutex::new(tx)
-    });
-    let (reply, answer) = mpsc::channel();
-    spawner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send((name, command, stderr.to_path_buf(), reply))
-        .expect("the spawner thread runs");
-    answer
-        .recv()
-        .expect("the spawner thread answers")
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Shows the boot's state and log if the wait for it gives up.
@@ -492,71 +347,4 @@ impl std::fmt::Display for Booting<'_> {
             host.log()
         )
     }
-}
-
-/// Removes what hosts of test binaries that are gone left behind (a binary that
-/// aborted runs no drop; its hosts died with it): their dirs and cgroups. A host whose
-/// `owner` file is not written yet, or names a live process, is left alone.
-fn sweep() {
-    let Ok(entries) = std::fs::read_dir(ROOT) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let owner = std::fs::read_to_string(entry.path().join("owner"));
-        let Some(pid) = owner.ok().and_then(|o| o.trim().parse::<u32>().ok()) else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if remove_cgroups(&cgroups(&entry.file_name())).is_ok() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// The host's cgroup dir `capstan-tests/<name>` in each cgroup hierarchy mounted
-/// here, but cpuset (which needs cpus and mems set before a task may join, and which
-/// systemd does not use on cgroup v1).
-fn cgroups(name: &std::ffi::OsStr) -> Vec<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let mut dirs = Vec::new();
-    for line in mountinfo.lines() {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let fstype = fields.get(dash + 1).copied().unwrap_or_default();
-        let superopts = fields.get(dash + 3).copied().unwrap_or_default();
-        let is_cpuset = superopts.split(',').any(|o| o == "cpuset");
-        if (fstype == "cgroup" && !is_cpuset) || fstype == "cgroup2" {
-            dirs.push(Path::new(fields[4]).join("capstan-tests").join(name));
-        }
-    }
-    assert!(!dirs.is_empty(), "no cgroup hierarchy is mounted here");
-    dirs
-}
-
-/// Removes each of `dirs` with every cgroup under it (deepest first). A cgroup still
-/// holding a process is an error (EBUSY); a missing one is done.
-fn remove_cgroups(dirs: &[PathBuf]) -> std::io::Result<()> {
-    fn remove(dir: &Path) -> std::io::Result<()> {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                remove(&entry.path())?;
-            }
-        }
-        match std::fs::remove_dir(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
-    }
-    dirs.iter().try_for_each(|d| remove(d))
 }

@@ -6,11 +6,13 @@
 //!
 //! Run a group with a filter: `cargo test -p capstan-tests --test e2e docker::` (every
 //! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`,
-//! `systemd::`, `external::` (the standalone sim driver over its socket).
+//! `systemd::`, `external::` (the standalone sim driver over its socket), `fleet::`
+//! (real Debian hosts booted on this machine, `capstan_tests::fleet`).
 
 mod core;
 mod docker;
 mod external;
+mod fleet;
 mod hooks;
 mod nats;
 mod packaging;

@@ -3,30 +3,10 @@
 //! control fields and scripts, and that building twice gives the same bytes.
 //! Installing them on booted hosts is the fleet harness's part (issue 12).
 
-use capstan_tests::bin_dir;
+use capstan_tests::{bin_dir, build_packages};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn build(out: &Path) -> Vec<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/deb/build.sh");
-    let done = Command::new(&script)
-        .arg("--bin-dir")
-        .arg(bin_dir())
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("run packaging/deb/build.sh");
-    assert!(
-        done.status.success(),
-        "build.sh: {}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    String::from_utf8_lossy(&done.stdout)
-        .lines()
-        .map(PathBuf::from)
-        .collect()
-}
 
 fn dpkg_deb(args: &[&str], deb: &Path) -> String {
     let out = Command::new("dpkg-deb")
@@ -66,8 +46,11 @@ fn control(deb: &Path, name: &str) -> String {
 fn the_packages_hold_binaries_units_and_conffiles_and_build_reproducibly() {
     let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (debs, again) = std::thread::scope(|s| {
-        let again = s.spawn(|| build(second.path()));
-        (build(first.path()), again.join().expect("the second build"))
+        let again = s.spawn(|| build_packages(second.path()));
+        (
+            build_packages(first.path()),
+            again.join().expect("the second build"),
+        )
     });
     assert_eq!(debs.len(), 2, "{debs:?}");
     for (a, b) in debs.iter().zip(&again) {

@@ -1,0 +1,273 @@
+//! `capstan install` (russh) onto three fleet hosts at once, from a hosts file with a
+//! config per host: the first run installs, configures and starts the agent on each
+//! (learning their host keys with `--accept-new`) and returns once all three are
+//! `alive` in the coordinator's registry; a second run changes nothing (no reinstall,
+//! no restart) and says `unchanged`; a known_hosts holding another key for one host
+//! fails that host naming both fingerprints while the other two go on.
+
+use super::hosts::boot_all;
+use capstan_tests::build_packages;
+use capstan_tests::fleet::Fleet;
+use capstan_tests::fleet::FleetHost;
+use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// `capstan install ARGS… PACKAGE` against `coordinator`, with the fleet's key.
+fn install(coordinator: &Coordinator, fleet: &Fleet, args: &[&str], package: &Path) -> Output {
+    Command::new(capstan_tests::binary("capstan"))
+        .arg("--coordinator")
+        .arg(&coordinator.url)
+        .arg("install")
+        .arg("--identity")
+        .arg(fleet.key())
+        .args(args)
+        .arg(package)
+        .env("CAPSTAN_TOKEN", &coordinator.token)
+        .env_remove("CAPSTAN_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run capstan install")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The host's own ed25519 host key, `ssh-ed25519 AAAA… comment`.
+fn host_key(host: &FleetHost<'_>) -> String {
+    std::fs::read_to_string(host.path("/etc/ssh/ssh_host_ed25519_key.pub"))
+        .expect("the host's public host key")
+        .trim()
+        .to_string()
+}
+
+/// `SHA256:…` of an OpenSSH public key, as `ssh-keygen -l` prints it.
+fn fingerprint(dir: &Path, public: &str) -> String {
+    let file = dir.join("key.pub");
+    std::fs::write(&file, format!("{public}\n")).expect("write the key");
+    let out = Command::new("ssh-keygen")
+        .arg("-l")
+        .arg("-f")
+        .arg(&file)
+        .output()
+        .expect("run ssh-keygen -l");
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .expect("a fingerprint")
+        .to_string()
+}
+
+/// Each host's agent's `ActiveEnterTimestamp` and `MainPID`: a restart changes both.
+fn started(hosts: &[FleetHost<'_>]) -> Vec<(String, String)> {
+    hosts
+        .iter()
+        .map(|h| {
+            (
+                h.property("capstan-agent.service", "ActiveEnterTimestamp"),
+                h.property("capstan-agent.service", "MainPID"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host_key() {
+    let debs = tempfile::tempdir().expect("a temp dir");
+    let deb = build_packages(debs.path()).remove(0);
+    let fleet = Fleet::create();
+    let hosts = boot_all(&fleet, &["inst-a", "inst-b", "inst-c"]);
+    let server = NatsServer::start_on(&fleet.hub_addr().to_string());
+    let keys = Keys::generate();
+    let coordinator = Coordinator::start(&server.url(), &keys, "");
+
+    let work = tempfile::tempdir().expect("a temp dir");
+    let configs = work.path().join("configs");
+    std::fs::create_dir(&configs).expect("mkdir configs");
+    let mut hosts_file = String::from("# the fleet under test\n");
+    for host in &hosts {
+        hosts_file.push_str(&format!("root@{}\n", host.addr()));
+        let config = format!(
+            "host = \"{}\"\ndriver = \"sim\"\n\n[nats]\nurl = {:?}\n\n[signing]\npublic_keys = [{:?}]\n",
+            host.name(),
+            server.url(),
+            keys.public
+        );
+        std::fs::write(configs.join(format!("{}.toml", host.addr())), config)
+            .expect("write a config");
+    }
+    let hosts_path = work.path().join("hosts");
+    std::fs::write(&hosts_path, hosts_file).expect("write the hosts file");
+    let learned = work.path().join("learned_known_hosts");
+    let common = [
+        "--hosts-file",
+        hosts_path.to_str().expect("path"),
+        "--config-dir",
+        configs.to_str().expect("path"),
+        "--timeout",
+        "60s",
+    ];
+
+    // First run: trust on first use, into a known_hosts file that does not exist yet.
+    let mut args = common.to_vec();
+    args.extend([
+        "--accept-new",
+        "--known-hosts",
+        learned.to_str().expect("path"),
+    ]);
+    let first = install(&coordinator, &fleet, &args, &deb);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "stdout {} stderr {}",
+        text(&first.stdout),
+        text(&first.stderr)
+    );
+    let expected: String = hosts
+        .iter()
+        .map(|h| format!("{} installed\n", h.addr()))
+        .collect();
+    assert_eq!(
+        text(&first.stdout),
+        expected,
+        "stderr {}",
+        text(&first.stderr)
+    );
+    let progress = text(&first.stderr);
+    for host in &hosts {
+        assert!(
+            progress.contains(&format!("{}: installing capstan-agent", host.addr())),
+            "{progress}"
+        );
+        assert!(
+            progress.contains(&format!("{}: {} is alive", host.addr(), host.name())),
+            "{progress}"
+        );
+    }
+    // It returned once all three were alive: the registry says so already.
+    let registry = coordinator.cli_json(&["hosts"], 0);
+    for host in &hosts {
+        let entry = registry["hosts"]
+            .as_array()
+            .expect("hosts")
+            .iter()
+            .find(|h| h["host"] == host.name())
+            .unwrap_or_else(|| panic!("{} registered: {registry}", host.name()));
+        assert_eq!(entry["status"], "alive", "{registry}");
+        assert_eq!(
+            host.property("capstan-agent.service", "ActiveState"),
+            "active"
+        );
+        assert_eq!(
+            host.property("capstan-agent.service", "UnitFileState"),
+            "enabled"
+        );
+        let mode = host.nsenter_ok(&["stat", "-c", "%a %U %G", "/etc/capstan/agent.toml"]);
+        assert_eq!(mode.trim(), "640 root root");
+    }
+    // --accept-new recorded each host's own key.
+    let known = std::fs::read_to_string(&learned).expect("the learned known_hosts");
+    for host in &hosts {
+        let key = host_key(host);
+        let key = key.rsplit_once(' ').map_or(key.as_str(), |(k, _)| k);
+        assert!(known.contains(&format!("{} {key}", host.addr())), "{known}");
+    }
+
+    // Second run, checking against the learned file: nothing to do on any host.
+    let before = started(&hosts);
+    let mut args = common.to_vec();
+    args.extend(["--known-hosts", learned.to_str().expect("path")]);
+    let second = install(&coordinator, &fleet, &args, &deb);
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "stdout {} stderr {}",
+        text(&second.stdout),
+        text(&second.stderr)
+    );
+    let expected: String = hosts
+        .iter()
+        .map(|h| format!("{} unchanged\n", h.addr()))
+        .collect();
+    assert_eq!(
+        text(&second.stdout),
+        expected,
+        "stderr {}",
+        text(&second.stderr)
+    );
+    let after = started(&hosts);
+    assert_eq!(before, after, "no host's agent was restarted");
+    assert!(
+        !text(&second.stderr).contains("installing"),
+        "{}",
+        text(&second.stderr)
+    );
+
+    // A known_hosts holding another key for the second host.
+    let other = work.path().join("other_key");
+    capstan_tests::fleet::ssh::keygen(&other, "not-inst-b");
+    let other_key =
+        std::fs::read_to_string(work.path().join("other_key.pub")).expect("its public key");
+    let mut forged = String::new();
+    for (i, host) in hosts.iter().enumerate() {
+        let key = if i == 1 {
+            other_key.trim().to_string()
+        } else {
+            host_key(host)
+        };
+        forged.push_str(&format!("{} {key}\n", host.addr()));
+    }
+    let forged_path = work.path().join("forged_known_hosts");
+    std::fs::write(&forged_path, forged).expect("write the forged known_hosts");
+    let mut args = common.to_vec();
+    // --accept-new trusts unknown hosts only, never a changed key.
+    args.extend([
+        "--accept-new",
+        "--known-hosts",
+        forged_path.to_str().expect("path"),
+    ]);
+    let third = install(&coordinator, &fleet, &args, &deb);
+    assert_eq!(
+        third.status.code(),
+        Some(1),
+        "stdout {} stderr {}",
+        text(&third.stdout),
+        text(&third.stderr)
+    );
+    let lines: Vec<String> = text(&third.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], format!("{} unchanged", hosts[0].addr()));
+    assert_eq!(lines[2], format!("{} unchanged", hosts[2].addr()));
+    let presented = fingerprint(work.path(), &host_key(&hosts[1]));
+    let recorded = fingerprint(work.path(), other_key.trim());
+    assert!(
+        lines[1].starts_with(&format!("{} failed: HOST KEY MISMATCH", hosts[1].addr())),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[1].contains(&presented),
+        "{} lacks {presented}",
+        lines[1]
+    );
+    assert!(
+        lines[1].contains(&recorded),
+        "{} lacks {recorded}",
+        lines[1]
+    );
+    assert_eq!(
+        std::fs::read_to_string(&forged_path)
+            .expect("read it")
+            .lines()
+            .count(),
+        3,
+        "the mismatch was not recorded"
+    );
+
+    coordinator.stop();
+    for host in hosts {
+        host.kill();
+    }
+}

@@ -3,19 +3,31 @@
 //! (learning their host keys with `--accept-new`) and returns once all three are
 //! `alive` in the coordinator's registry; a second run changes nothing (no reinstall,
 //! no restart) and says `unchanged`; a known_hosts holding another key for one host
-//! fails that host naming both fingerprints while the other two go on.
+//! fails that host naming both fingerprints while the other two go on. A package of
+//! another version is refused without `--upgrade`; with it every host says
+//! `upgraded`, each agent is a new process, and a workload running on one of them
+//! was not restarted (the package's leave-running stop).
 
 use super::hosts::boot_all;
-use capstan_tests::build_packages;
+use capstan_tests::command::{Commands, Spec};
 use capstan_tests::fleet::Fleet;
 use capstan_tests::fleet::FleetHost;
 use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use capstan_tests::{build_packages, build_packages_as};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-/// `capstan install ARGS… PACKAGE` against `coordinator`, with the fleet's key.
-fn install(coordinator: &Coordinator, fleet: &Fleet, args: &[&str], package: &Path) -> Output {
-    Command::new(capstan_tests::binary("capstan"))
+/// `capstan install ARGS… PACKAGE` against `coordinator`, with the fleet's key;
+/// panics unless it exits with `code`. Returns its stdout and stderr.
+#[track_caller]
+fn install(
+    coordinator: &Coordinator,
+    fleet: &Fleet,
+    args: &[&str],
+    package: &Path,
+    code: i32,
+) -> (String, String) {
+    let out = Command::new(capstan_tests::binary("capstan"))
         .arg("--coordinator")
         .arg(&coordinator.url)
         .arg("install")
@@ -27,7 +39,22 @@ fn install(coordinator: &Coordinator, fleet: &Fleet, args: &[&str], package: &Pa
         .env_remove("CAPSTAN_TOKEN_FILE")
         .stdin(Stdio::null())
         .output()
-        .expect("run capstan install")
+        .expect("run capstan install");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout {stdout} stderr {stderr}"
+    );
+    (stdout, stderr)
+}
+
+/// `<addr> <word>` for each host, a line each: the summary of a run alike on all.
+fn each(hosts: &[FleetHost<'_>], word: &str) -> String {
+    hosts
+        .iter()
+        .map(|h| format!("{} {word}\n", h.addr()))
+        .collect()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -74,7 +101,8 @@ fn started(hosts: &[FleetHost<'_>]) -> Vec<(String, String)> {
 }
 
 #[test]
-fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host_key() {
+fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key_and_upgrades_leaving_workloads_running(
+) {
     let debs = tempfile::tempdir().expect("a temp dir");
     let deb = build_packages(debs.path()).remove(0);
     let fleet = Fleet::create();
@@ -117,25 +145,10 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host
         "--known-hosts",
         learned.to_str().expect("path"),
     ]);
-    let first = install(&coordinator, &fleet, &args, &deb);
-    assert_eq!(
-        first.status.code(),
-        Some(0),
-        "stdout {} stderr {}",
-        text(&first.stdout),
-        text(&first.stderr)
-    );
-    let expected: String = hosts
-        .iter()
-        .map(|h| format!("{} installed\n", h.addr()))
-        .collect();
-    assert_eq!(
-        text(&first.stdout),
-        expected,
-        "stderr {}",
-        text(&first.stderr)
-    );
-    let progress = text(&first.stderr);
+    let (first_out, first_err) = install(&coordinator, &fleet, &args, &deb, 0);
+    let expected = each(&hosts, "installed");
+    assert_eq!(first_out, expected, "stderr {}", first_err);
+    let progress = first_err;
     for host in &hosts {
         assert!(
             progress.contains(&format!("{}: installing capstan-agent", host.addr())),
@@ -179,31 +192,12 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host
     let before = started(&hosts);
     let mut args = common.to_vec();
     args.extend(["--known-hosts", learned.to_str().expect("path")]);
-    let second = install(&coordinator, &fleet, &args, &deb);
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "stdout {} stderr {}",
-        text(&second.stdout),
-        text(&second.stderr)
-    );
-    let expected: String = hosts
-        .iter()
-        .map(|h| format!("{} unchanged\n", h.addr()))
-        .collect();
-    assert_eq!(
-        text(&second.stdout),
-        expected,
-        "stderr {}",
-        text(&second.stderr)
-    );
+    let (second_out, second_err) = install(&coordinator, &fleet, &args, &deb, 0);
+    let expected = each(&hosts, "unchanged");
+    assert_eq!(second_out, expected, "stderr {}", second_err);
     let after = started(&hosts);
     assert_eq!(before, after, "no host's agent was restarted");
-    assert!(
-        !text(&second.stderr).contains("installing"),
-        "{}",
-        text(&second.stderr)
-    );
+    assert!(!second_err.contains("installing"), "{}", second_err);
 
     // A known_hosts holding another key for the second host.
     let other = work.path().join("other_key");
@@ -228,15 +222,10 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host
         "--known-hosts",
         forged_path.to_str().expect("path"),
     ]);
-    let third = install(&coordinator, &fleet, &args, &deb);
-    assert_eq!(
-        third.status.code(),
-        Some(1),
-        "stdout {} stderr {}",
-        text(&third.stdout),
-        text(&third.stderr)
-    );
-    let lines: Vec<String> = text(&third.stdout).lines().map(str::to_string).collect();
+    let (third_out, third_err) = install(&coordinator, &fleet, &args, &deb, 1);
+    let failed = format!("{}: failed: HOST KEY MISMATCH", hosts[1].addr());
+    assert!(third_err.contains(&failed), "{third_err}");
+    let lines: Vec<String> = third_out.lines().map(str::to_string).collect();
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(lines[0], format!("{} unchanged", hosts[0].addr()));
     assert_eq!(lines[2], format!("{} unchanged", hosts[2].addr()));
@@ -265,6 +254,57 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_and_refuses_a_changed_host
         3,
         "the mismatch was not recorded"
     );
+
+    // A workload on the first host, then a package of another version.
+    let c = Commands::new(hosts[0].name(), "shop");
+    coordinator.run_all(&[
+        c.ensure_namespace("ns"),
+        c.prepare("prep", "web", "r1", Spec::sim()),
+        c.activate("act", "web", "r1"),
+    ]);
+    let web = || {
+        let host = capstan_driver::sim::SimHost::load(&hosts[0].path("/var/lib/capstan"))
+            .expect("the sim driver's state on the host");
+        let web = serde_json::to_value(host).expect("JSON")["revisions"]["shop/web@r1"].clone();
+        (web["state"].clone(), web["starts"].clone())
+    };
+    assert_eq!(web(), (serde_json::json!("running"), serde_json::json!(1)));
+    let newer = build_packages_as(debs.path(), Some("0.0.0+upgrade-test")).remove(0);
+    let mut args = common.to_vec();
+    args.extend(["--known-hosts", learned.to_str().expect("path")]);
+    let (refused_out, refused_err) = install(&coordinator, &fleet, &args, &newer, 1);
+    assert!(!refused_err.contains("upgrading"), "{refused_err}");
+    assert_eq!(refused_out.lines().count(), hosts.len(), "{refused_out}");
+    for (line, host) in refused_out.lines().zip(&hosts) {
+        assert!(
+            line.starts_with(&format!("{} failed: capstan-agent ", host.addr())),
+            "{line}"
+        );
+        assert!(line.ends_with("pass --upgrade to replace it"), "{line}");
+    }
+    assert_eq!(started(&hosts), after, "a refused upgrade touched nothing");
+
+    args.push("--upgrade");
+    let (upgraded_out, upgraded_err) = install(&coordinator, &fleet, &args, &newer, 0);
+    let expected = each(&hosts, "upgraded");
+    assert_eq!(upgraded_out, expected, "stderr {}", upgraded_err);
+    for ((host, (_, pid_before)), (_, pid_after)) in hosts.iter().zip(&after).zip(started(&hosts)) {
+        assert_ne!(
+            *pid_before,
+            pid_after,
+            "{}: the agent was restarted by the upgrade",
+            host.name()
+        );
+        let version = host.nsenter_ok(&["dpkg-query", "-W", "-f=${Version}", "capstan-agent"]);
+        assert_eq!(version, "0.0.0+upgrade-test");
+    }
+    assert_eq!(
+        web(),
+        (serde_json::json!("running"), serde_json::json!(1)),
+        "the workload kept running through the upgrade, never restarted"
+    );
+    let journal = hosts[0].journal(&["--unit", "capstan-agent.service", "--output", "cat"]);
+    assert!(journal.contains("leaving workloads running"), "{journal}");
 
     coordinator.stop();
     for host in hosts {

@@ -236,8 +236,12 @@ impl Session {
             keys,
             refused: refused.clone(),
         };
+        // Keepalives, so a host that goes away mid-command fails the run instead of
+        // hanging it (a quiet `dpkg -i` is not idle: the server answers them).
         let config = Arc::new(client::Config {
             inactivity_timeout: None,
+            keepalive_interval: Some(Duration::from_secs(15)),
+            keepalive_max: 3,
             ..client::Config::default()
         });
         let connect = client::connect(config, (host, port), checker);

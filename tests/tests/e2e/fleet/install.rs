@@ -3,7 +3,9 @@
 //! (learning their host keys with `--accept-new`) and returns once all three are
 //! `alive` in the coordinator's registry; a second run changes nothing (no reinstall,
 //! no restart) and says `unchanged`; a known_hosts holding another key for one host
-//! fails that host naming both fingerprints while the other two go on. A package of
+//! fails that host naming both fingerprints while the other two go on. A changed
+//! config is written and its agent alone restarted (`reconfigured`); a user other
+//! than root is refused. A package of
 //! another version is refused without `--upgrade`; with it every host says
 //! `upgraded`, each agent is a new process, and a workload running on one of them
 //! was not restarted (the package's leave-running stop).
@@ -199,6 +201,53 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
     assert_eq!(before, after, "no host's agent was restarted");
     assert!(!second_err.contains("installing"), "{}", second_err);
 
+    // A changed config on the third host: written, the agent restarted, no dpkg.
+    let third_config = configs.join(format!("{}.toml", hosts[2].addr()));
+    let mut config = std::fs::read_to_string(&third_config).expect("read its config");
+    config.push_str("# changed by the test\n");
+    std::fs::write(&third_config, &config).expect("change its config");
+    let (changed_out, changed_err) = install(&coordinator, &fleet, &args, &deb, 0);
+    let expected = format!(
+        "{} unchanged\n{} unchanged\n{} reconfigured\n",
+        hosts[0].addr(),
+        hosts[1].addr(),
+        hosts[2].addr()
+    );
+    assert_eq!(changed_out, expected, "stderr {changed_err}");
+    let restarted = started(&hosts);
+    assert_eq!(restarted[..2], after[..2], "the others were not restarted");
+    assert_ne!(restarted[2].1, after[2].1, "the third agent was restarted");
+    let on_host =
+        std::fs::read_to_string(hosts[2].path("/etc/capstan/agent.toml")).expect("its agent.toml");
+    assert_eq!(on_host, config);
+    assert!(!changed_err.contains("installing"), "{changed_err}");
+
+    // Not as root: refused before anything is uploaded.
+    hosts[2].nsenter_ok(&[
+        "sh",
+        "-c",
+        "useradd -m -s /bin/sh ops && install -d -o ops -m 0700 /home/ops/.ssh \
+         && install -o ops -m 0600 /root/.ssh/authorized_keys /home/ops/.ssh/",
+    ]);
+    let ops = format!("ops@{}", hosts[2].addr());
+    let one = [
+        "--ssh",
+        &ops,
+        "--config",
+        third_config.to_str().expect("path"),
+        "--known-hosts",
+        learned.to_str().expect("path"),
+    ];
+    let (ops_out, ops_err) = install(&coordinator, &fleet, &one, &deb, 1);
+    assert!(
+        ops_out.starts_with(&format!(
+            "{} failed: {ops} is not root (uid ",
+            hosts[2].addr()
+        )),
+        "{ops_out} {ops_err}"
+    );
+    assert!(!ops_err.contains("uploading"), "{ops_err}");
+
     // A known_hosts holding another key for the second host.
     let other = work.path().join("other_key");
     capstan_tests::fleet::ssh::keygen(&other, "not-inst-b");
@@ -270,6 +319,7 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
     };
     assert_eq!(web(), (serde_json::json!("running"), serde_json::json!(1)));
     let newer = build_packages_as(debs.path(), Some("0.0.0+upgrade-test")).remove(0);
+    let before = started(&hosts);
     let mut args = common.to_vec();
     args.extend(["--known-hosts", learned.to_str().expect("path")]);
     let (refused_out, refused_err) = install(&coordinator, &fleet, &args, &newer, 1);
@@ -282,13 +332,14 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
         );
         assert!(line.ends_with("pass --upgrade to replace it"), "{line}");
     }
-    assert_eq!(started(&hosts), after, "a refused upgrade touched nothing");
+    assert_eq!(started(&hosts), before, "a refused upgrade touched nothing");
 
     args.push("--upgrade");
     let (upgraded_out, upgraded_err) = install(&coordinator, &fleet, &args, &newer, 0);
     let expected = each(&hosts, "upgraded");
     assert_eq!(upgraded_out, expected, "stderr {}", upgraded_err);
-    for ((host, (_, pid_before)), (_, pid_after)) in hosts.iter().zip(&after).zip(started(&hosts)) {
+    for ((host, (_, pid_before)), (_, pid_after)) in hosts.iter().zip(&before).zip(started(&hosts))
+    {
         assert_ne!(
             *pid_before,
             pid_after,

@@ -435,6 +435,9 @@ async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Resu
                 path.display()
             )
         })?;
+        // A config that is not TOML is a usage error, found before any host is touched.
+        toml::from_str::<toml::Table>(&String::from_utf8_lossy(&config))
+            .with_context(|| format!("the config {} is not TOML", path.display()))?;
         jobs.push(install::Job { target, config });
     }
     let package_bytes = std::fs::read(&args.package)

@@ -203,11 +203,10 @@ async fn install_one(
     job: &Job,
 ) -> Result<Outcome, InstallError> {
     let t = &job.target;
-    let host = t.host.as_str();
-    progress(host, &format!("connecting to {t}"));
+    progress(&t.host, &format!("connecting to {t}"));
     let session = Session::connect(
         &t.user,
-        host,
+        &t.host,
         t.port,
         install.identity.clone(),
         &install.identity_path,
@@ -215,225 +214,203 @@ async fn install_one(
         install.connect_timeout,
     )
     .await?;
-    let result = on_host(install, client, job, &session).await;
+    let on = OnHost {
+        install,
+        job,
+        session: &session,
+        host: &t.host,
+    };
+    let result = on.install(client).await;
     session.close().await;
     result
 }
 
-async fn run_ok(
-    session: &Session,
-    host: &str,
-    step: &'static str,
-    command: &str,
-    stdin: &[u8],
-) -> Result<String, InstallError> {
-    let out = session.run(command, stdin).await?;
-    if out.status != 0 {
-        return Err(InstallError::Remote {
-            host: host.to_string(),
-            step,
-            status: out.status,
-            stderr: out.stderr(),
-        });
-    }
-    Ok(out.stdout())
+/// One host's run over its session.
+struct OnHost<'a> {
+    install: &'a Install,
+    job: &'a Job,
+    session: &'a Session,
+    /// The host as the target names it: the prefix of its progress lines.
+    host: &'a str,
 }
 
-async fn on_host(
-    install: &Install,
-    client: &Client,
-    job: &Job,
-    session: &Session,
-) -> Result<Outcome, InstallError> {
-    let t = &job.target;
-    let host = t.host.as_str();
-    let text = run_ok(session, host, "probe", PROBE, b"").await?;
-    let probe = Probe::parse(&text).ok_or_else(|| InstallError::Probe {
-        host: host.to_string(),
-        output: text.clone(),
-    })?;
-    if probe.uid != "0" {
-        return Err(InstallError::NotRoot {
-            user: t.user.clone(),
-            host: host.to_string(),
-            uid: probe.uid,
-        });
+impl OnHost<'_> {
+    fn progress(&self, line: &str) {
+        progress(self.host, line);
     }
-    let name = registry_name(&job.config, &probe.hostname)?;
-    let sent = sha256_hex(&install.package_bytes);
-    let mut nonce = [0u8; 8];
-    // The name only has to differ from another run's; the file is made with
-    // noclobber in root's private umask, so a guessed name cannot be raced.
-    getrandom::getrandom(&mut nonce).map_err(InstallError::Random)?;
-    let remote = format!(
-        "/tmp/capstan-install-{}-{}.deb",
-        &sent[..16],
-        &sha256_hex(&nonce)[..8]
-    );
-    progress(
-        host,
-        &format!(
-            "uploading {} ({} bytes)",
-            install.package.display(),
-            install.package_bytes.len()
-        ),
-    );
-    run_ok(
-        session,
-        host,
-        "upload",
-        &format!("umask 077; set -C; cat > {remote}"),
-        &install.package_bytes,
-    )
-    .await?;
-    let result = with_upload(install, client, job, session, &probe, &name, &sent, &remote).await;
-    // Best effort: a leftover in /tmp is harmless, and the result is what matters.
-    let _ = session.run(&format!("rm -f {remote}"), b"").await;
-    result
-}
 
-#[allow(clippy::too_many_arguments)]
-async fn with_upload(
-    install: &Install,
-    client: &Client,
-    job: &Job,
-    session: &Session,
-    probe: &Probe,
-    name: &str,
-    sent: &str,
-    remote: &str,
-) -> Result<Outcome, InstallError> {
-    let host = job.target.host.as_str();
-    let got = run_ok(
-        session,
-        host,
-        "sha256sum",
-        &format!("sha256sum {remote}"),
-        b"",
-    )
-    .await?;
-    let got = got
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    if got != sent {
-        return Err(InstallError::Corrupted {
-            host: host.to_string(),
-            got,
-            sent: sent.to_string(),
-        });
-    }
-    let fields = run_ok(
-        session,
-        host,
-        "dpkg-deb -f",
-        &format!("dpkg-deb -f {remote} Package Version"),
-        b"",
-    )
-    .await?;
-    let field = |key: &str| {
-        fields
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    if field("Package") != "capstan-agent" {
-        return Err(InstallError::NotTheAgent {
-            path: install.package.clone(),
-            package: field("Package"),
-        });
-    }
-    let wanted = Wanted {
-        version: field("Version"),
-        upgrade: install.upgrade,
-    };
-    let config_sha = sha256_hex(&job.config);
-    let plan = plan::plan(&probe.observed(&config_sha), &wanted)?;
-    carry_out(session, host, &plan, remote, &job.config, &wanted.version).await?;
-    let outcome = plan.outcome();
-    progress(
-        host,
-        &format!("{outcome}; waiting for {name} to be alive in the registry"),
-    );
-    wait_alive(client, name, install.timeout).await?;
-    progress(host, &format!("{name} is alive"));
-    Ok(outcome)
-}
-
-async fn carry_out(
-    session: &Session,
-    host: &str,
-    plan: &Plan,
-    remote: &str,
-    config: &[u8],
-    version: &str,
-) -> Result<(), InstallError> {
-    let dpkg =
-        format!("DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold -i {remote}");
-    match &plan.package {
-        Package::Keep => progress(host, &format!("capstan-agent {version} is installed")),
-        Package::Install => {
-            progress(host, &format!("installing capstan-agent {version}"));
-            run_ok(session, host, "dpkg -i", &dpkg, b"").await?;
+    /// Runs `command` (named `step` in errors), which must exit 0; its stdout.
+    async fn run_ok(
+        &self,
+        step: &'static str,
+        command: &str,
+        stdin: &[u8],
+    ) -> Result<String, InstallError> {
+        let out = self.session.run(command, stdin).await?;
+        if out.status != 0 {
+            return Err(InstallError::Remote {
+                host: self.host.to_string(),
+                step,
+                status: out.status,
+                stderr: out.stderr(),
+            });
         }
-        Package::Upgrade { from } => {
-            progress(
-                host,
-                &format!("upgrading capstan-agent {from} to {version} (leave-running)"),
-            );
-            run_ok(session, host, "dpkg -i", &dpkg, b"").await?;
-        }
+        Ok(out.stdout())
     }
-    if plan.write_config {
-        progress(host, &format!("writing {CONFIG_PATH}"));
-        let tmp = "/etc/capstan/.agent.toml.capstan-install";
-        let script = format!(
-            "install -d -m 0755 /etc/capstan && rm -f {tmp} && (umask 077; set -C; cat > {tmp}) \
-             && chown root:root {tmp} && chmod 0640 {tmp} && mv -f {tmp} {CONFIG_PATH}"
+
+    /// Probe, upload, plan, carry out, wait for `alive`.
+    async fn install(&self, client: &Client) -> Result<Outcome, InstallError> {
+        let text = self.run_ok("probe", PROBE, b"").await?;
+        let probe = Probe::parse(&text).ok_or_else(|| InstallError::Probe {
+            host: self.host.to_string(),
+            output: text.clone(),
+        })?;
+        if probe.uid != "0" {
+            return Err(InstallError::NotRoot {
+                user: self.job.target.user.clone(),
+                host: self.host.to_string(),
+                uid: probe.uid,
+            });
+        }
+        let name = registry_name(&self.job.config, &probe.hostname)?;
+        let remote = self.upload().await?;
+        let result = self.apply(&probe, &remote).await;
+        // Best effort: a leftover in /tmp is harmless, and the result is what matters.
+        let _ = self.session.run(&format!("rm -f {remote}"), b"").await;
+        let outcome = result?;
+        self.progress(&format!(
+            "{outcome}; waiting for {name} to be alive in the registry"
+        ));
+        wait_alive(client, &name, self.install.timeout).await?;
+        self.progress(&format!("{name} is alive"));
+        Ok(outcome)
+    }
+
+    /// Streams the package into a new file in `/tmp` and checks its sha256 there;
+    /// returns the file's path.
+    async fn upload(&self) -> Result<String, InstallError> {
+        let bytes = &self.install.package_bytes;
+        let sent = sha256_hex(bytes);
+        let mut nonce = [0u8; 8];
+        // The name only has to differ from another run's; the file is made with
+        // noclobber in root's private umask, so a guessed name cannot be raced.
+        getrandom::getrandom(&mut nonce).map_err(InstallError::Random)?;
+        let remote = format!(
+            "/tmp/capstan-install-{}-{}.deb",
+            &sent[..16],
+            &sha256_hex(&nonce)[..8]
         );
-        run_ok(session, host, "write the config", &script, config).await?;
-    } else {
-        progress(host, &format!("{CONFIG_PATH} is as wanted"));
+        self.progress(&format!(
+            "uploading {} ({} bytes)",
+            self.install.package.display(),
+            bytes.len()
+        ));
+        let write = format!("umask 077; set -C; cat > {remote}");
+        self.run_ok("upload", &write, bytes).await?;
+        let got = self
+            .run_ok("sha256sum", &format!("sha256sum {remote}"), b"")
+            .await?;
+        let got = got.split_whitespace().next().unwrap_or_default();
+        if got != sent {
+            return Err(InstallError::Corrupted {
+                host: self.host.to_string(),
+                got: got.to_string(),
+                sent,
+            });
+        }
+        Ok(remote)
     }
-    if plan.enable {
-        progress(host, "enabling capstan-agent");
-        run_ok(
-            session,
-            host,
-            "systemctl enable",
-            &format!("systemctl enable {UNIT}"),
-            b"",
-        )
-        .await?;
-    }
-    match plan.start {
-        Start::Nothing => progress(host, "capstan-agent runs"),
-        Start::Start => {
-            progress(host, "starting capstan-agent");
-            run_ok(
-                session,
-                host,
-                "systemctl start",
-                &format!("systemctl start {UNIT}"),
+
+    /// Reads the uploaded package's name and version, plans, and carries it out.
+    async fn apply(&self, probe: &Probe, remote: &str) -> Result<Outcome, InstallError> {
+        let fields = self
+            .run_ok(
+                "dpkg-deb -f",
+                &format!("dpkg-deb -f {remote} Package Version"),
                 b"",
             )
             .await?;
+        let field = |key: &str| {
+            fields
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        if field("Package") != "capstan-agent" {
+            return Err(InstallError::NotTheAgent {
+                path: self.install.package.clone(),
+                package: field("Package"),
+            });
         }
-        Start::Restart => {
-            progress(host, "restarting capstan-agent (its config changed)");
-            run_ok(
-                session,
-                host,
-                "systemctl restart",
-                &format!("systemctl restart {UNIT}"),
-                b"",
-            )
-            .await?;
-        }
+        let wanted = Wanted {
+            version: field("Version"),
+            upgrade: self.install.upgrade,
+        };
+        let config_sha = sha256_hex(&self.job.config);
+        let plan = plan::plan(&probe.observed(&config_sha), &wanted)?;
+        self.carry_out(&plan, remote, &wanted.version).await?;
+        Ok(plan.outcome())
     }
-    Ok(())
+
+    async fn carry_out(
+        &self,
+        plan: &Plan,
+        remote: &str,
+        version: &str,
+    ) -> Result<(), InstallError> {
+        let dpkg = format!(
+            "DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold -i {remote}"
+        );
+        match &plan.package {
+            Package::Keep => self.progress(&format!("capstan-agent {version} is installed")),
+            Package::Install => {
+                self.progress(&format!("installing capstan-agent {version}"));
+                self.run_ok("dpkg -i", &dpkg, b"").await?;
+            }
+            Package::Upgrade { from } => {
+                self.progress(&format!(
+                    "upgrading capstan-agent {from} to {version} (leave-running)"
+                ));
+                self.run_ok("dpkg -i", &dpkg, b"").await?;
+            }
+        }
+        if plan.write_config {
+            self.progress(&format!("writing {CONFIG_PATH}"));
+            let tmp = "/etc/capstan/.agent.toml.capstan-install";
+            let script = format!(
+                "install -d -m 0755 /etc/capstan && rm -f {tmp} && (umask 077; set -C; cat > {tmp}) \
+                 && chown root:root {tmp} && chmod 0640 {tmp} && mv -f {tmp} {CONFIG_PATH}"
+            );
+            self.run_ok("write the config", &script, &self.job.config)
+                .await?;
+        } else {
+            self.progress(&format!("{CONFIG_PATH} is as wanted"));
+        }
+        if plan.enable {
+            self.progress("enabling capstan-agent");
+            self.run_ok("systemctl enable", &format!("systemctl enable {UNIT}"), b"")
+                .await?;
+        }
+        match plan.start {
+            Start::Nothing => self.progress("capstan-agent runs"),
+            Start::Start => {
+                self.progress("starting capstan-agent");
+                self.run_ok("systemctl start", &format!("systemctl start {UNIT}"), b"")
+                    .await?;
+            }
+            Start::Restart => {
+                self.progress("restarting capstan-agent (its config changed)");
+                self.run_ok(
+                    "systemctl restart",
+                    &format!("systemctl restart {UNIT}"),
+                    b"",
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Polls `GET /v1/hosts` until `name` is `alive`, within `timeout`.

@@ -7,4 +7,5 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod fleet;
+pub mod install;
 pub mod metrics;

@@ -4,23 +4,26 @@
 # (every mtime is SOURCE_DATE_EPOCH — the last commit's time unless set —, owners are
 # root, modes are fixed, and dpkg-deb sorts the archive's entries).
 #
-#   packaging/deb/build.sh [--bin-dir DIR] [--out DIR]
+#   packaging/deb/build.sh [--bin-dir DIR] [--out DIR] [--version V]
 #
 # --bin-dir: where the built binaries are (default: build them with
 #   `cargo build --release --locked` and take target/release).
 # --out: where the packages go (default: target/deb). Prints their paths.
+# --version: the packages' version (default: the workspace's); tests use it to make a
+#   package that `capstan install --upgrade` sees as another version.
 # What the packages hold and what their scripts do: docs/install.md, "Packages".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/packaging/deb
 
-bin_dir='' out=$ROOT/target/deb
+bin_dir='' out=$ROOT/target/deb version=''
 while (($#)); do
   case $1 in
     --bin-dir) bin_dir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--bin-dir DIR] [--out DIR]" >&2; exit 2 ;;
+    --version) version=$2; shift 2 ;;
+    *) echo "usage: $0 [--bin-dir DIR] [--out DIR] [--version V]" >&2; exit 2 ;;
   esac
 done
 if [[ -z $bin_dir ]]; then
@@ -29,7 +32,7 @@ if [[ -z $bin_dir ]]; then
   bin_dir=$ROOT/target/release
 fi
 
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+[[ -n $version ]] || version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 arch=$(dpkg --print-architecture)
 : "${SOURCE_DATE_EPOCH:=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}"
 export SOURCE_DATE_EPOCH

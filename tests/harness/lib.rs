@@ -116,14 +116,19 @@ pub fn binary(name: &str) -> PathBuf {
 /// (`packaging/deb/build.sh --bin-dir <bin_dir()> --out OUT`); returns their paths,
 /// capstan-agent's first.
 pub fn build_packages(out: &std::path::Path) -> Vec<PathBuf> {
+    build_packages_as(out, None)
+}
+
+/// [`build_packages`], with the packages' version set to `version` when given
+/// (`build.sh --version`): the same binaries as another version, for upgrades.
+pub fn build_packages_as(out: &std::path::Path, version: Option<&str>) -> Vec<PathBuf> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/deb/build.sh");
-    let done = std::process::Command::new(&script)
-        .arg("--bin-dir")
-        .arg(bin_dir())
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("run packaging/deb/build.sh");
+    let mut build = std::process::Command::new(&script);
+    build.arg("--bin-dir").arg(bin_dir()).arg("--out").arg(out);
+    if let Some(version) = version {
+        build.arg("--version").arg(version);
+    }
+    let done = build.output().expect("run packaging/deb/build.sh");
     assert!(
         done.status.success(),
         "build.sh: {}",

@@ -10,7 +10,7 @@ use std::io::Read as _;
 use std::net::{Ipv4Addr, TcpListener};
 
 /// Boots `names` side by side.
-fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
+pub fn boot_all<'f>(fleet: &'f Fleet, names: &[&str]) -> Vec<FleetHost<'f>> {
     std::thread::scope(|s| {
         let booting: Vec<_> = names.iter().map(|n| s.spawn(|| fleet.boot(n))).collect();
         booting

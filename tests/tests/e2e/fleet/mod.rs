@@ -4,6 +4,7 @@
 //! and the shipped capstan-agent package installed and run on one.
 
 mod hosts;
+mod install;
 mod package;
 
 use capstan_tests::fleet::FleetHost;

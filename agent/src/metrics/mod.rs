@@ -63,36 +63,7 @@ fn outcome_index(o: Outcome) -> usize {
 }
 
 /// A driver operation: the `op` label of driver latencies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DriverOp {
-    EnsureNamespace,
-    DeleteNamespace,
-    Prepare,
-    Activate,
-    Start,
-    Resume,
-    Stop,
-    Retire,
-    Observe,
-    State,
-}
-
-impl DriverOp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverOp::EnsureNamespace => "ensure_namespace",
-            DriverOp::DeleteNamespace => "delete_namespace",
-            DriverOp::Prepare => "prepare",
-            DriverOp::Activate => "activate",
-            DriverOp::Start => "start",
-            DriverOp::Resume => "resume",
-            DriverOp::Stop => "stop",
-            DriverOp::Retire => "retire",
-            DriverOp::Observe => "observe",
-            DriverOp::State => "state",
-        }
-    }
-}
+pub use capstan_driver::around::Operation as DriverOp;
 
 /// Counts of observations at or under each of [`BUCKETS`], their count and sum.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -6,11 +6,9 @@
 //! says a `watch_exits` stream misses no exit from then on.
 
 use anyhow::Context as _;
-use capstan_common::{DriverKind, Spec};
+use capstan_driver::around::{Around, Call, Operation, Wrapped};
 use capstan_driver::sim::{SimConfig, SimDriver};
-use capstan_driver::{
-    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
-};
+use capstan_driver::{Capabilities, Driver, Exit};
 use clap::Parser;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
@@ -61,11 +59,15 @@ fn main() -> anyhow::Result<()> {
     });
     let sim = SimDriver::open(&cli.state_dir, config)
         .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?;
-    let driver: Arc<dyn Driver> = Arc::new(Holding {
-        sim,
-        hold: cli.hold,
-        release: cli.release,
-    });
+    let sim = Arc::new(sim);
+    let driver: Arc<dyn Driver> = Arc::new(Wrapped::new(
+        Arc::clone(&sim) as Arc<dyn Driver>,
+        Holding {
+            sim,
+            hold: cli.hold,
+            release: cli.release,
+        },
+    ));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -86,9 +88,10 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-/// The sim driver, with an optional hold on one operation.
+/// Holds one operation of the sim driver (`--hold`) until `--release`'s file exists,
+/// and announces when the exit feed is open.
 struct Holding {
-    sim: SimDriver,
+    sim: Arc<SimDriver>,
     hold: Option<String>,
     release: Option<PathBuf>,
 }
@@ -109,88 +112,27 @@ impl Holding {
     }
 }
 
-#[async_trait::async_trait]
-impl Driver for Holding {
-    fn kind(&self) -> DriverKind {
-        self.sim.kind()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.sim.capabilities()
-    }
-
-    async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
-        self.gate("ensure_namespace").await;
-        self.sim.ensure_namespace(namespace).await
-    }
-
-    async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
-        self.gate("delete_namespace").await;
-        self.sim.delete_namespace(namespace).await
-    }
-
-    async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
-        self.gate("prepare").await;
-        self.sim.prepare(rev, spec).await
-    }
-
-    async fn activate(
-        &self,
-        rev: RevisionRef<'_>,
-        spec: &Spec,
-        launch_env: &LaunchEnv,
-        previous: Option<&str>,
-    ) -> Result<(), DriverError> {
-        self.gate("activate").await;
-        self.sim.activate(rev, spec, launch_env, previous).await
-    }
-
-    async fn start(
-        &self,
-        rev: RevisionRef<'_>,
-        spec: &Spec,
-        launch_env: &LaunchEnv,
-    ) -> Result<(), DriverError> {
-        self.gate("start").await;
-        self.sim.start(rev, spec, launch_env).await
-    }
-
-    async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.gate("resume").await;
-        self.sim.resume(rev).await
-    }
-
-    async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.gate("stop").await;
-        self.sim.stop(rev).await
-    }
-
-    async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        self.gate("retire").await;
-        self.sim.retire(rev).await
-    }
-
-    async fn observe(&self) -> Result<Observed, DriverError> {
-        self.gate("observe").await;
-        self.sim.observe().await
-    }
-
-    async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
-        self.gate("state").await;
-        self.sim.state(rev).await
+impl Around for Holding {
+    fn around<'a, T: Send + 'a>(&'a self, op: Operation, call: Call<'a, T>) -> Call<'a, T> {
+        Box::pin(async move {
+            self.gate(op.as_str()).await;
+            call.await
+        })
     }
 
     /// Logs "exit feed open" once the sim's feed is registered: from then on no exit
     /// is missed (what tests wait for before causing one).
-    async fn watch_exits(&self, exits: mpsc::Sender<Exit>) -> Result<(), DriverError> {
-        let announce = async {
-            self.sim.watched().await;
-            tracing::info!("exit feed open");
-            std::future::pending::<()>().await
-        };
-        tokio::select! {
-            ended = self.sim.watch_exits(exits) => ended,
-            () = announce => unreachable!("pending never completes"),
-        }
+    fn watch_exits<'a>(&'a self, inner: &'a dyn Driver, exits: mpsc::Sender<Exit>) -> Call<'a, ()> {
+        Box::pin(async move {
+            let announce = async {
+                self.sim.watched().await;
+                tracing::info!("exit feed open");
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                ended = inner.watch_exits(exits) => ended,
+                () = announce => unreachable!("pending never completes"),
+            }
+        })
     }
 }

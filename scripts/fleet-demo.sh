@@ -20,17 +20,17 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_for() { # file text
   for _ in $(seq 1 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; exit 1
 }
 
-nats_port=$(free_port)
-api_port=$(free_port)
-echo "== nats-server on 127.0.0.1:$nats_port (store $dir/js)"
-nats-server -js -a 127.0.0.1 -p "$nats_port" -sd "$dir/js" -l "$dir/nats.log" & pids+=($!)
+# Every server picks its own port and says which: a port chosen beforehand could be
+# taken meanwhile, and whoever holds it would then be the demo's "server".
+nats-server -js -a 127.0.0.1 -p -1 -sd "$dir/js" -l "$dir/nats.log" & pids+=($!)
 wait_for "$dir/nats.log" "Server is ready"
+nats_port=$(sed -n 's/.*Listening for client connections on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/nats.log")
+echo "== nats-server on 127.0.0.1:$nats_port (store $dir/js)"
 
 echo "== signing key"
 public=$("$bin/capstan-coordinator" keygen --out "$dir/signing.key")
@@ -42,7 +42,7 @@ echo "== API token (role submit; only its hash goes into the tokens file)"
 cat "$dir/tokens"
 
 cat >"$dir/coordinator.toml" <<TOML
-listen = "127.0.0.1:$api_port"
+listen = "127.0.0.1:0"
 signing_key_file = "$dir/signing.key"
 tokens_file = "$dir/tokens"
 [nats]
@@ -50,6 +50,8 @@ url = "nats://127.0.0.1:$nats_port"
 TOML
 RUST_LOG=info "$bin/capstan-coordinator" run --config "$dir/coordinator.toml" 2>"$dir/coordinator.log" & pids+=($!)
 wait_for "$dir/coordinator.log" "capstan-coordinator ready"
+api_port=$(sed -n 's/.*capstan-coordinator ready.*listen=127.0.0.1:\([0-9]*\).*/\1/p' "$dir/coordinator.log")
+echo "== coordinator API on 127.0.0.1:$api_port"
 export CAPSTAN_COORDINATOR="http://127.0.0.1:$api_port"
 export CAPSTAN_TOKEN_FILE="$dir/api.token"
 echo "== without the token the API answers 401"

@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use capstan_testsupport::{free_port, nats_server_binary};
+use capstan_testsupport::{free_port, listening_port, nats_server_binary};
 
-/// A private nats-server with JetStream, on a free loopback port (or another address
-/// of this machine: [`NatsServer::start_on`]).
+/// A private nats-server with JetStream, on a loopback port it picks itself (or on
+/// another address of this machine: [`NatsServer::start_on`]), read from its own log
+/// (as `capstan_testsupport::NatsServer` does, and for the same reason); a restart
+/// takes the same port again.
 pub struct NatsServer {
     pub port: u16,
     addr: String,
@@ -33,7 +35,7 @@ impl NatsServer {
     }
 
     /// Listening on `addr`, an address of this machine (e.g. a fleet's hub,
-    /// [`crate::fleet::Fleet::hub_addr`]), on a port free on loopback.
+    /// [`crate::fleet::Fleet::hub_addr`]).
     pub fn start_on(addr: &str) -> NatsServer {
         Self::start_at(addr, None)
     }
@@ -41,7 +43,7 @@ impl NatsServer {
     fn start_at(addr: &str, config: Option<&Path>) -> NatsServer {
         crate::watchdog::watch();
         let mut server = NatsServer {
-            port: free_port(),
+            port: 0,
             addr: addr.to_string(),
             store: tempfile::tempdir().expect("store dir"),
             config: config.map(Path::to_path_buf),
@@ -62,17 +64,23 @@ impl NatsServer {
         if let Some(conf) = &self.config {
             c.arg("-c").arg(conf);
         }
-        c.args(["-js", "-a", &self.addr, "-p", &self.port.to_string(), "-sd"])
+        // The first run picks its port (-1); a restart takes that one again.
+        let port = match self.port {
+            0 => "-1".to_string(),
+            port => port.to_string(),
+        };
+        c.args(["-js", "-a", &self.addr, "-p", &port, "-sd"])
             .arg(self.store.path().join("js"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let log = self.store.path().join(format!("server-{}.log", self.runs));
         let process = Process::spawn(
-            format!("nats-server (port {}, run {})", self.port, self.runs),
+            format!("nats-server (port {port}, run {})", self.runs),
             c,
             &log,
         );
-        process.wait_for_text("Server is ready");
+        let said = process.wait_for_text("Server is ready");
+        self.port = listening_port(&said).expect("nats-server says its client port");
         self.process = Some(process);
     }
 

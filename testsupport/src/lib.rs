@@ -4,6 +4,7 @@
 //! `Process` with its log, stops, restarts and clusters) all run the binary
 //! [`nats_server_binary`] names.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,8 +23,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A private nats-server with JetStream on a free loopback port, its store in its own
-/// temporary dir; killed (and reaped) on drop. The real server, never a stand-in.
+/// A private nats-server with JetStream on a loopback port it picked itself (`-p -1`),
+/// its store in its own temporary dir; killed (and reaped) on drop. The real server,
+/// never a stand-in.
+///
+/// It is ready when *its own* log says so: the port comes from its "Listening for
+/// client connections on" line, not from a probe of a port chosen beforehand. A probe
+/// would also be answered by another process's server holding that port (a
+/// concurrent test, `scripts/fleet-demo.sh`), and the test's agents and streams would
+/// then silently join that other fleet — an agent named `h1` answering the other
+/// fleet's requests for `h1` with its own (empty) intent.
 pub struct NatsServer {
     child: Child,
     pub port: u16,
@@ -32,37 +41,81 @@ pub struct NatsServer {
     _store: tempfile::TempDir,
 }
 
+/// The client port nats-server says it listens on (`-p -1` lets it pick one), from
+/// its log: the "Listening for client connections on <addr>:<port>" line.
+pub fn listening_port(log: &str) -> Option<u16> {
+    log.lines().find_map(|line| {
+        let (_, at) = line.split_once("Listening for client connections on ")?;
+        at.trim().rsplit(':').next()?.parse().ok()
+    })
+}
+
 impl NatsServer {
     /// Starts one, with more nats-server arguments (`--user U --pass P`, …), and
-    /// waits until it accepts connections (polled every 20 ms, at most 10 s).
+    /// waits (at most 10 s) until its log says it is ready; panics with its log if it
+    /// exits first.
     pub fn start(args: &[&str]) -> NatsServer {
-        let port = free_port();
+        Self::spawn("-1", args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts one on `port` (`-1`: one it picks), or says why it did not start.
+    fn spawn(port: &str, args: &[&str]) -> Result<NatsServer, String> {
         let store = tempfile::tempdir().expect("nats-server store dir");
         let binary = nats_server_binary();
-        let child = Command::new(&binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        let mut child = Command::new(&binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", port, "-sd"])
             .arg(store.path())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
-        let server = NatsServer {
+        let (lines, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        // Reads its log to the end, so that the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut port, mut log) = (None, String::new());
+        let failed = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    port = port.or_else(|| listening_port(&line));
+                    let ready = line.contains("Server is ready");
+                    log.push_str(&line);
+                    log.push('\n');
+                    if ready {
+                        break None;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    break Some("was not ready within 10 s")
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    break Some("exited before it was ready")
+                }
+            }
+        };
+        let port = match (failed, port) {
+            (None, Some(port)) => port,
+            (failed, _) => {
+                let _ = child.kill();
+                let status = child.wait();
+                let why = failed.unwrap_or("said it was ready without a client port");
+                return Err(format!("{binary} {why} ({status:?}); its log:\n{log}"));
+            }
+        };
+        Ok(NatsServer {
             child,
             port,
             url: format!("nats://127.0.0.1:{port}"),
             _store: store,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{binary} did not take connections on port {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
+        })
     }
 }
 
@@ -70,5 +123,44 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The way tests once joined another fleet: a server that cannot have its port
+    /// is an error, never a handle on whoever holds that port.
+    #[test]
+    fn a_port_held_by_another_server_is_an_error_not_that_server() {
+        let holder = NatsServer::start(&[]);
+        let Err(error) = NatsServer::spawn(&holder.port.to_string(), &[]) else {
+            panic!(
+                "a second server on port {} was taken as started",
+                holder.port
+            );
+        };
+        assert!(error.contains("exited before it was ready"), "{error}");
+    }
+
+    /// Each handle reaches its own server: the one it started, by name.
+    #[test]
+    fn two_servers_started_together_are_each_reached_at_their_own_port() {
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| NatsServer::start(&["--name", "capstan-test-a"]));
+            let b = s.spawn(|| NatsServer::start(&["--name", "capstan-test-b"]));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        for (server, name) in [(&a, "capstan-test-a"), (&b, "capstan-test-b")] {
+            let stream = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            let mut info = String::new();
+            BufReader::new(stream).read_line(&mut info).unwrap();
+            assert!(info.starts_with("INFO "), "{info}");
+            assert!(
+                info.contains(&format!("\"server_name\":\"{name}\"")),
+                "{info}"
+            );
+        }
     }
 }

@@ -21,6 +21,7 @@ use crate::config::{AgentConfig, ShutdownMode};
 use crate::drivers::{self, OpenError};
 use crate::executor::{Executor, SweepReport};
 use crate::hooks::{Hooks, Runners};
+use crate::local;
 use crate::log::{Log, LogError, LogOptions, Pace};
 use crate::metrics::{self, Metrics};
 use crate::supervise::{Backoff, Supervisor};
@@ -93,6 +94,8 @@ pub struct Settings {
     pub backoff: Backoff,
     /// Where to serve `/metrics` once up.
     pub metrics: Option<TcpListener>,
+    /// The local socket ([`crate::local`]) and what `status` says there.
+    pub local: Option<(PathBuf, HostInfo)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +112,8 @@ pub enum DaemonError {
     },
     #[error("cannot open the driver")]
     Driver(#[from] OpenError),
+    #[error("cannot serve the local socket")]
+    Local(#[from] local::LocalError),
 }
 
 /// One host's agent as `run` builds it: the log under `<data_dir>/log`, the
@@ -167,11 +172,13 @@ impl HostSetup<'_> {
         metrics: Option<TcpListener>,
     ) -> Result<Daemon, DaemonError> {
         let executor = Arc::new(self.open().await?);
+        // One HostInfo: the outbox's alarm shows in RPC and on the local socket alike.
+        let info = self.info(&executor);
         let nats = match (&self.config.nats, policy) {
             (Some(config), Some(policy)) => Some(NatsSettings {
                 config: config.clone(),
                 policy,
-                info: self.info(&executor),
+                info: info.clone(),
                 in_flight: self.config.commands_in_flight(),
             }),
             _ => None,
@@ -182,6 +189,7 @@ impl HostSetup<'_> {
             shutdown_concurrency: self.config.shutdown_concurrency.unwrap_or(16),
             backoff: Backoff::default(),
             metrics,
+            local: Some((self.data_dir.join(local::SOCKET), info)),
         };
         Daemon::start(executor, settings).await
     }
@@ -215,6 +223,8 @@ pub struct Daemon {
     stop_verification: Option<DropGuard>,
     /// The `/metrics` endpoint, and what stops it (also when dropped).
     metrics: Option<(JoinHandle<()>, DropGuard)>,
+    /// The local socket, and what stops it (also when dropped).
+    local: Option<(JoinHandle<()>, DropGuard)>,
 }
 
 /// Verifies the whole log (records and snapshots) in the background, at
@@ -245,6 +255,25 @@ impl Daemon {
     /// Brings the agent up: supervision (when the driver reports exits and the log
     /// can be written), startup, then the transport.
     pub async fn start(executor: Arc<Executor>, settings: Settings) -> Result<Daemon, DaemonError> {
+        // Reads first: `capstan-agent log` and `intent` work during a long startup too.
+        // (The outbox's progress shows there once the transport is up.)
+        let published = Arc::new(std::sync::OnceLock::new());
+        let local = match settings.local {
+            Some((path, info)) => {
+                let listener = local::bind(&path)?;
+                let stop = CancellationToken::new();
+                let task = local::serve(
+                    listener,
+                    path,
+                    Arc::clone(&executor),
+                    info,
+                    Arc::clone(&published),
+                    stop.clone(),
+                );
+                Some((task, stop.drop_guard()))
+            }
+            None => None,
+        };
         let supervise =
             executor.log().degraded().is_none() && executor.driver().capabilities().reports_exits;
         let supervisor = supervise.then(|| {
@@ -265,6 +294,9 @@ impl Daemon {
             ),
             None => None,
         };
+        if let Some(t) = &transport {
+            let _ = published.set(t.published());
+        }
         let metrics = settings.metrics.map(|listener| {
             let stop = CancellationToken::new();
             let published = transport.as_ref().map(Transport::published);
@@ -288,6 +320,7 @@ impl Daemon {
             verification,
             stop_verification,
             metrics,
+            local,
         })
     }
 
@@ -361,6 +394,11 @@ impl Daemon {
             {
                 task.abort();
             }
+        }
+        // Last: the socket answered reads all through the stop.
+        if let Some((task, stop)) = self.local.take() {
+            drop(stop);
+            let _ = task.await;
         }
         Ok(StopReport { sweep })
     }

@@ -249,6 +249,24 @@ pub struct Record {
 }
 
 impl Record {
+    /// Whether this record is one a `log` request asks for: after its `since`, of its
+    /// command, namespace and workload when it names them.
+    pub fn matches(&self, request: &capstan_common::wire::LogRequest) -> bool {
+        self.seq > request.since
+            && request
+                .namespace
+                .as_deref()
+                .is_none_or(|n| self.event.namespace() == Some(n))
+            && request
+                .workload
+                .as_deref()
+                .is_none_or(|w| self.event.workload() == Some(w))
+            && request
+                .command
+                .as_deref()
+                .is_none_or(|c| self.event.command_id() == Some(c))
+    }
+
     /// The JSON form used by `capstan-agent log --json` and the event stream:
     /// `seq`, `at`, `kind`, the ids it concerns, and the event's own fields.
     pub fn to_json(&self) -> serde_json::Value {

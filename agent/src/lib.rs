@@ -12,6 +12,7 @@ pub mod event;
 pub mod executor;
 pub mod hooks;
 pub mod intent;
+pub mod local;
 pub mod log;
 pub mod metrics;
 pub mod plan;

@@ -5,9 +5,11 @@ use capstan_agent::config::{self, AgentConfig, ShutdownMode};
 use capstan_agent::daemon::{self, DaemonError, HostSetup};
 use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
+use capstan_agent::local;
 use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::metrics;
 use capstan_agent::sim_fleet::{self, FleetOptions};
+use capstan_common::wire::LogRequest;
 use capstan_common::{service, Outcome};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
@@ -442,23 +444,76 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     })
 }
 
+/// `capstan-agent log`: from the running agent over its local socket when one runs
+/// (it holds the log), else from the log files.
 fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
-    let log = open_log(ctx)?;
+    let running = local::running(&ctx.data_dir);
     if let Some(LogAction::Verify) = args.action {
-        return Ok(match log.verify() {
+        let verdict = match &running {
+            Some(path) => {
+                let answer = local::ask(path, "verify", serde_json::Value::Null)?;
+                match (answer["verified"].as_u64(), answer["bad"].as_object()) {
+                    (Some(n), _) => Ok(n),
+                    (None, Some(bad)) => Err((bad["seq"].clone(), bad["defect"].clone())),
+                    _ => anyhow::bail!("the running agent could not verify: {answer}"),
+                }
+            }
+            None => match open_log(ctx)?.verify() {
+                Ok(n) => Ok(n),
+                Err(LogError::Corrupt(c)) => Err((c.seq.into(), c.defect.to_string().into())),
+                Err(e) => return Err(e.into()),
+            },
+        };
+        return Ok(match verdict {
             Ok(n) => {
                 println!("ok {n} records");
                 ExitCode::SUCCESS
             }
-            Err(LogError::Corrupt(c)) => {
-                println!("bad record {}: {}", c.seq, c.defect);
+            Err((seq, defect)) => {
+                println!("bad record {seq}: {}", defect.as_str().unwrap_or_default());
                 ExitCode::from(1)
             }
-            Err(e) => return Err(e.into()),
         });
     }
-    // A record that fails its own hash is reported and skipped *visibly*: reading a
-    // damaged log must still show everything that can be trusted.
+    let (records, bad) = match &running {
+        Some(path) => {
+            let filter = serde_json::json!({
+                "command": args.command,
+                "namespace": args.namespace,
+                "workload": args.workload,
+            });
+            (local::log_records(path, args.since, filter)?, 0)
+        }
+        None => read_log(ctx, args)?,
+    };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  DETAIL",
+            "SEQ", "AT", "KIND", "COMMAND", "TARGET"
+        )?;
+    }
+    for json in &records {
+        if args.json {
+            serde_json::to_writer(&mut out, json)?;
+            writeln!(out)?;
+        } else {
+            writeln!(out, "{}", row(json))?;
+        }
+    }
+    Ok(if bad > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The records `args` asks for, from the log files (no agent runs), as JSON, and how
+/// many could not be read. A record that fails its own hash is reported and skipped
+/// *visibly*: reading a damaged log must still show everything that can be trusted.
+fn read_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<(Vec<serde_json::Value>, u32)> {
+    let log = open_log(ctx)?;
     let mut bad = 0;
     let records: Vec<Record> = match (&args.command, &args.namespace, &args.workload) {
         (Some(id), _, _) => log.for_command(id)?,
@@ -480,71 +535,53 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
             })
             .collect(),
     };
-    let mut out = std::io::stdout().lock();
-    if !args.json {
-        writeln!(
-            out,
-            "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  DETAIL",
-            "SEQ", "AT", "KIND", "COMMAND", "TARGET"
-        )?;
-    }
-    for r in records.iter().filter(|r| {
-        r.seq > args.since
-            && args
-                .namespace
-                .as_ref()
-                .is_none_or(|n| r.event.namespace() == Some(n))
-            && args
-                .workload
-                .as_ref()
-                .is_none_or(|w| r.event.workload() == Some(w))
-    }) {
-        let json = r.to_json();
-        if args.json {
-            serde_json::to_writer(&mut out, &json)?;
-            writeln!(out)?;
-        } else {
-            let target = match (r.event.namespace(), r.event.workload(), r.event.revision()) {
-                (Some(n), Some(w), Some(v)) => format!("{n}/{w}@{v}"),
-                (Some(n), Some(w), None) => format!("{n}/{w}"),
-                (Some(n), None, _) => n.to_string(),
-                _ => String::new(),
-            };
-            let detail = [
-                "outcome",
-                "code",
-                "cause",
-                "op",
-                "phase",
-                "owner",
-                "exit_code",
-                "reaped",
-            ]
-            .iter()
-            .filter_map(|k| {
-                json.get(*k)
-                    .filter(|v| !v.is_null())
-                    .map(|v| format!("{k}={}", short(v)))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-            writeln!(
-                out,
-                "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",
-                r.seq,
-                json["at"].as_str().unwrap_or(""),
-                r.event.kind(),
-                r.event.command_id().unwrap_or("-"),
-                target,
-                detail
-            )?;
-        }
-    }
-    Ok(if bad > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    let request = LogRequest {
+        since: args.since,
+        limit: None,
+        command: args.command.clone(),
+        namespace: args.namespace.clone(),
+        workload: args.workload.clone(),
+    };
+    let wanted = records.iter().filter(|r| r.matches(&request));
+    Ok((wanted.map(Record::to_json).collect(), bad))
+}
+
+/// One record as a table row.
+fn row(json: &serde_json::Value) -> String {
+    let field = |k: &str| json.get(k).and_then(|v| v.as_str());
+    let target = match (field("namespace"), field("workload"), field("revision")) {
+        (Some(n), Some(w), Some(v)) => format!("{n}/{w}@{v}"),
+        (Some(n), Some(w), None) => format!("{n}/{w}"),
+        (Some(n), None, _) => n.to_string(),
+        _ => String::new(),
+    };
+    let detail = [
+        "outcome",
+        "code",
+        "cause",
+        "op",
+        "phase",
+        "owner",
+        "exit_code",
+        "reaped",
+    ]
+    .iter()
+    .filter_map(|k| {
+        json.get(*k)
+            .filter(|v| !v.is_null())
+            .map(|v| format!("{k}={}", short(v)))
     })
+    .collect::<Vec<_>>()
+    .join(" ");
+    format!(
+        "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",
+        json["seq"],
+        field("at").unwrap_or(""),
+        field("kind").unwrap_or(""),
+        field("command_id").unwrap_or("-"),
+        target,
+        detail
+    )
 }
 
 /// A JSON value in a table cell: strings bare, `{"command": id}` as `command`.
@@ -556,35 +593,43 @@ fn short(v: &serde_json::Value) -> String {
     }
 }
 
+/// `capstan-agent intent`: from the running agent when one runs, else rebuilt from
+/// the log files.
 fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
-    let log = open_log(ctx)?;
-    let intent = log.intent();
+    let intent = match local::running(&ctx.data_dir) {
+        Some(path) => local::ask(&path, "intent", serde_json::Value::Null)?,
+        None => open_log(ctx)?.intent().to_json(),
+    };
+    if intent.get("error").is_some() || !intent["applied_seq"].is_u64() {
+        anyhow::bail!("the running agent's answer is not an intent: {intent}");
+    }
     if json {
-        println!("{}", intent.to_json());
+        println!("{intent}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("applied_seq {}", intent.applied_seq);
-    for ns in intent.namespaces.keys() {
+    let keys = |v: &serde_json::Value| {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    println!("applied_seq {}", intent["applied_seq"]);
+    for ns in keys(&intent["namespaces"]) {
         println!("namespace {ns}");
     }
-    for (key, w) in &intent.workloads {
+    for (key, w) in intent["workloads"].as_object().into_iter().flatten() {
+        let text = |k: &str| w[k].as_str().map(str::to_string);
         println!(
             "workload {key:<32} intent={:<8} active={}{}",
-            serde_json::to_value(w.intent)?.as_str().unwrap_or(""),
-            w.active_revision.as_deref().unwrap_or("-"),
-            w.failed.map(|c| format!(" failed={c}")).unwrap_or_default()
+            text("intent").unwrap_or_default(),
+            text("active_revision").as_deref().unwrap_or("-"),
+            text("failed")
+                .map(|c| format!(" failed={c}"))
+                .unwrap_or_default()
         );
     }
-    if !intent.in_flight.is_empty() {
-        println!(
-            "in flight: {}",
-            intent
-                .in_flight
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    let in_flight = keys(&intent["in_flight"]);
+    if !in_flight.is_empty() {
+        println!("in flight: {}", in_flight.join(", "));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -134,13 +134,22 @@ pub struct WorkloadCounts {
     pub failed: u64,
 }
 
-/// The body of a `log` RPC request; both fields optional.
+/// The body of a `log` request (RPC or the agent's local socket); every field
+/// optional. The filters narrow the records after `since`: `command` to one command's
+/// records, `namespace` and/or `workload` to what concerns them (by the log's indexes
+/// when given together).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRequest {
     #[serde(default)]
     pub since: u64,
     #[serde(default)]
     pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
 }
 
 /// An error reply to an RPC or HTTP request: `{"error":{"code","message"}}`.

@@ -462,8 +462,8 @@ impl Agent {
         out.stdout
     }
 
-    /// The log's records of `kind`. The log is exclusive to one process: only while no
-    /// daemon runs.
+    /// The log's records of `kind` (from the files, or from the running agent over its
+    /// local socket).
     pub fn events(&self, kind: &str) -> Vec<Value> {
         self.log()
             .into_iter()

@@ -16,6 +16,7 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
         shutdown_concurrency: 4,
         backoff: Backoff::default(),
         metrics: None,
+        local: None,
     }
 }
 

@@ -4,13 +4,15 @@
 //!   outbox_alarm, in_flight, drivers, capabilities}`: `healthy` is false while the log takes no
 //!   writes, `degraded` (a bad record) or `log_failed` (a failed flush) says why;
 //! - `intent` → the running intent (`capstan-agent intent --json`);
-//! - `log` (body `{"since":N,"limit":M}`, both optional) → `{records:[…], last_seq}`.
+//! - `log` (body `{"since":N,"limit":M,"command","namespace","workload"}`, all
+//!   optional) → `{records:[…], last_seq}`.
 //!
 //! Errors are `{"error":{"code","message"}}`.
 
 use super::{pause, HostInfo};
+use crate::event::Record;
 use crate::executor::Executor;
-use crate::log::Log;
+use crate::log::{Log, LogError};
 use capstan_common::wire::{self, ErrorReply, LogRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -125,12 +127,27 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         .limit
         .unwrap_or(MAX_LOG_RECORDS)
         .min(MAX_LOG_RECORDS);
-    let mut records = Vec::new();
-    for record in log.read_since(request.since).take(limit) {
+    // One command's or one workload's records come from the log's indexes.
+    let indexed = match (&request.command, &request.namespace, &request.workload) {
+        (Some(id), _, _) => Some(log.for_command(id)),
+        (None, Some(ns), Some(wl)) => Some(log.for_workload(ns, wl)),
+        _ => None,
+    };
+    let records: Box<dyn Iterator<Item = Result<Record, LogError>>> = match indexed {
+        Some(Ok(records)) => Box::new(records.into_iter().map(Ok)),
+        Some(Err(e)) => return error("log_unreadable", e.to_string()),
+        None => Box::new(log.read_since(request.since)),
+    };
+    let mut out = Vec::new();
+    for record in records {
         match record {
-            Ok(r) => records.push(r.to_json()),
+            Ok(r) if r.matches(request) => out.push(r.to_json()),
+            Ok(_) => {}
             Err(e) => return error("log_unreadable", e.to_string()),
         }
+        if out.len() == limit {
+            break;
+        }
     }
-    json!({"records": records, "last_seq": log.last_seq()})
+    json!({"records": out, "last_seq": log.last_seq()})
 }

@@ -2,5 +2,6 @@
 
 mod bad_input;
 mod crash;
+mod local_reads;
 mod stop;
 mod tamper;

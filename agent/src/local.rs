@@ -1,0 +1,300 @@
+//! The agent's local socket, `<data_dir>/agent.sock`: what `capstan-agent log`,
+//! `intent` and `log verify` read while `run` holds the log (sled lets one process
+//! open it). One JSON request line, one JSON answer line, then the agent closes the
+//! connection:
+//!
+//! - `{"verb":"ping"|"status"|"intent"|"log","body":{…}}` → the answer the NATS RPC
+//!   gives for that verb ([`crate::transport::rpc::answer`]; `log` pages at
+//!   [`MAX_LOG_RECORDS`]);
+//! - `{"verb":"verify"}` → `{"verified":N}` or `{"bad":{"seq":N,"defect":"…"}}`: the
+//!   whole chain checked by the running agent.
+//!
+//! The socket is made `0600` in the agent's data dir (the shipped unit's is `0700`
+//! root): whoever may read the log files may ask.
+
+use crate::executor::Executor;
+use crate::log::LogError;
+use crate::transport::rpc::{self, MAX_LOG_RECORDS};
+use crate::transport::HostInfo;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// The socket's file name in the data dir.
+pub const SOCKET: &str = "agent.sock";
+
+/// The longest request line taken.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("cannot serve the local socket {}", path.display())]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot ask the running agent over {}", path.display())]
+    Ask {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the running agent's answer over {} is not JSON", path.display())]
+    Answer {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the running agent refused: {0}")]
+    Refused(Value),
+}
+
+/// Makes the socket at `path`. The caller holds the log, so no other agent serves
+/// this data dir: a file left there by one that died is replaced.
+pub fn bind(path: &Path) -> Result<UnixListener, LocalError> {
+    let error = |source| LocalError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(error(e)),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path).map_err(error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(error)?;
+    Ok(listener)
+}
+
+/// Answers on `listener` until `stop`, then removes the socket file.
+pub fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    executor: Arc<Executor>,
+    info: HostInfo,
+    published: Arc<OnceLock<watch::Receiver<u64>>>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    let task = async move {
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "local socket: accept failed");
+                        continue;
+                    }
+                },
+                _ = stop.cancelled() => break,
+            };
+            let (executor, info) = (Arc::clone(&executor), info.clone());
+            let published = published.get().map_or(0, |p| *p.borrow());
+            tokio::spawn(
+                async move {
+                    if let Err(e) = answer(stream, executor, info, published).await {
+                        tracing::debug!(error = %e, "local socket: request dropped");
+                    }
+                }
+                .in_current_span(),
+            );
+        }
+        let _ = std::fs::remove_file(&path);
+    };
+    tokio::spawn(task.in_current_span())
+}
+
+async fn answer(
+    stream: UnixStream,
+    executor: Arc<Executor>,
+    info: HostInfo,
+    published: u64,
+) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = Vec::new();
+    let mut read = tokio::io::BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_REQUEST));
+    tokio::time::timeout(REQUEST_TIMEOUT, read.read_until(b'\n', &mut line))
+        .await
+        .map_err(|_| std::io::ErrorKind::TimedOut)??;
+    let reply = match serde_json::from_slice::<Request>(&line) {
+        Err(e) => {
+            json!({"error": {"code": "invalid_request", "message": format!("bad request: {e}")}})
+        }
+        Ok(request) if request.verb == "verify" => {
+            let log = Arc::clone(executor.log());
+            match tokio::task::spawn_blocking(move || log.verify()).await {
+                Ok(Ok(records)) => json!({"verified": records}),
+                Ok(Err(LogError::Corrupt(c))) => {
+                    json!({"bad": {"seq": c.seq, "defect": c.defect.to_string()}})
+                }
+                Ok(Err(e)) => {
+                    json!({"error": {"code": "log_unreadable", "message": e.to_string()}})
+                }
+                Err(e) => json!({"error": {"code": "log_unreadable", "message": e.to_string()}}),
+            }
+        }
+        Ok(request) => {
+            let body = request.body.to_string();
+            rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
+        }
+    };
+    let mut out = serde_json::to_vec(&reply).expect("answers serialise");
+    out.push(b'\n');
+    write.write_all(&out).await?;
+    write.shutdown().await
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    verb: String,
+    #[serde(default)]
+    body: Value,
+}
+
+/// The running agent's socket in `data_dir`, when one answers there: `None` when
+/// there is no socket or nobody listens on it (no agent runs; read the files).
+pub fn running(data_dir: &Path) -> Option<PathBuf> {
+    let path = data_dir.join(SOCKET);
+    std::os::unix::net::UnixStream::connect(&path)
+        .ok()
+        .map(|_| path)
+}
+
+/// Asks the agent listening on `path`: `verb` with `body`; its answer.
+pub fn ask(path: &Path, verb: &str, body: Value) -> Result<Value, LocalError> {
+    let io = |source| LocalError::Ask {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut stream = std::os::unix::net::UnixStream::connect(path).map_err(io)?;
+    let mut request =
+        serde_json::to_vec(&json!({"verb": verb, "body": body})).expect("requests serialise");
+    request.push(b'\n');
+    stream.write_all(&request).map_err(io)?;
+    let mut line = Vec::new();
+    BufReader::new(stream)
+        .read_until(b'\n', &mut line)
+        .map_err(io)?;
+    serde_json::from_slice(&line).map_err(|source| LocalError::Answer {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Every record after `since` matching `filter` (a `log` body's `command`,
+/// `namespace`, `workload`), page by page.
+pub fn log_records(path: &Path, since: u64, filter: Value) -> Result<Vec<Value>, LocalError> {
+    let mut records = Vec::new();
+    let mut since = since;
+    loop {
+        let mut body = filter.clone();
+        body["since"] = since.into();
+        body["limit"] = MAX_LOG_RECORDS.into();
+        let answer = ask(path, "log", body)?;
+        let page = match answer["records"].as_array() {
+            Some(page) => page.clone(),
+            None => return Err(LocalError::Refused(answer["error"].clone())),
+        };
+        let full = page.len() == MAX_LOG_RECORDS;
+        if let Some(last) = page.last().and_then(|r| r["seq"].as_u64()) {
+            since = last;
+        }
+        records.extend(page);
+        if !full {
+            return Ok(records);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::Rig;
+    use capstan_driver::sim::SimConfig;
+
+    /// Given a running agent's socket (`web` running r1), when a client sends
+    /// `line`, then its one-line answer (asked on a blocking thread, as the CLI does).
+    async fn raw(path: &Path, line: &'static [u8]) -> Value {
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let mut stream = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            stream.write_all(line).unwrap();
+            let mut answer = Vec::new();
+            BufReader::new(stream)
+                .read_until(b'\n', &mut answer)
+                .unwrap();
+            serde_json::from_slice(&answer).unwrap()
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bad_requests_are_answered_with_an_error_and_the_socket_keeps_serving() {
+        let rig = Rig::new(SimConfig::default());
+        rig.running_r1().await;
+        let path = rig.dir.path().join(SOCKET);
+        let info = crate::transport::HostInfo {
+            host: crate::testkit::HOST.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: json!({}),
+            outbox_alarm: Default::default(),
+        };
+        let stop = CancellationToken::new();
+        let task = serve(
+            bind(&path).unwrap(),
+            path.clone(),
+            Arc::clone(&rig.executor),
+            info,
+            Arc::default(),
+            stop.clone(),
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let answer = raw(&path, b"not json\n").await;
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        let answer = raw(&path, b"{\"verb\":\"intent\",\"extra\":1}\n").await;
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        let answer = raw(&path, b"{\"verb\":\"reboot\"}\n").await;
+        assert_eq!(answer["error"]["code"], "unknown_verb", "{answer}");
+        let answer = raw(&path, b"{\"verb\":\"log\",\"body\":{\"since\":\"x\"}}\n").await;
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+
+        let path2 = path.clone();
+        let (intent, verified, one) = tokio::task::spawn_blocking(move || {
+            (
+                ask(&path2, "intent", Value::Null).unwrap(),
+                ask(&path2, "verify", Value::Null).unwrap(),
+                log_records(&path2, 0, json!({"command": "a1"})).unwrap(),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(intent, rig.executor.log().intent().to_json());
+        assert_eq!(verified["verified"], rig.executor.log().last_seq());
+        let kinds: Vec<_> = one.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["command_received", "workload_started", "command_completed"]
+        );
+
+        stop.cancel();
+        task.await.unwrap();
+        assert!(!path.exists(), "the socket is removed when serving stops");
+        assert!(running(rig.dir.path()).is_none());
+    }
+}

@@ -1,0 +1,73 @@
+//! `capstan-agent log`, `log verify` and `intent` while `run` holds the log (sled lets
+//! one process open it): the running agent answers them over its local socket
+//! (`<data_dir>/agent.sock`), with the same output as read from the log files once it
+//! has stopped, over more than one page of records.
+
+use capstan_tests::agent::Agent;
+use capstan_tests::command::Spec;
+use capstan_tests::process::{send_signal, Exit};
+use capstan_tests::unique;
+
+/// Every read the CLI offers, each one's stdout.
+fn reads(a: &Agent) -> Vec<(String, String)> {
+    let reads: [&[&str]; 9] = [
+        &["log"],
+        &["log", "--json"],
+        &["log", "--json", "--since", "1100"],
+        &["log", "--namespace", "ns", "--workload", "web"],
+        &["log", "--workload", "db"],
+        &["log", "--json", "--command", "a.web.r1"],
+        &["log", "verify"],
+        &["intent"],
+        &["intent", "--json"],
+    ];
+    reads
+        .iter()
+        .map(|args| {
+            let out = String::from_utf8(a.cli_ok(args)).expect("UTF-8");
+            (args.join(" "), out)
+        })
+        .collect()
+}
+
+#[test]
+fn log_and_intent_are_read_from_the_running_agent_as_from_the_files() {
+    let a = Agent::builder(&unique("reads")).build();
+    let c = a.commands("ns");
+    let mut lines = c.rollout(&["web", "db"], "r1", |_| Spec::sim());
+    // 400 more namespaces, 3 records each: the log is more than one page (1,000).
+    lines.extend((0..400).map(|i| c.in_ns(&format!("n{i}")).ensure_namespace(&format!("n{i}"))));
+    a.apply_ok(&lines);
+
+    let daemon = a.run();
+    assert!(
+        a.data_dir().join("agent.sock").exists(),
+        "the running agent's socket"
+    );
+    let running = reads(&a);
+    let records = running[1].1.lines().count();
+    assert!(records > 1_200, "{records} records");
+    assert!(
+        running[6].1.starts_with(&format!("ok {records} records")),
+        "{}",
+        running[6].1
+    );
+    assert_eq!(running[2].1.lines().count(), records - 1_100);
+    assert!(
+        running[8].1.contains("\"active_revision\":\"r1\""),
+        "{}",
+        running[8].1
+    );
+
+    // Stopped leaving the workloads running, it appends nothing: the files say the same.
+    send_signal(daemon.id(), libc::SIGUSR2);
+    daemon.wait_expecting(Exit::OK);
+    assert!(
+        !a.data_dir().join("agent.sock").exists(),
+        "the socket went with the agent"
+    );
+    let stopped = reads(&a);
+    for ((what, live), (_, files)) in running.iter().zip(&stopped) {
+        assert_eq!(live, files, "capstan-agent {what}");
+    }
+}

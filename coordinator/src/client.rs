@@ -24,6 +24,18 @@ pub enum ClientError {
     Decode { status: u16 },
 }
 
+impl ClientError {
+    /// Whether asking again later may succeed: the coordinator unreachable, or
+    /// answering 502/503/504 (its NATS, or a host, not there right now).
+    pub fn transient(&self) -> bool {
+        match self {
+            ClientError::Unreachable { .. } => true,
+            ClientError::Api { status, .. } => matches!(status, 502..=504),
+            _ => false,
+        }
+    }
+}
+
 pub struct Client {
     base: String,
     http: reqwest::Client,

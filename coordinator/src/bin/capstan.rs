@@ -362,36 +362,70 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Log {
             host,
-            mut since,
+            since,
             follow,
-        } => loop {
-            let page = client
-                .get(&format!("/v1/hosts/{host}/events?since={since}"))
-                .await?;
-            let events = expect_events(&page)?;
-            let mut out = std::io::stdout().lock();
-            for e in &events {
-                if json {
-                    writeln!(out, "{e}")?;
-                } else {
-                    write!(out, "{}", event_line(e))?;
-                }
-                since = since.max(e["seq"].as_u64().unwrap_or(since));
-            }
-            out.flush()?;
-            if !follow {
-                return Ok(ExitCode::SUCCESS);
-            }
-            if events.is_empty() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        },
+        } => log(&client, json, &host, since, follow).await,
         Cmd::Rollout {
             file,
             hosts,
             timeout,
         } => rollout(&client, json, &file, &hosts, &timeout).await,
         Cmd::Install(args) => install(&client, json, args).await,
+    }
+}
+
+/// `capstan log HOST [--since SEQ] [--follow]`: the host's records from `CAPSTAN_EVT`,
+/// page by page; following, new ones as they arrive, until interrupted.
+async fn log(
+    client: &Client,
+    json: bool,
+    host: &str,
+    mut since: u64,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    // Following, an outage of the coordinator (or of its NATS) is waited out:
+    // said once on stderr, then retried every second from where it was.
+    let mut outage = false;
+    loop {
+        let page = match client
+            .get(&format!("/v1/hosts/{host}/events?since={since}"))
+            .await
+        {
+            Err(e) if follow && e.transient() => {
+                if !outage {
+                    eprintln!(
+                        "capstan: {:#}; retrying every second",
+                        anyhow::Error::new(e)
+                    );
+                    outage = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            page => page?,
+        };
+        if std::mem::take(&mut outage) {
+            eprintln!("capstan: following again from seq {since}");
+        }
+        let events = expect_events(&page)?;
+        let mut out = std::io::stdout().lock();
+        for e in &events {
+            if json {
+                writeln!(out, "{e}")?;
+            } else {
+                write!(out, "{}", event_line(e))?;
+            }
+            since = since.max(e["seq"].as_u64().unwrap_or(since));
+        }
+        out.flush()?;
+        // Page after page (at most 1,000 records each) until one comes back empty:
+        // the whole log, never its first page as if it were all.
+        if events.is_empty() {
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 }
 

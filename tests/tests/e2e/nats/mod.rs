@@ -5,6 +5,7 @@ mod auth;
 mod cluster;
 mod confine;
 mod flow;
+mod follow;
 mod metrics;
 mod outage;
 mod scale;

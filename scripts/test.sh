@@ -19,6 +19,10 @@ export CAPSTAN_NATS_SERVER
 CAPSTAN_FLEET_ROOTFS=$(.ci/rootfs.sh)
 export CAPSTAN_FLEET_ROOTFS
 OLDEST_NATS=/usr/sbin/nats-server
+# schemathesis (PyPI, in a venv cached by .ci/schemathesis.sh) fuzzes the coordinator's
+# API from its OpenAPI description (e2e test nats::openapi).
+CAPSTAN_SCHEMATHESIS=$(.ci/schemathesis.sh)
+export CAPSTAN_SCHEMATHESIS
 
 # The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).
 nextest=$(.ci/nextest.sh)

@@ -113,7 +113,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             authorize,
         ));
-    v1.route("/healthz", get(healthz))
+    v1.route("/v1/openapi.json", get(openapi))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
@@ -304,6 +305,14 @@ async fn events(
     ok(StatusCode::OK, json!({"host": host, "events": events}))
 }
 
+/// This API's OpenAPI 3.1 description (`openapi.json`, kept in step with the routes
+/// by a test; schemathesis checks the answers against it: `nats::openapi`).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
 async fn healthz(State(state): Shared) -> ApiResult {
     if state.fleet.connected() {
         ok(StatusCode::OK, json!({"status": "ok", "nats": "connected"}))
@@ -351,6 +360,39 @@ mod tests {
         assert!(!with("multipart/form-data; boundary=x"));
         assert!(!with("application/jsonp"));
         assert!(!is_json(&HeaderMap::new()));
+    }
+
+    /// The description names exactly the routes `router` serves, with their methods.
+    #[test]
+    fn the_openapi_description_names_every_route_and_no_other() {
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        assert_eq!(spec["openapi"], "3.1.0");
+        let mut described: Vec<String> = spec["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, ops)| {
+                let ops = ops.as_object().unwrap();
+                ops.keys()
+                    .map(move |m| format!("{} {path}", m.to_uppercase()))
+            })
+            .collect();
+        // The routes as this file declares them, in its calls of `route` with a path and
+        // `get` or `post`.
+        let source = include_str!("api.rs");
+        let mut served: Vec<String> = source
+            .split(".route(\"")
+            .skip(1)
+            .filter_map(|rest| {
+                let (path, rest) = rest.split_once('"')?;
+                let method = rest.trim_start_matches(", ").split('(').next()?;
+                Some(format!("{} {path}", method.to_uppercase()))
+            })
+            .collect();
+        described.sort();
+        served.sort();
+        assert_eq!(described, served);
+        assert!(served.len() >= 10, "{served:?}");
     }
 
     #[test]

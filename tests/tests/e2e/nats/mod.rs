@@ -7,6 +7,7 @@ mod confine;
 mod flow;
 mod follow;
 mod metrics;
+mod openapi;
 mod outage;
 mod scale;
 mod sim_fleet;

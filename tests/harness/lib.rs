@@ -193,3 +193,18 @@ impl Rng {
         self.next_u64() % n.max(1)
     }
 }
+
+/// What `.ci/<script>` prints on stdout, trimmed: the path of something it builds or
+/// installs once and caches (`rootfs.sh`, `schemathesis.sh`), making it first on a
+/// machine without it (its progress goes to the test's stderr).
+pub fn ci_script(script: &str) -> PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.ci")
+        .join(script);
+    let out = std::process::Command::new(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(out.status.success(), "{} failed", script.display());
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

@@ -34,7 +34,6 @@ pub mod ssh;
 pub use host::FleetHost;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// Where fleets' dirs and the subnet slots live.
@@ -47,15 +46,7 @@ pub fn rootfs() -> &'static Path {
     ROOTFS.get_or_init(|| {
         let path = std::env::var_os("CAPSTAN_FLEET_ROOTFS")
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/rootfs.sh");
-                let out = Command::new(&script)
-                    .stderr(Stdio::inherit())
-                    .output()
-                    .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-                assert!(out.status.success(), "{} failed", script.display());
-                PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-            });
+            .unwrap_or_else(|| crate::ci_script("rootfs.sh"));
         assert!(
             path.join("lib/systemd/systemd").exists(),
             "{} is not a fleet rootfs (.ci/rootfs.sh builds one)",

@@ -19,13 +19,7 @@ fn st() -> PathBuf {
     if let Some(st) = std::env::var_os("CAPSTAN_SCHEMATHESIS") {
         return st.into();
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.ci/schemathesis.sh");
-    let out = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(out.status.success(), "{} failed", script.display());
-    String::from_utf8_lossy(&out.stdout).trim().into()
+    capstan_tests::ci_script("schemathesis.sh")
 }
 
 #[test]

@@ -27,6 +27,10 @@ const PARTITION: Duration = Duration::from_secs(30);
 /// Where each host's hook owner is installed (read-only for the agent: it only runs it).
 const HOOK: &str = "/usr/local/lib/capstan/hooks/placeholders";
 
+/// Where each host gets a copy of `packaging/examples/hook-example.sh`, a second owner
+/// run as shipped: it keeps its grants in `/var/lib/capstan/hooks/example/`.
+const EXAMPLE: &str = "/usr/local/lib/capstan/hooks/example";
+
 /// The workloads of every host.
 const WORKLOADS: &[&str] = &["web", "db"];
 
@@ -56,6 +60,8 @@ fn config(host: &str, nats: &str, public_key: &str) -> String {
          [systemd]\n# every key at its default: the system bus, /etc/systemd/system\n\n\
          [[hooks]]\nname = \"placeholders\"\nkind = \"exec\"\nargv = [{HOOK:?}]\n\
          phases = [\"before_workload_start\", \"before_workload_stop\"]\n\n\
+         [[hooks]]\nname = \"example\"\nkind = \"exec\"\nargv = [{EXAMPLE:?}]\n\
+         phases = [\"before_workload_start\", \"before_workload_stop\"]\n\n\
          [nats]\nurl = {nats:?}\n\n[signing]\npublic_keys = [{public_key:?}]\n"
     )
 }
@@ -79,12 +85,13 @@ fn spec(workload: &str) -> Spec {
 }
 
 /// What `workload`'s process on `host` must see besides systemd's own variables: the
-/// spec's env and the host's placeholder.
-fn expected_env(host: &str, workload: &str) -> BTreeMap<String, String> {
+/// spec's env, the host's placeholder and the example owner's.
+fn expected_env(host: &str, ns: &str, workload: &str) -> BTreeMap<String, String> {
     [
         ("SITE", "fleet".to_string()),
         ("WORKLOAD", workload.to_string()),
         ("HOST_GRANT", format!("opaque-{host}.{workload}")),
+        ("DB_CREDENTIAL", format!("opaque-db.{ns}.{workload}")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -127,15 +134,23 @@ fn environ(host: &FleetHost<'_>, unit: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Every workload of `host` runs and its process sees exactly its expected env.
+/// Every workload of `host` runs, its process sees exactly its expected env, and the
+/// example owner holds its grant on the host's disk.
 #[track_caller]
 fn assert_envs(host: &FleetHost<'_>, ns: &str) {
     for w in WORKLOADS {
         assert_eq!(
             environ(host, &unit(ns, w)),
-            expected_env(host.name(), w),
+            expected_env(host.name(), ns, w),
             "{}: {w}'s process environment",
             host.name()
+        );
+        let grant = host.path(&format!("/var/lib/capstan/hooks/example/{ns}.{w}"));
+        assert_eq!(
+            std::fs::read_to_string(&grant).unwrap_or_default(),
+            format!("opaque-db.{ns}.{w}"),
+            "{}",
+            grant.display()
         );
     }
 }
@@ -234,7 +249,7 @@ fn systemd_workloads_with_hook_placeholders_roll_out_on_three_hosts_and_outlive_
     let coordinator = Coordinator::start(&server.url(), &keys, "");
     let ns = unique("fleetsd");
 
-    // Each host: its hook owner on its disk, its config for `capstan install`.
+    // Each host: its hook owners on its disk, its config for `capstan install`.
     let work = tempfile::tempdir().expect("a temp dir");
     let configs = work.path().join("configs");
     std::fs::create_dir(&configs).expect("mkdir configs");
@@ -244,6 +259,16 @@ fn systemd_workloads_with_hook_placeholders_roll_out_on_three_hosts_and_outlive_
         std::fs::create_dir_all(hook.parent().expect("its dir")).expect("mkdir the hooks dir");
         std::fs::write(&hook, hook_script(host.name())).expect("write the hook");
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let example = host.path(EXAMPLE);
+        std::fs::copy(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../packaging/examples/hook-example.sh"
+            ),
+            &example,
+        )
+        .expect("copy the example hook");
+        std::fs::set_permissions(&example, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         hosts_file.push_str(&format!("root@{}\n", host.addr()));
         std::fs::write(
             configs.join(format!("{}.toml", host.addr())),
@@ -372,6 +397,10 @@ fn systemd_workloads_with_hook_placeholders_roll_out_on_three_hosts_and_outlive_
         assert_eq!(of_command(events, id, "command_completed"), 1, "{status}");
     }
     let commands_ran = healed.elapsed();
+    // The agent gave its silent connection up (its pings went unanswered) instead of
+    // waiting for TCP to revive it: `capstan_common::nats::PING_INTERVAL`.
+    let journal = b.journal(&["--unit", "capstan-agent.service", "--output", "cat"]);
+    assert!(journal.contains("disconnected from NATS"), "{journal}");
     let (web_pid, _) = running(b, &web);
     assert_ne!(web_pid, b_units[0].0, "web was stopped and started");
     assert_eq!(running(b, &db), b_units[1], "db ran on, untouched");

@@ -333,6 +333,10 @@ fn systemd_workloads_with_hook_placeholders_roll_out_on_three_hosts_and_outlive_
     // with the intent it had; systemd brings the workloads back (enabled units).
     let intent = coordinator.cli_json(&["intent", "sd-a"], 0);
     let agent_before = hosts[0].property("capstan-agent.service", "MainPID");
+    assert_eq!(
+        hosts[0].property("capstan-agent.service", "UnitFileState"),
+        "enabled"
+    );
     let units_before = units(&hosts[0], &ns);
     hosts[0].reboot();
     let a = &hosts[0];

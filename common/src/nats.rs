@@ -142,9 +142,20 @@ fn read(path: &PathBuf) -> Result<String, NatsError> {
         })
 }
 
+/// How often a client pings the server while it hears nothing from it. async-nats
+/// drops a connection on the third ping that finds two still unanswered, so a
+/// connection gone silent — a partition: no reset, no FIN, packets just lost — is
+/// given up after about three times this, and the reconnect loop takes a new one as
+/// soon as the network is back. At async-nats' default (60 s) the connection was never
+/// given up during a partition shorter than 3 minutes, and traffic resumed only when
+/// TCP's retransmission backoff next fired: 21–27 s after a 30 s partition healed, up
+/// to 2 minutes after longer ones (`tests/tests/e2e/fleet/systemd.rs`).
+pub const PING_INTERVAL: Duration = Duration::from_secs(5);
+
 impl NatsConfig {
     /// Connects. The client keeps reconnecting for ever (also when the server is down
-    /// at start), so callers see outages as failed requests, never as a dead client.
+    /// at start), so callers see outages as failed requests, never as a dead client;
+    /// a silent connection is given up after about 3 × [`PING_INTERVAL`].
     pub async fn connect(
         &self,
         name: &str,
@@ -154,6 +165,7 @@ impl NatsConfig {
             .name(name)
             .retry_on_initial_connect()
             .max_reconnects(None)
+            .ping_interval(PING_INTERVAL)
             .reconnect_delay_callback(|attempts| {
                 Duration::from_millis((100 * attempts as u64).min(1000))
             })

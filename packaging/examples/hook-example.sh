@@ -16,8 +16,12 @@ phase=$(field phase)
 ns=$(field namespace)
 workload=$(field workload)
 
-# argv[1] is the state dir (hooks run with an empty environment but PATH).
-state=${1:-/var/lib/example-hook}
+# argv[1] is the state dir (hooks run with an empty environment but PATH). Hooks
+# run inside the agent's unit (capstan-agent.service: ProtectSystem=strict, a private
+# /tmp), where only the agent's state directory /var/lib/capstan and
+# /etc/systemd/system are writable: a hook keeps its state under
+# /var/lib/capstan/hooks/<owner>/ (docs/hooks.md, "Where a hook may write").
+state=${1:-/var/lib/capstan/hooks/example}
 mkdir -p "$state"
 grant="$state/$ns.$workload"
 

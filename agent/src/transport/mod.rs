@@ -276,4 +276,108 @@ mod tests {
             "record 5 was acknowledged as a duplicate"
         );
     }
+
+    /// A TCP proxy on loopback to `target` that forwards both ways while `open` says
+    /// true and holds everything (reads nothing, writes nothing, closes nothing) while
+    /// it says false: what a partition looks like to both ends. Returns its port.
+    async fn partitionable_proxy(target: u16, open: watch::Receiver<bool>) -> u16 {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        async fn pump(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            mut open: watch::Receiver<bool>,
+        ) {
+            let mut buf = vec![0; 16 * 1024];
+            loop {
+                if open.wait_for(|o| *o).await.is_err() {
+                    return;
+                }
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if open.wait_for(|o| *o).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("its address").port();
+        tokio::spawn(async move {
+            let mut gate = open.clone();
+            loop {
+                // While partitioned, new connections wait in the backlog, unanswered.
+                if gate.wait_for(|o| *o).await.is_err() {
+                    return;
+                }
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    return;
+                };
+                let (client_r, client_w) = client.into_split();
+                let (server_r, server_w) = server.into_split();
+                tokio::spawn(pump(client_r, server_w, open.clone()));
+                tokio::spawn(pump(server_r, client_w, open.clone()));
+            }
+        });
+        port
+    }
+
+    /// A partition (nothing gets through, nothing is closed) is noticed by the pings:
+    /// the connection is given up and, once the network is back, replaced by a new
+    /// one, instead of waiting for TCP's retransmission backoff to revive the old one.
+    #[tokio::test]
+    async fn a_connection_gone_silent_is_given_up_and_replaced_after_the_partition() {
+        use async_nats::connection::State;
+        let server = capstan_testsupport::NatsServer::start(&[]);
+        let (open, gate) = watch::channel(true);
+        let port = partitionable_proxy(server.port, gate).await;
+        let config = NatsConfig {
+            url: format!("nats://127.0.0.1:{port}"),
+            ..NatsConfig::default()
+        };
+        let client = config
+            .connect("partition-test", None)
+            .await
+            .expect("connect");
+        client
+            .flush()
+            .await
+            .expect("a round trip through the proxy");
+        let connects = || {
+            client
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        assert_eq!(connects(), 1);
+
+        open.send_replace(false);
+        // Bounded by far more than the ~3 pings it takes, far less than async-nats'
+        // default would (3 × 60 s).
+        let given_up = tokio::time::timeout(Duration::from_secs(60), async {
+            while client.connection_state() == State::Connected {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(given_up.is_ok(), "the silent connection was never given up");
+
+        open.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while client.connection_state() != State::Connected || connects() < 2 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("a new connection once the partition is over");
+        client
+            .flush()
+            .await
+            .expect("a round trip on the new connection");
+    }
 }

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 /// `capstan install ARGS… PACKAGE` against `coordinator`, with the fleet's key;
 /// panics unless it exits with `code`. Returns its stdout and stderr.
 #[track_caller]
-fn install(
+pub(super) fn install(
     coordinator: &Coordinator,
     fleet: &Fleet,
     args: &[&str],
@@ -52,7 +52,7 @@ fn install(
 }
 
 /// `<addr> <word>` for each host, a line each: the summary of a run alike on all.
-fn each(hosts: &[FleetHost<'_>], word: &str) -> String {
+pub(super) fn each(hosts: &[FleetHost<'_>], word: &str) -> String {
     hosts
         .iter()
         .map(|h| format!("{} {word}\n", h.addr()))
@@ -90,7 +90,7 @@ fn fingerprint(dir: &Path, public: &str) -> String {
 }
 
 /// Each host's agent's `ActiveEnterTimestamp` and `MainPID`: a restart changes both.
-fn started(hosts: &[FleetHost<'_>]) -> Vec<(String, String)> {
+pub(super) fn started(hosts: &[FleetHost<'_>]) -> Vec<(String, String)> {
     hosts
         .iter()
         .map(|h| {

@@ -6,6 +6,7 @@
 mod hosts;
 mod install;
 mod package;
+mod systemd;
 
 use capstan_tests::fleet::FleetHost;
 

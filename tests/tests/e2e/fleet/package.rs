@@ -104,3 +104,114 @@ fn the_agent_package_installs_on_a_fleet_host_and_takes_commands_from_the_machin
     coordinator.stop();
     host.kill();
 }
+
+/// Whether `path` exists on the host's disk (a symlink itself, not its target: an
+/// absolute target means another file seen from the machine).
+fn exists(host: &capstan_tests::fleet::FleetHost<'_>, path: &str) -> bool {
+    host.path(path).symlink_metadata().is_ok()
+}
+
+/// The maintainer scripts' remove and purge paths on a booted host: `dpkg -r` stops
+/// the agent (its `shutdown` decides: the sim workload is stopped) and keeps the
+/// config and the log; `dpkg --purge` removes the config and the unit's enablement but
+/// keeps the event log, which a reinstall reads back; `CAPSTAN_PURGE_LOG=yes` removes
+/// it too.
+#[test]
+fn removing_stops_the_agent_and_purging_keeps_the_event_log_unless_asked() {
+    let debs = tempfile::tempdir().expect("a temp dir");
+    let deb = build_packages(debs.path()).remove(0);
+    let fleet = Fleet::create();
+    let host = fleet.boot("purge-1");
+    std::fs::copy(&deb, host.path("/root/capstan-agent.deb")).expect("copy the package in");
+    ssh_ok(&host, &["dpkg", "-i", "/root/capstan-agent.deb"]);
+    let config = format!("host = \"{}\"\ndriver = \"sim\"\n", host.name());
+    std::fs::write(host.path("/etc/capstan/agent.toml"), &config).expect("write agent.toml");
+    // A workload, by the operator's own `apply`, then the service.
+    let c = Commands::new(host.name(), "shop");
+    let lines: Vec<String> = c
+        .rollout(&["web"], "r1", |_| Spec::sim())
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    std::fs::write(host.path("/root/rollout.jsonl"), lines.join("\n") + "\n").expect("write");
+    let apply = [
+        "capstan-agent",
+        "--config",
+        "/etc/capstan/agent.toml",
+        "apply",
+    ];
+    ssh_ok(&host, &[&apply[..], &["/root/rollout.jsonl"]].concat());
+    ssh_ok(&host, &["systemctl", "start", "capstan-agent"]);
+    assert_eq!(
+        host.property("capstan-agent.service", "ActiveState"),
+        "active"
+    );
+    let wants = "/etc/systemd/system/multi-user.target.wants/capstan-agent.service";
+    assert!(exists(&host, wants));
+
+    ssh_ok(&host, &["dpkg", "-r", "capstan-agent"]);
+    assert!(!exists(&host, "/usr/bin/capstan-agent"));
+    let journal = host.journal(&["--unit", "capstan-agent.service", "--output", "cat"]);
+    assert!(
+        journal.contains("shutdown sweep finished") && journal.contains("stopped=1"),
+        "the removal stopped the agent, which stopped its workload: {journal}"
+    );
+    assert!(
+        exists(&host, "/etc/capstan/agent.toml"),
+        "remove keeps the conffile"
+    );
+    assert!(exists(&host, "/var/lib/capstan/log"), "and the log");
+
+    let purged = host.ssh(&["dpkg", "--purge", "capstan-agent"]);
+    assert!(purged.status.success(), "{purged:?}");
+    let said = String::from_utf8_lossy(&purged.stderr);
+    assert!(
+        said.contains("kept the event log in /var/lib/capstan"),
+        "{said}"
+    );
+    assert!(
+        !exists(&host, "/etc/capstan/agent.toml"),
+        "purge removes the config"
+    );
+    assert!(!exists(&host, "/etc/capstan"), "and its empty dir");
+    assert!(!exists(&host, wants), "and the unit's enablement");
+    assert!(
+        exists(&host, "/var/lib/capstan/log"),
+        "but never the log unasked"
+    );
+
+    // Installed again, the agent reads the kept log: the same intent.
+    ssh_ok(&host, &["dpkg", "-i", "/root/capstan-agent.deb"]);
+    std::fs::write(host.path("/etc/capstan/agent.toml"), &config).expect("write agent.toml");
+    let intent = ssh_ok(
+        &host,
+        &[
+            "capstan-agent",
+            "--config",
+            "/etc/capstan/agent.toml",
+            "intent",
+            "--json",
+        ],
+    );
+    let intent: serde_json::Value = serde_json::from_str(&intent).expect("intent JSON");
+    assert_eq!(
+        intent["workloads"]["shop/web"]["active_revision"], "r1",
+        "{intent}"
+    );
+
+    ssh_ok(
+        &host,
+        &[
+            "env",
+            "CAPSTAN_PURGE_LOG=yes",
+            "dpkg",
+            "--purge",
+            "capstan-agent",
+        ],
+    );
+    assert!(
+        !exists(&host, "/var/lib/capstan"),
+        "asked, purge removes the log"
+    );
+    host.kill();
+}

@@ -109,6 +109,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/hosts/{host}/intent", get(intent))
         .route("/v1/hosts/{host}/status", get(status))
         .route("/v1/hosts/{host}/events", get(events))
+        .route("/v1/hosts/{host}/log", get(host_log))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -281,11 +282,9 @@ async fn status(State(state): Shared, Path(host): Path<String>) -> ApiResult {
     )
 }
 
-async fn events(
-    State(state): Shared,
-    Path(host): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-) -> ApiResult {
+/// `since` and `limit` of a records query: `since` 0 by default, `limit` at most (and
+/// by default) [`MAX_EVENTS`].
+fn page(query: &HashMap<String, String>) -> Result<(u64, usize), ApiError> {
     let number = |name: &str, default: u64| -> Result<u64, ApiError> {
         query.get(name).map_or(Ok(default), |v| {
             v.parse().map_err(|_| {
@@ -301,8 +300,38 @@ async fn events(
     let limit = usize::try_from(number("limit", MAX_EVENTS as u64)?)
         .unwrap_or(MAX_EVENTS)
         .min(MAX_EVENTS);
+    Ok((since, limit))
+}
+
+async fn events(
+    State(state): Shared,
+    Path(host): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let (since, limit) = page(&query)?;
     let events = state.fleet.events(&host, since, limit).await?;
     ok(StatusCode::OK, json!({"host": host, "events": events}))
+}
+
+/// The host's own copy of its records (the agent's RPC `log`): what `capstan verify`
+/// compares with the published one.
+async fn host_log(
+    State(state): Shared,
+    Path(host): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let (since, limit) = page(&query)?;
+    let body = json!({"since": since, "limit": limit});
+    let answer = state.fleet.rpc(&host, "log", body).await?;
+    if let Some(error) = answer.get("error") {
+        // The agent could not read its own log (`log_unreadable`): its fault, not ours.
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            error["code"].as_str().unwrap_or("host_error"),
+            error["message"].as_str().unwrap_or_default(),
+        ));
+    }
+    ok(StatusCode::OK, answer)
 }
 
 /// This API's OpenAPI 3.1 description (`openapi.json`, kept in step with the routes

@@ -9,3 +9,4 @@ pub mod config;
 pub mod fleet;
 pub mod install;
 pub mod metrics;
+pub mod verify;

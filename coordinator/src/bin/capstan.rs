@@ -5,6 +5,7 @@
 
 use anyhow::Context as _;
 use capstan_coordinator::client::Client;
+use capstan_coordinator::verify::{Finding, Verdict};
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 use std::io::{Read as _, Write as _};
@@ -68,6 +69,9 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+    /// Compare a host's log with its records published in the central event stream:
+    /// `ok`, or the first seq where it was rewritten, forked or truncated (exit 1).
+    Verify { host: String },
     /// Send one command (FILE, without `host`) to many hosts, wait, and summarise.
     Rollout {
         file: PathBuf,
@@ -195,6 +199,32 @@ fn print(json: bool, value: &Value, human: impl FnOnce(&Value) -> String) {
         println!("{value}");
     } else {
         print!("{}", human(value));
+    }
+}
+
+fn human_verdict(v: &Verdict) -> String {
+    let (host, published) = (v.host_seq, v.published_seq);
+    match (&v.result, &v.first_difference) {
+        (Finding::Ok, _) => format!(
+            "ok: {} records of {} equal on the host and in CAPSTAN_EVT (host at seq {host}, published up to {published})\n",
+            v.compared, v.host
+        ),
+        (Finding::Truncated, d) => format!(
+            "TRUNCATED at seq {}: the log of {} ends at seq {host}, CAPSTAN_EVT holds records up to {published}\n",
+            d.as_ref().map_or(0, |d| d.seq),
+            v.host
+        ),
+        (Finding::Differs, d) => {
+            let show = |r: Option<&Value>| r.map_or("-".into(), Value::to_string);
+            let d = d.as_ref();
+            format!(
+                "DIFFERS at seq {}: the log of {} was rewritten or forked after publication\n  host:      {}\n  published: {}\n",
+                d.map_or(0, |d| d.seq),
+                v.host,
+                show(d.and_then(|d| d.host.as_ref())),
+                show(d.and_then(|d| d.published.as_ref()))
+            )
+        }
     }
 }
 
@@ -350,6 +380,15 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(match s["status"].as_str() {
                 Some("failed" | "rejected") => ExitCode::from(1),
                 _ => ExitCode::SUCCESS,
+            })
+        }
+        Cmd::Verify { host } => {
+            let verdict = capstan_coordinator::verify::verify(&client, &host).await?;
+            let value = serde_json::to_value(&verdict)?;
+            print(json, &value, |_| human_verdict(&verdict));
+            Ok(match verdict.result {
+                Finding::Ok => ExitCode::SUCCESS,
+                Finding::Differs | Finding::Truncated => ExitCode::from(1),
             })
         }
         Cmd::Intent { host } => {

@@ -11,6 +11,7 @@ mod openapi;
 mod outage;
 mod scale;
 mod sim_fleet;
+mod verify;
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::{Cmd, Spec};

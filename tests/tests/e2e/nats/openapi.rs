@@ -90,6 +90,12 @@ fn schemathesis_finds_every_answer_of_the_api_as_its_description_says() {
             run.stderr()
         );
         assert!(out.contains(" passed"), "{out}");
+        // What it counted, e.g. "1008 generated, 1008 passed, 12 skipped".
+        let counted = out
+            .lines()
+            .skip_while(|l| !l.starts_with("Test cases:"))
+            .nth(1);
+        eprintln!("schemathesis {only:?}: {}", counted.unwrap_or("?").trim());
     }
     daemon.stop();
     fleet.stop();

@@ -4,6 +4,7 @@ mod api;
 mod auth;
 mod cluster;
 mod confine;
+mod crash;
 mod flow;
 mod follow;
 mod metrics;

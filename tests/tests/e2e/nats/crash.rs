@@ -1,0 +1,195 @@
+//! The crash loop over NATS: a stream of commands queued for one agent, which is
+//! SIGKILLed at random points of its log and started again, `CAPSTAN_CRASH_KILLS` times
+//! (20 here; the full run 200, docs/benchmarks.md). Afterwards every command was
+//! received and completed exactly once and succeeded, every activation started its
+//! workload once, `log verify` is ok, the intent is the one the command stream implies
+//! (computed here, independently of the agent), and `CAPSTAN_EVT` holds every record
+//! of the log exactly once, equal to the host's own (`capstan verify`).
+
+use super::Fleet;
+use capstan_tests::agent::Agent;
+use capstan_tests::command::{Cmd, Spec};
+use capstan_tests::{wait_until, Rng, READY};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+const NAMESPACES: usize = 4;
+const WORKLOADS: usize = 12;
+
+/// The stream: each workload's revisions prepared, activated and the previous one
+/// retired, round after round, and every second round stopped and started. Returns
+/// the commands, the ids that start a workload, and the expected intent of each
+/// workload (`namespace/workload` → its answer in `intent --json`).
+fn stream(agent: &Agent, rounds: usize) -> (Vec<Cmd>, Vec<String>, HashMap<String, Value>) {
+    let mut lines = Vec::new();
+    let mut starts = Vec::new();
+    for n in 0..NAMESPACES {
+        let ns = format!("ns{n}");
+        lines.push(agent.commands(&ns).ensure_namespace(&ns));
+    }
+    for round in 1..=rounds {
+        for w in 0..WORKLOADS {
+            let (c, wl) = (
+                agent.commands(&format!("ns{}", w % NAMESPACES)),
+                format!("w{w}"),
+            );
+            let id = |what: &str| format!("{wl}.{round}.{what}");
+            let rev = format!("r{round}");
+            let spec = Spec::sim().env("ROUND", &round.to_string());
+            lines.push(c.prepare(&id("prepare"), &wl, &rev, spec));
+            lines.push(c.activate(&id("activate"), &wl, &rev));
+            starts.push(id("activate"));
+            if round > 1 {
+                lines.push(c.retire(&id("retire"), &wl, &format!("r{}", round - 1)));
+            }
+            if round % 2 == 0 {
+                lines.push(c.stop(&id("stop"), &wl));
+                lines.push(c.start(&id("start"), &wl));
+                starts.push(id("start"));
+            }
+        }
+    }
+    // The model: the last round's revision runs, every earlier one is retired.
+    let mut revisions = serde_json::Map::new();
+    for round in 1..rounds {
+        revisions.insert(format!("r{round}"), "retired".into());
+    }
+    revisions.insert(format!("r{rounds}"), "active".into());
+    let expected = (0..WORKLOADS)
+        .map(|w| {
+            let key = format!("ns{}/w{w}", w % NAMESPACES);
+            let intent = json!({"intent": "running", "active_revision": format!("r{rounds}"),
+                                "failed": null, "revisions": revisions.clone()});
+            (key, intent)
+        })
+        .collect();
+    (lines, starts, expected)
+}
+
+/// How long a run lives at most after its chunk was posted, in microseconds.
+const MAX_LIFE_US: u64 = 4_000;
+
+/// Queues `commands` for the host through the coordinator (JSON lines, one `submit`).
+fn submit(coordinator: &capstan_tests::nats::Coordinator, n: usize, commands: &[Cmd]) {
+    if commands.is_empty() {
+        return;
+    }
+    let text: Vec<String> = commands
+        .iter()
+        .map(|c| c.clone().without("issued_at").to_string())
+        .collect();
+    let file = coordinator.write(&format!("chunk-{n}.jsonl"), &(text.join("\n") + "\n"));
+    let out = coordinator.cli(&["submit", file.to_str().expect("path")]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
+    let kills: usize =
+        std::env::var("CAPSTAN_CRASH_KILLS").map_or(20, |v| v.parse().expect("a number"));
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    let host = capstan_tests::unique("crashloop");
+    let agent = fleet.agent(&host).build();
+    // About 11 commands a kill (44 a round).
+    let (lines, starts, expected) = stream(&agent, (kills / 4).max(5));
+    let mut rng = Rng::from_env_or_time("crashloop");
+
+    // The stream arrives in chunks, one while each run takes commands (the commands
+    // arrive one by one as `submit` posts them), and the run is killed within
+    // `MAX_LIFE_US` after the last was posted: at a random point of its work on them,
+    // a chaos schedule rather than a wait for anything.
+    let chunk = lines.len().div_ceil(kills);
+    let mut mid_command = 0;
+    let mut queued = 0;
+    for kill in 0..kills {
+        let next = &lines[queued.min(lines.len())..(queued + chunk).min(lines.len())];
+        queued += next.len();
+        let daemon = agent.run();
+        submit(coordinator, kill, next);
+        let spin = std::time::Instant::now();
+        let life = std::time::Duration::from_micros(rng.below(MAX_LIFE_US));
+        while spin.elapsed() < life {
+            std::hint::spin_loop();
+        }
+        daemon.kill(); // asserts it was running and died of SIGKILL
+        let intent = agent.intent();
+        let cut = intent["in_flight"]
+            .as_object()
+            .is_some_and(|o| !o.is_empty());
+        mid_command += usize::from(cut);
+        eprintln!(
+            "kill {kill}: SIGKILL at log seq {}{}",
+            intent["applied_seq"],
+            if cut { ", mid-command" } else { "" }
+        );
+    }
+    assert_eq!(queued, lines.len());
+    eprintln!("{mid_command} of {kills} kills landed mid-command");
+
+    // Started once more, it works through what is left.
+    let daemon = agent.run();
+    for c in &lines {
+        let status = coordinator.cli_json(&["wait", c.id(), "--timeout", "120s"], 0);
+        assert_eq!(status["status"], "succeeded", "{status}");
+    }
+    let (ok, verify) = agent.verify();
+    assert!(ok && verify.starts_with("ok "), "log verify: {verify}");
+
+    let log = agent.log();
+    let mut received: HashMap<&str, usize> = HashMap::new();
+    let mut completed: HashMap<&str, usize> = HashMap::new();
+    let mut started: HashMap<&str, usize> = HashMap::new();
+    for r in &log {
+        let id = r["command_id"].as_str().unwrap_or_default();
+        match r["kind"].as_str().expect("kind") {
+            "command_received" => *received.entry(id).or_default() += 1,
+            "command_completed" => {
+                assert_eq!(r["outcome"], "succeeded", "{r}");
+                *completed.entry(id).or_default() += 1;
+            }
+            "workload_started" if !id.is_empty() => *started.entry(id).or_default() += 1,
+            _ => {}
+        }
+    }
+    for c in &lines {
+        assert_eq!(received.get(c.id()), Some(&1), "{} received once", c.id());
+        assert_eq!(completed.get(c.id()), Some(&1), "{} completed once", c.id());
+    }
+    assert_eq!(
+        (received.len(), completed.len()),
+        (lines.len(), lines.len())
+    );
+    for id in &starts {
+        assert_eq!(
+            started.get(id.as_str()),
+            Some(&1),
+            "{id} started its workload once"
+        );
+    }
+    assert_eq!(started.len(), starts.len(), "no other start by a command");
+
+    let intent = agent.intent();
+    assert_eq!(intent["in_flight"], json!({}));
+    let workloads = intent["workloads"].as_object().expect("workloads");
+    assert_eq!(workloads.len(), expected.len());
+    for (key, want) in &expected {
+        assert_eq!(&workloads[key], want, "{key}");
+    }
+
+    // The central copy: every record once, equal to the host's.
+    let verdict = wait_until("CAPSTAN_EVT to hold the whole log", READY, || {
+        let v = coordinator.cli_json(&["verify", &host], 0);
+        (v["published_seq"] == v["host_seq"]).then_some(v)
+    });
+    assert_eq!(verdict["result"], "ok", "{verdict}");
+    assert_eq!(verdict["compared"], log.len() as u64);
+    assert_eq!(log.last().expect("records")["seq"], log.len() as u64);
+    eprintln!(
+        "{kills} kills; {} commands, each once; {} records, each once in CAPSTAN_EVT",
+        lines.len(),
+        log.len()
+    );
+    daemon.stop();
+    fleet.stop();
+}

@@ -9,6 +9,7 @@
 use super::Fleet;
 use capstan_tests::agent::Agent;
 use capstan_tests::command::{Cmd, Spec};
+use capstan_tests::nats::Coordinator;
 use capstan_tests::{wait_until, Rng, READY};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -20,7 +21,10 @@ const WORKLOADS: usize = 12;
 /// retired, round after round, and every second round stopped and started. Returns
 /// the commands, the ids that start a workload, and the expected intent of each
 /// workload (`namespace/workload` → its answer in `intent --json`).
-fn stream(agent: &Agent, rounds: usize) -> (Vec<Cmd>, Vec<String>, HashMap<String, Value>) {
+pub(super) fn stream(
+    agent: &Agent,
+    rounds: usize,
+) -> (Vec<Cmd>, Vec<String>, HashMap<String, Value>) {
     let mut lines = Vec::new();
     let mut starts = Vec::new();
     for n in 0..NAMESPACES {
@@ -70,7 +74,7 @@ fn stream(agent: &Agent, rounds: usize) -> (Vec<Cmd>, Vec<String>, HashMap<Strin
 const MAX_LIFE_US: u64 = 4_000;
 
 /// Queues `commands` for the host through the coordinator (JSON lines, one `submit`).
-fn submit(coordinator: &capstan_tests::nats::Coordinator, n: usize, commands: &[Cmd]) {
+pub(super) fn submit(coordinator: &Coordinator, n: usize, commands: &[Cmd]) {
     if commands.is_empty() {
         return;
     }
@@ -129,7 +133,25 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
 
     // Started once more, it works through what is left.
     let daemon = agent.run();
-    for c in &lines {
+    every_command_once(coordinator, &agent, &host, &lines, &starts, &expected);
+    eprintln!("{kills} kills");
+    daemon.stop();
+    fleet.stop();
+}
+
+/// Waits until every command of `lines` succeeded, then asserts each was received and
+/// completed once, each of `starts` started its workload once and nothing else did,
+/// `log verify` is ok, the intent's workloads are `expected`, and `CAPSTAN_EVT` holds
+/// the whole log once, equal to the host's (`capstan verify`).
+pub(super) fn every_command_once(
+    coordinator: &Coordinator,
+    agent: &Agent,
+    host: &str,
+    lines: &[Cmd],
+    starts: &[String],
+    expected: &HashMap<String, Value>,
+) {
+    for c in lines {
         let status = coordinator.cli_json(&["wait", c.id(), "--timeout", "120s"], 0);
         assert_eq!(status["status"], "succeeded", "{status}");
     }
@@ -152,7 +174,7 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
             _ => {}
         }
     }
-    for c in &lines {
+    for c in lines {
         assert_eq!(received.get(c.id()), Some(&1), "{} received once", c.id());
         assert_eq!(completed.get(c.id()), Some(&1), "{} completed once", c.id());
     }
@@ -160,7 +182,7 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
         (received.len(), completed.len()),
         (lines.len(), lines.len())
     );
-    for id in &starts {
+    for id in starts {
         assert_eq!(
             started.get(id.as_str()),
             Some(&1),
@@ -173,23 +195,21 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
     assert_eq!(intent["in_flight"], json!({}));
     let workloads = intent["workloads"].as_object().expect("workloads");
     assert_eq!(workloads.len(), expected.len());
-    for (key, want) in &expected {
+    for (key, want) in expected {
         assert_eq!(&workloads[key], want, "{key}");
     }
 
     // The central copy: every record once, equal to the host's.
     let verdict = wait_until("CAPSTAN_EVT to hold the whole log", READY, || {
-        let v = coordinator.cli_json(&["verify", &host], 0);
+        let v = coordinator.cli_json(&["verify", host], 0);
         (v["published_seq"] == v["host_seq"]).then_some(v)
     });
     assert_eq!(verdict["result"], "ok", "{verdict}");
     assert_eq!(verdict["compared"], log.len() as u64);
     assert_eq!(log.last().expect("records")["seq"], log.len() as u64);
     eprintln!(
-        "{kills} kills; {} commands, each once; {} records, each once in CAPSTAN_EVT",
+        "{} commands, each once; {} records, each once in CAPSTAN_EVT",
         lines.len(),
         log.len()
     );
-    daemon.stop();
-    fleet.stop();
 }

@@ -5,7 +5,7 @@
 //! (`nats_unavailable`), never as hosts gone: checked all through the outage and the
 //! recovery, until h1 is `alive` again.
 
-use super::{shop, Fleet};
+use super::{crash, shop, Fleet};
 use capstan_tests::{wait_until, READY};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -124,4 +124,66 @@ fn never_gone_in(hosts: &Value) {
         "h1 is {} around the outage: {hosts}",
         h1["status"]
     );
+}
+
+/// How long the loaded outage lasts: `CAPSTAN_OUTAGE_SECS`, 30 by default.
+fn loaded_outage() -> Duration {
+    let secs = std::env::var("CAPSTAN_OUTAGE_SECS").map_or(30, |v| v.parse().expect("seconds"));
+    Duration::from_secs(secs)
+}
+
+/// Under load: a stream of commands queued for the host, nats-server stopped for 30 s
+/// while the agent works through them, then started again. The agent's running
+/// workloads keep running all through it; afterwards every queued command ran once
+/// and every record reached `CAPSTAN_EVT` once (`crash::every_command_once`).
+#[test]
+fn a_30_s_outage_under_load_runs_every_queued_command_once_and_loses_no_record() {
+    let mut fleet = Fleet::start();
+    // `h1`, as `never_gone` expects (its own nats-server: no other test sees it).
+    let host = "h1".to_string();
+    let agent = fleet.agent(&host).build();
+    let (lines, starts, expected) = crash::stream(&agent, 5);
+    let daemon = agent.run();
+    crash::submit(&fleet.coordinator, 0, &lines);
+    // Once a third of the stream is done, NATS goes away.
+    let third = lines.len() as u64;
+    wait_until("a third of the stream done", READY, || {
+        agent.intent()["applied_seq"].as_u64().expect("applied_seq") >= third
+    });
+    fleet.server.stop();
+    let began = Instant::now();
+    // All through the outage, what the agent's intent says runs, runs.
+    let coordinator = &fleet.coordinator;
+    let mut checks = 0;
+    while began.elapsed() < loaded_outage() {
+        never_gone(coordinator);
+        let (intent, host) = (agent.intent(), agent.sim_host());
+        let mut running = 0;
+        for (key, w) in intent["workloads"].as_object().expect("workloads") {
+            if w["intent"] != "running"
+                || !intent["in_flight"]
+                    .as_object()
+                    .is_some_and(|o| o.is_empty())
+            {
+                continue;
+            }
+            let rev = format!("{key}@{}", w["active_revision"].as_str().expect("active"));
+            assert_eq!(
+                host["revisions"][&rev]["state"], "running",
+                "{rev} during the outage"
+            );
+            running += 1;
+        }
+        checks += usize::from(running > 0);
+        // Paces the polls (the checks above are the point, not a wait for anything).
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(checks > 0, "workloads were running during the outage");
+    fleet.server.restart();
+    wait_until("the coordinator to reach NATS again", READY, || {
+        !never_gone(coordinator)
+    });
+    crash::every_command_once(coordinator, &agent, &host, &lines, &starts, &expected);
+    daemon.stop();
+    fleet.stop();
 }

@@ -37,7 +37,8 @@ cargo build --workspace --bins
 # The last line counts every test that ran.
 out=$(mktemp)
 smoke_out=$(mktemp)
-trap 'rm -f "$out" "$smoke_out"' EXIT
+fuzz_out=$(mktemp)
+trap 'rm -f "$out" "$smoke_out" "$fuzz_out"' EXIT
 cargo test --workspace --no-run "$@"
 set +e
 "$nextest" nextest run --workspace --exclude capstan-tests --no-fail-fast "$@" 2>&1 | tee "$out"
@@ -51,9 +52,18 @@ echo "== smoke run against $("$OLDEST_NATS" --version)"
 CAPSTAN_NATS_SERVER=$OLDEST_NATS cargo test -p capstan-tests --test e2e --no-fail-fast \
   -- nats::flow:: 2>&1 | tee -a "$out" "$smoke_out"
 smoke=${PIPESTATUS[0]}
+# Coverage-guided fuzzing, short: every target of fuzz/ for 20 s from its seed corpus
+# (.ci/fuzz.sh; the full run gives each 600 s). Not with a test-name filter.
+fuzz=0
+if (($# == 0)); then
+  echo "== fuzzing (short)"
+  .ci/fuzz.sh 20 2>&1 | tee "$fuzz_out" | grep -v '^ *Compiling '
+  fuzz=${PIPESTATUS[0]}
+fi
 set -e
 echo "== summary"
 echo "smoke run against $OLDEST_NATS: $(grep -h '^test result:' "$smoke_out" || echo 'no result')"
+if (($# == 0)); then grep -h '^fuzz ' "$fuzz_out" || echo "fuzzing: no result"; fi
 grep -h '^capstan-tests watchdog:' "$out" || true
 # nextest names each failure twice (as it happens, and again at the end): once here.
 grep -hE '^ *(FAIL|TIMEOUT|SIGKILL|SIGSEGV|SIGABRT|ABORT) \[' "$out" | sed 's/^ */failed: /' | sort -u || true
@@ -71,4 +81,5 @@ awk '/^ *Summary \[/ {
      END { printf "%d passed, %d failed\n", passed, failed }' "$out"
 if ((unit != 0)); then exit "$unit"; fi
 if ((e2e != 0)); then exit "$e2e"; fi
-exit "$smoke"
+if ((smoke != 0)); then exit "$smoke"; fi
+exit "$fuzz"

@@ -224,8 +224,13 @@ impl AgentConfig {
             }
             Err(source) => return Err(ConfigError::Read { path, source }),
         };
+        AgentConfig::from_toml(&text, path)
+    }
+
+    /// Parses and checks `text`, the config file `path` holds.
+    pub fn from_toml(text: &str, path: PathBuf) -> Result<AgentConfig, ConfigError> {
         let mut config: AgentConfig =
-            toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            toml::from_str(text).map_err(|source| ConfigError::Parse {
                 path: path.clone(),
                 source,
             })?;

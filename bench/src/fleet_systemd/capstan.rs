@@ -2,13 +2,16 @@
 //! nats-server on the fleet's hub and a coordinator on the machine, and the rounds'
 //! commands through the coordinator's HTTP API.
 
+use super::timeline::{self, Timeline};
 use super::{value, verify, write};
 use crate::stack::Stack;
+use anyhow::Context as _;
 use capstan_driver::RevisionRef;
 use capstan_tests::command::{Cmd, Commands, Spec};
 use capstan_tests::fleet::{Fleet, FleetHost};
 use capstan_tests::nats::NatsServer;
 use futures::future::try_join_all;
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// The workloads' program: long-running, nothing to install.
@@ -21,6 +24,8 @@ pub struct Capstan<'h, 'f> {
     workloads: Vec<(Commands, String)>,
     /// The main PIDs of the active revisions' units, in workload order.
     pids: Vec<u32>,
+    /// When the last round began (wall clock, for [`timeline`]).
+    started: Cell<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl<'h, 'f> Capstan<'h, 'f> {
@@ -64,6 +69,7 @@ impl<'h, 'f> Capstan<'h, 'f> {
             stack,
             workloads,
             pids: Vec::new(),
+            started: Cell::new(None),
         };
         runtime.block_on(capstan.ensure_namespaces())?;
         capstan.round(runtime, 0)?;
@@ -128,11 +134,28 @@ impl<'h, 'f> Capstan<'h, 'f> {
             lane.push(c.prepare(&format!("p.{id}"), w, &revision, spec.clone()));
             lane.push(c.activate(&format!("a.{id}"), w, &revision));
         }
-        let started = Instant::now();
+        let (started, at) = (Instant::now(), chrono::Utc::now());
         runtime.block_on(try_join_all(
             lanes.into_iter().map(|(_, commands)| self.run(commands)),
         ))?;
-        Ok(started.elapsed())
+        let took = started.elapsed();
+        self.started.set(Some(at));
+        Ok(took)
+    }
+
+    /// Where the last round's time went, from the agent's log.
+    pub fn timeline(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        round: usize,
+    ) -> anyhow::Result<Timeline> {
+        let started = self.started.get().context("no round yet")?;
+        runtime.block_on(timeline::of(
+            &self.stack,
+            self.host.name(),
+            started,
+            &format!("r{round}"),
+        ))
     }
 
     /// Retires revision r`round` of every workload (not timed).

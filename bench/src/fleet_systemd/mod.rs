@@ -17,17 +17,21 @@
 //! - **ssh** ([`ssh`]), the baseline: twin units (capstan's unit file, hardening and
 //!   all, without its markers), and per unit, one after another, each step a new
 //!   `ssh` connection with the fleet's key: write the env drop-in, `systemctl
-//!   daemon-reload`, `systemctl restart`.
+//!   daemon-reload`, `systemctl restart`. The same steps over one `ssh` master
+//!   connection opened beforehand (`ControlMaster`) are measured too: what the
+//!   connections cost.
 //!
 //! After every round (not timed), every unit of that side must be active with a new
 //! main PID whose environment holds the round's `T`.
 
 mod capstan;
 mod ssh;
+mod timeline;
 
 use crate::Args;
 use capstan_tests::fleet::{Fleet, FleetHost};
 use serde_json::json;
+use ssh::Connection;
 use std::path::Path;
 use std::time::Duration;
 
@@ -62,7 +66,7 @@ pub fn run(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()>
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut capstan = capstan::Capstan::set_up(&fleet, &host, runtime, args.units, namespaces)?;
-    let mut ssh = ssh::Ssh::set_up(&host, &capstan.unit_text()?, args.units)?;
+    let mut ssh = ssh::Ssh::set_up(&host, fleet.key(), &capstan.unit_text()?, args.units)?;
     eprintln!(
         "fleet-systemd: host {} ({}) ready: {} capstan workloads in {namespaces} namespaces \
          (agent: the {agent_build} build), {} twin units",
@@ -72,29 +76,52 @@ pub fn run(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()>
         args.units
     );
 
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours, mut fresh, mut shared, mut timelines) = (vec![], vec![], vec![], vec![]);
     for round in 1..=args.rounds {
         // Each side after the host has settled (heartbeats, progress writes).
         std::thread::sleep(Duration::from_secs(2));
         let took = capstan.round(runtime, round)?;
         capstan.verify(round)?;
+        let timeline = capstan.timeline(runtime, round)?;
         capstan.retire(runtime, round - 1)?;
         std::thread::sleep(Duration::from_secs(2));
-        let took_ssh = ssh.round(round)?;
+        let took_fresh = ssh.round(round, Connection::New)?;
         ssh.verify(round)?;
+        // The shared connection's round sets the same value again: a new one.
+        std::thread::sleep(Duration::from_secs(2));
+        let took_shared = ssh.round(args.rounds + round, Connection::Shared)?;
+        ssh.verify(args.rounds + round)?;
         if !args.json {
             println!(
-                "fleet-systemd round {round}: capstan {:>8.1} ms   ssh + systemctl {:>8.1} ms   \
-                 {:.1}x",
+                "fleet-systemd round {round}: capstan {:>8.1} ms   ssh + systemctl {:>8.1} ms \
+                 ({:.1}x)   over one shared ssh connection {:>8.1} ms ({:.1}x)",
                 ms(took),
-                ms(took_ssh),
-                ratio(took_ssh, took)
+                ms(took_fresh),
+                ratio(took_fresh, took),
+                ms(took_shared),
+                ratio(took_shared, took),
+            );
+            println!(
+                "fleet-systemd   capstan from the agent's log: first command in +{:.1} ms, \
+                 prepare p50 {:.1} ms, activate p50 {:.1} ms (max {:.1}), last done +{:.1} ms, \
+                 all reported +{:.1} ms",
+                timeline.first_received,
+                timeline.prepare_p50,
+                timeline.activate_p50,
+                timeline.activate_max,
+                timeline.last_completed,
+                ms(took)
             );
         }
         ours.push(took);
-        theirs.push(took_ssh);
+        fresh.push(took_fresh);
+        shared.push(took_shared);
+        timelines.push(timeline);
     }
-    let (capstan_ms, ssh_ms) = (median(&ours), median(&theirs));
+    let (capstan_ms, fresh_ms, shared_ms) = (median(&ours), median(&fresh), median(&shared));
+    // The script's steps alone, with the drop-in of the last round (nothing changes).
+    let steps = ssh.steps(5, 2 * args.rounds)?.map(|d| round2(ms(d)));
+    let all = |times: &[Duration]| times.iter().map(|d| round2(ms(*d))).collect::<Vec<_>>();
     let report = json!({
         "bench": "fleet-systemd",
         "units": args.units,
@@ -104,30 +131,50 @@ pub fn run(args: &Args, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()>
         "capstan": {
             "what": "per unit prepare_revision (new T) + activate_revision through the coordinator, \
                      namespaces concurrently, until every command is reported succeeded",
-            "rounds_ms": ours.iter().map(|d| round2(ms(*d))).collect::<Vec<_>>(),
+            "rounds_ms": all(&ours),
             "median_ms": round2(capstan_ms),
+            "agent_log_ms": timelines.iter().map(|t| json!({
+                "first_received": round2(t.first_received), "prepare_p50": round2(t.prepare_p50),
+                "activate_p50": round2(t.activate_p50), "activate_max": round2(t.activate_max),
+                "last_completed": round2(t.last_completed)})).collect::<Vec<_>>(),
         },
         "baseline": {
             "what": "per unit, one after another, each a new ssh connection: write the env \
                      drop-in, systemctl daemon-reload, systemctl restart",
-            "rounds_ms": theirs.iter().map(|d| round2(ms(*d))).collect::<Vec<_>>(),
-            "median_ms": round2(ssh_ms),
+            "rounds_ms": all(&fresh),
+            "median_ms": round2(fresh_ms),
+            "steps_median_of_5_ms": {"ssh_true": steps[0], "write_dropin": steps[1],
+                "daemon_reload": steps[2], "restart": steps[3]},
         },
-        "ratio": round2(ssh_ms / capstan_ms),
+        "ratio": round2(fresh_ms / capstan_ms),
         "target": "ratio >= 10",
+        "shared_connection": {
+            "what": "the baseline's steps over one ssh master connection (ControlMaster)",
+            "rounds_ms": all(&shared),
+            "median_ms": round2(shared_ms),
+            "ratio": round2(shared_ms / capstan_ms),
+        },
     });
     if args.json {
         println!("{report}");
     } else {
         println!(
             "fleet-systemd env change + restart of {} units ({namespaces} namespaces), median \
-             of {}: capstan {capstan_ms:.1} ms   ssh + systemctl {ssh_ms:.1} ms   ratio {:.1}x \
-             (target 10x; agent: {agent_build} build)",
+             of {}: capstan {capstan_ms:.1} ms   ssh + systemctl {fresh_ms:.1} ms   ratio {:.1}x \
+             (target 10x; agent: {agent_build} build)   over one shared ssh connection \
+             {shared_ms:.1} ms ({:.1}x)",
             args.units,
             args.rounds,
-            ssh_ms / capstan_ms
+            fresh_ms / capstan_ms,
+            shared_ms / capstan_ms
+        );
+        println!(
+            "fleet-systemd one ssh step (median of 5): ssh true {:.1} ms   drop-in write {:.1} ms   \
+             daemon-reload {:.1} ms   restart {:.1} ms",
+            steps[0], steps[1], steps[2], steps[3]
         );
     }
+    drop(ssh);
     capstan.stop();
     host.kill();
     Ok(())

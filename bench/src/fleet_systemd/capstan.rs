@@ -110,7 +110,7 @@ impl<'h, 'f> Capstan<'h, 'f> {
 
     /// Round `round`'s env change: per workload, revision r`round` with `T` of that
     /// round prepared and activated; all namespaces at once, each namespace's commands
-    /// in order. Timed until every command is reported succeeded.
+    /// in order (its prepares, then its activations). Timed until every command is reported succeeded.
     pub fn round(
         &self,
         runtime: &tokio::runtime::Runtime,
@@ -121,23 +121,31 @@ impl<'h, 'f> Capstan<'h, 'f> {
             .with("driver", "systemd")
             .command(&PROGRAM)
             .env("T", &value(round));
-        let mut lanes: Vec<(&str, Vec<Cmd>)> = Vec::new();
+        // Per namespace: its workloads' prepares, then their activations (staged, then
+        // switched over, as a rollout does).
+        let mut lanes: Vec<(&str, Vec<Cmd>, Vec<Cmd>)> = Vec::new();
         for (c, w) in &self.workloads {
-            let lane = match lanes.iter().position(|(ns, _)| *ns == c.ns) {
-                Some(i) => &mut lanes[i].1,
+            let i = match lanes.iter().position(|(ns, ..)| *ns == c.ns) {
+                Some(i) => i,
                 None => {
-                    lanes.push((&c.ns, Vec::new()));
-                    &mut lanes.last_mut().expect("just pushed").1
+                    lanes.push((&c.ns, Vec::new(), Vec::new()));
+                    lanes.len() - 1
                 }
             };
             let id = format!("{}.{w}.{revision}", c.ns);
-            lane.push(c.prepare(&format!("p.{id}"), w, &revision, spec.clone()));
-            lane.push(c.activate(&format!("a.{id}"), w, &revision));
+            lanes[i]
+                .1
+                .push(c.prepare(&format!("p.{id}"), w, &revision, spec.clone()));
+            lanes[i]
+                .2
+                .push(c.activate(&format!("a.{id}"), w, &revision));
         }
+        let lanes = lanes.into_iter().map(|(_, mut prepares, activates)| {
+            prepares.extend(activates);
+            self.run(prepares)
+        });
         let (started, at) = (Instant::now(), chrono::Utc::now());
-        runtime.block_on(try_join_all(
-            lanes.into_iter().map(|(_, commands)| self.run(commands)),
-        ))?;
+        runtime.block_on(try_join_all(lanes))?;
         let took = started.elapsed();
         self.started.set(Some(at));
         Ok(took)

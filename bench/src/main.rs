@@ -15,6 +15,10 @@
 //!   through the systemd driver vs a `systemctl` script doing the same one unit after
 //!   another. Needs root and `/usr/lib/systemd/systemd`; skipped (with the reason)
 //!   without them.
+//! - `fleet-systemd` ([`fleet_systemd`]): an env change and restart of N units on one
+//!   fleet host (a real Debian host booted by the test harness) through capstan (the
+//!   agent package with the systemd driver, a coordinator, NATS) vs `ssh` + `systemctl`
+//!   one unit after another. Needs root; skipped (with the reason) without it.
 //! - `roundtrip` ([`roundtrip`]): submit → wait through the HTTP API vs the raw NATS +
 //!   log chain under it.
 //! - `throughput` ([`throughput`]): commands/s to one sim agent over NATS across 16
@@ -33,7 +37,9 @@
 
 mod apply;
 mod fanout;
+mod fleet_systemd;
 mod group_commit;
+mod needs;
 mod open;
 mod reads;
 mod roundtrip;
@@ -76,6 +82,12 @@ pub struct Args {
     /// Rounds of the systemd measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Namespaces the fleet-systemd workloads are spread over (0: one per unit).
+    #[arg(long, default_value_t = 0)]
+    namespaces: usize,
+    /// Print the fleet-systemd report as one JSON line (the others always do or never).
+    #[arg(long)]
+    json: bool,
     /// Commands measured one at a time in the roundtrip measurement.
     #[arg(long, default_value_t = 200)]
     roundtrips: usize,
@@ -95,6 +107,7 @@ enum Measurement {
     Apply,
     Sim,
     Systemd,
+    FleetSystemd,
     Roundtrip,
     Throughput,
     Reads,
@@ -146,6 +159,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Systemd) {
         systemd::run(&args, &runtime)?;
+    }
+    if wanted(Measurement::FleetSystemd) {
+        fleet_systemd::run(&args, &runtime)?;
     }
     if wanted(Measurement::Roundtrip) {
         runtime.block_on(roundtrip::run(&args))?;

@@ -26,7 +26,11 @@ pub struct Stack {
 impl Stack {
     /// nats-server, a coordinator, and one sim agent per host in `hosts`.
     pub fn start(hosts: &[&str]) -> Stack {
-        let server = NatsServer::start();
+        Stack::on(NatsServer::start(), hosts)
+    }
+
+    /// [`Stack::start`] with a nats-server already started (e.g. on a fleet's hub).
+    pub fn on(server: NatsServer, hosts: &[&str]) -> Stack {
         let keys = Keys::generate();
         let coordinator = Coordinator::start(&server.url(), &keys, "");
         let mut stack = Stack {

@@ -38,24 +38,13 @@ const SYSTEMD: &str = "/usr/lib/systemd/systemd";
 
 /// Why the measurement cannot run here, if it cannot.
 fn unavailable() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1));
-    if euid != Some("0") {
-        return Some("needs root (it boots a systemd in its own PID and mount namespace)".into());
-    }
     if !Path::new(SYSTEMD).exists() {
         return Some(format!("{SYSTEMD} is not installed"));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for tool in ["unshare", "nsenter", "setpriv", "systemctl", "journalctl"] {
-        if !std::env::split_paths(&path).any(|dir| dir.join(tool).exists()) {
-            return Some(format!("`{tool}` is not on PATH"));
-        }
-    }
-    None
+    crate::needs::root_and_tools(
+        "it boots a systemd in its own PID and mount namespace",
+        &["unshare", "nsenter", "setpriv", "systemctl", "journalctl"],
+    )
 }
 
 /// One round's figures.

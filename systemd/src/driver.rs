@@ -496,9 +496,18 @@ impl Driver for SystemdDriver {
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
-        let changed = self.write_unit("prepare", rev, spec)?;
+        let op = "prepare";
+        let mut changed = self.write_unit(op, rev, spec)?;
+        // Its env drop-in too, with the spec's env, when it has none: activating it
+        // then changes no file unless a launch env comes with it, so revisions
+        // prepared one after another share the reload of the first activation instead
+        // of one each (a namespace's commands run in order). An existing drop-in may
+        // hold the launch env of a running revision: left as it is.
+        if !self.env_path(&naming::unit_name(rev)).exists() {
+            changed |= self.write_env(op, rev, spec, &LaunchEnv::new())?;
+        }
         if changed {
-            // systemd reads it at the next reload, which every start waits for.
+            // systemd reads them at the next reload, which every start waits for.
             self.bus.files_changed();
         }
         Ok(())

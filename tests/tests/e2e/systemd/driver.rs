@@ -388,6 +388,48 @@ fn concurrent_activations_share_their_reloads() {
 }
 
 #[test]
+fn activations_one_after_another_of_revisions_prepared_before_share_one_reload() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let names: Vec<String> = (0..5).map(|i| format!("w{i}")).collect();
+    let mut specs: Vec<Spec> = names.iter().map(|w| spec_running(&host, "ns", w)).collect();
+    for spec in &mut specs {
+        spec.env.insert("T".into(), "opaque-spec".into());
+    }
+    let before = rt
+        .block_on(async {
+            d.ensure_namespace("ns").await?;
+            for (w, spec) in names.iter().zip(&specs) {
+                d.prepare(rev("ns", w, "r1"), spec).await?;
+            }
+            let before = d.bus().reloads();
+            for (w, spec) in names.iter().zip(&specs) {
+                d.activate(rev("ns", w, "r1"), spec, &LaunchEnv::new(), None)
+                    .await?;
+            }
+            Ok::<_, capstan_driver::DriverError>(before)
+        })
+        .unwrap();
+    assert_eq!(d.bus().reloads() - before, 1, "5 activations in a row");
+    for w in &names {
+        assert_eq!(dump(&host, "ns", w)["env"]["T"], "opaque-spec");
+    }
+    // A launch env still reaches the process: a changed drop-in, a reload, a restart.
+    let (w, spec) = (&names[0], &specs[0]);
+    rt.block_on(d.activate(
+        rev("ns", w, "r1"),
+        spec,
+        &launch(&[("T", "opaque-2")]),
+        None,
+    ))
+    .unwrap();
+    assert_eq!(d.bus().reloads() - before, 2);
+    wait_until("w0 to see the launch env", READY, || {
+        dump(&host, "ns", w)["env"]["T"] == "opaque-2"
+    });
+}
+
+#[test]
 fn a_host_reboot_brings_back_what_intent_runs_and_nothing_else() {
     let mut host = SystemdHost::boot();
     let (web, api, old) = (

@@ -18,6 +18,10 @@ export CAPSTAN_NATS_SERVER
 # rootfs: built once by .ci/rootfs.sh (debootstrap, about 1.5 minutes) and cached.
 CAPSTAN_FLEET_ROOTFS=$(.ci/rootfs.sh)
 export CAPSTAN_FLEET_ROOTFS
+# The kube tests (tests/harness/kube.rs) run a real etcd, kube-apiserver and
+# kube-controller-manager per test: built from the Go module proxy by .ci/kube.sh once
+# and cached (sets CAPSTAN_KUBE_BIN_DIR; cold build time in docs/kube.md).
+eval "$(.ci/kube.sh)"
 OLDEST_NATS=/usr/sbin/nats-server
 
 # The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).

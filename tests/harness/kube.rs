@@ -189,6 +189,50 @@ impl KubeCluster {
         path
     }
 
+    /// The agent's ClusterRole as shipped (`packaging/kube/clusterrole.yaml`), applied
+    /// as `role` with `without` (resource, verb) pairs taken out of its rules; returns a
+    /// kubeconfig for a ServiceAccount `role` bound to it (see `kubeconfig_for`).
+    pub fn agent_kubeconfig(&self, role: &str, without: &[(&str, &str)]) -> PathBuf {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kube/clusterrole.yaml");
+        let text = std::fs::read_to_string(&path).expect("read the shipped ClusterRole");
+        let mut cluster_role: serde_json::Value =
+            serde_saphyr::from_str(&text).expect("the shipped ClusterRole is YAML");
+        cluster_role["metadata"]["name"] = role.into();
+        for rule in cluster_role["rules"].as_array_mut().expect("rules") {
+            let names = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            };
+            let resources = names("resources");
+            let verbs: Vec<String> = names("verbs")
+                .into_iter()
+                .filter(|verb| {
+                    !without
+                        .iter()
+                        .any(|(r, v)| v == verb && resources.iter().any(|x| x == r))
+                })
+                .collect();
+            rule["verbs"] = verbs.into();
+        }
+        let client = self.client();
+        self.block_on(async {
+            let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client);
+            roles
+                .patch(
+                    role,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&cluster_role),
+                )
+                .await
+                .expect("apply the agent's ClusterRole");
+        });
+        self.kubeconfig_for(role, role)
+    }
+
     /// Stops the apiserver (SIGTERM, asserting exit 0), keeping etcd and its data.
     #[track_caller]
     pub fn stop_apiserver(&mut self) {

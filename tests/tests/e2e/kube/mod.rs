@@ -2,5 +2,6 @@
 //! etcd, kube-apiserver with RBAC, kube-controller-manager, built by `.ci/kube.sh`)
 //! and the node stand-in that plays the kubelet.
 
+mod driver;
 mod node;
 mod smoke;

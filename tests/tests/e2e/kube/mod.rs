@@ -2,6 +2,7 @@
 //! etcd, kube-apiserver with RBAC, kube-controller-manager, built by `.ci/kube.sh`)
 //! and the node stand-in that plays the kubelet.
 
+mod agent;
 mod driver;
 mod node;
 mod smoke;

@@ -1,0 +1,151 @@
+//! The cluster agent (`driver = "kube"`) against the real apiserver, under the shipped
+//! ClusterRole: commands through `apply` with an exec hook's placeholder reaching the
+//! pod template and never the log; agent kills and restarts that touch nothing.
+
+use capstan_tests::agent::{Agent, AgentBuilder};
+use capstan_tests::command::Spec;
+use capstan_tests::hooks::Hook;
+use capstan_tests::kube::KubeCluster;
+use capstan_tests::unique;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use serde_json::Value;
+
+const ALL: &[&str] = &[
+    "after_namespace_prepared",
+    "before_workload_start",
+    "before_workload_stop",
+    "before_namespace_delete",
+];
+
+/// Owner `iam`: contributes `DB_TOKEN=opaque-db.tok:42` to every start.
+fn iam() -> Hook {
+    let body = "[ \"$phase\" = before_workload_start ] && \
+                echo '{\"env\":{\"DB_TOKEN\":\"opaque-db.tok:42\"}}'\nexit 0";
+    Hook::new("iam", ALL, body)
+}
+
+fn agent(cluster: &KubeCluster, name: &str) -> AgentBuilder {
+    let kubeconfig = cluster.agent_kubeconfig("capstan-agent", &[]);
+    Agent::builder(&unique(name)).kube(&kubeconfig).hook(iam())
+}
+
+fn spec(image: &str) -> Spec {
+    Spec::docker(image)
+        .with("driver", "kube")
+        .env("MODE", "test")
+}
+
+/// The live Deployment of workload `web` in namespace `ns`.
+fn web(cluster: &KubeCluster) -> Option<Deployment> {
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    cluster.block_on(api.get_opt("capstan-web")).unwrap()
+}
+
+fn env_of(d: &Deployment) -> Vec<(String, String)> {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn revision(d: &Deployment) -> &str {
+    capstan_kube::objects::revision_of(d).unwrap()
+}
+
+#[test]
+fn the_cluster_agent_rolls_out_with_the_hooks_placeholder_in_the_pod_template_only() {
+    let cluster = KubeCluster::start();
+    let a = agent(&cluster, "kroll").build();
+    let c = a.commands("ns");
+    let mut outputs = Vec::new();
+    outputs.push(a.apply_ok(&[
+        c.ensure_namespace("ns"),
+        c.prepare("p1", "web", "r1", spec("capstan-test/web:1")),
+    ]));
+    assert!(web(&cluster).is_none(), "prepared, not rolled out");
+    outputs.push(a.apply_ok(&[c.activate("a1", "web", "r1")]));
+    let d = web(&cluster).expect("the Deployment");
+    assert_eq!(revision(&d), "r1");
+    let want = [("DB_TOKEN", "opaque-db.tok:42"), ("MODE", "test")]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+    assert_eq!(env_of(&d), want);
+
+    outputs.push(a.apply_ok(&[c.stop("s1", "web")]));
+    assert_eq!(web(&cluster).unwrap().spec.unwrap().replicas, Some(0));
+    outputs.push(a.apply_ok(&[c.start("st1", "web")]));
+    assert_eq!(web(&cluster).unwrap().spec.unwrap().replicas, Some(1));
+
+    outputs.push(a.apply_ok(&[
+        c.prepare("p2", "web", "r2", spec("capstan-test/web:2")),
+        c.activate("a2", "web", "r2"),
+        c.retire("x1", "web", "r1"),
+    ]));
+    let d = web(&cluster).expect("r2's Deployment");
+    assert_eq!(revision(&d), "r2", "retiring r1 left r2 alone");
+    assert_eq!(env_of(&d), want);
+
+    let intent = a.intent();
+    assert_eq!(
+        intent["workloads"]["ns/web"]["intent"], "running",
+        "{intent}"
+    );
+    // The placeholder is in the pod template, never in the log or the output.
+    let text = format!(
+        "{}{}",
+        serde_json::to_string(&a.log()).unwrap(),
+        outputs.iter().map(ToString::to_string).collect::<String>()
+    );
+    assert!(
+        !text.contains("opaque-"),
+        "a placeholder reached the log or output"
+    );
+    cluster.stop();
+}
+
+#[test]
+fn an_agent_killed_and_restarted_touches_nothing_in_the_cluster() {
+    let cluster = KubeCluster::start();
+    let a = agent(&cluster, "kkill").build();
+    let c = a.commands("ns");
+    a.apply_ok(&c.rollout(&["web"], "r1", |_| spec("capstan-test/web:1")));
+    let before = web(&cluster).expect("the Deployment");
+    let intent = a.intent();
+
+    let daemon = a.run();
+    let reconciled = |daemon: &capstan_tests::process::Process| -> Value {
+        daemon.wait_for_line("startup reconciliation done", |l| {
+            l["fields"]["message"] == "startup reconciliation done"
+        })["fields"]
+            .clone()
+    };
+    let fields = reconciled(&daemon);
+    assert_eq!(fields["started"], 0, "{fields}");
+    assert_eq!(fields["drift"], 0, "{fields}");
+    daemon.kill();
+    assert_eq!(
+        a.intent()["workloads"],
+        intent["workloads"],
+        "rebuilt from the log"
+    );
+    let daemon = a.run();
+    reconciled(&daemon);
+    daemon.stop();
+
+    let after = web(&cluster).expect("the Deployment is still there");
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "never applied again"
+    );
+    assert_eq!(after.spec.unwrap().replicas, Some(1), "never scaled");
+    cluster.stop();
+}

@@ -485,12 +485,15 @@ impl Driver for KubeDriver {
         gone(call(OP, &rev, || api.delete(&name, &dp)).await)
     }
 
+    /// The Namespaces and Deployments of ours. Staged revisions (ConfigMaps) are not
+    /// backends: a running-intent workload whose Deployment was deleted by hand shows
+    /// as missing (`backend_missing`), not as a stopped revision the cluster agent
+    /// would leave alone.
     async fn observe(&self) -> Result<Observed, DriverError> {
         const OP: &str = "observe";
         let ours = ListParams::default().labels(&self.selector());
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let deployments: Api<Deployment> = Api::all(self.client.clone());
-        let staged: Api<ConfigMap> = Api::all(self.client.clone());
         let target = &"the cluster";
         let mut observed = Observed::default();
         for n in call(OP, target, || namespaces.list(&ours)).await? {
@@ -504,15 +507,6 @@ impl Driver for KubeDriver {
                 revision.clone(),
             ))
         };
-        for c in call(OP, target, || staged.list(&ours)).await? {
-            if let Some((workload, revision)) = key(&c.metadata) {
-                observed
-                    .workloads
-                    .entry(workload)
-                    .or_default()
-                    .insert(revision, BackendState::Stopped);
-            }
-        }
         for d in call(OP, target, || deployments.list(&ours)).await? {
             if let Some((workload, revision)) = key(&d.metadata) {
                 observed
@@ -526,16 +520,12 @@ impl Driver for KubeDriver {
     }
 
     async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
-        const OP: &str = "state";
-        let live = self.deployment(OP, rev).await?;
-        if let (OnRevision::This, Some(live)) = (OnRevision::of(live.as_ref(), rev.revision), &live)
-        {
-            return Ok(Some(state_of(live)));
-        }
-        let name = objects::staged_name(rev.workload, rev.revision);
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), rev.namespace);
-        let staged = call(OP, &rev, || api.get_opt(&name)).await?;
-        Ok(staged.map(|_| BackendState::Stopped))
+        // As `observe`: only a Deployment on this revision is its backend.
+        let live = self.deployment("state", rev).await?;
+        Ok(match (OnRevision::of(live.as_ref(), rev.revision), &live) {
+            (OnRevision::This, Some(live)) => Some(state_of(live)),
+            _ => None,
+        })
     }
 }
 

@@ -112,6 +112,16 @@ impl KubeCluster {
         self.rt.block_on(f)
     }
 
+    /// Runs `f` on the cluster's runtime in the background (e.g. a command that must
+    /// be in flight while the test restarts the apiserver).
+    pub fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.rt.spawn(f)
+    }
+
     /// An admin client, bound to the cluster's runtime.
     pub fn client(&self) -> Client {
         self.client_for(&self.admin_kubeconfig())
@@ -382,6 +392,9 @@ impl KubeCluster {
         ))
         .arg("--service-account-issuer=https://kubernetes.default.svc")
         .arg("--service-cluster-ip-range=10.96.0.0/16")
+        // Also its shutdown timeout: a SIGTERM waits up to this long for the
+        // controllers' and the stand-in's connections (60 s by default).
+        .arg("--request-timeout=10s")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
         let t0 = Instant::now();

@@ -1,11 +1,13 @@
 //! The cluster agent (`driver = "kube"`) against the real apiserver, under the shipped
 //! ClusterRole: commands through `apply` with an exec hook's placeholder reaching the
-//! pod template and never the log; agent kills and restarts that touch nothing.
+//! pod template and never the log; agent kills and restarts that touch nothing; a
+//! Deployment deleted by hand reported at startup.
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::Spec;
 use capstan_tests::hooks::Hook;
 use capstan_tests::kube::KubeCluster;
+use capstan_tests::process::Process;
 use capstan_tests::unique;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -112,22 +114,30 @@ fn the_cluster_agent_rolls_out_with_the_hooks_placeholder_in_the_pod_template_on
     cluster.stop();
 }
 
-#[test]
-fn an_agent_killed_and_restarted_touches_nothing_in_the_cluster() {
+/// A cluster and an agent `name` that has rolled `web@r1` out in `ns`.
+fn rolled_out(name: &str) -> (KubeCluster, Agent) {
     let cluster = KubeCluster::start();
-    let a = agent(&cluster, "kkill").build();
+    let a = agent(&cluster, name).build();
     let c = a.commands("ns");
     a.apply_ok(&c.rollout(&["web"], "r1", |_| spec("capstan-test/web:1")));
+    (cluster, a)
+}
+
+/// The daemon's "startup reconciliation done" line's fields.
+fn reconciled(daemon: &Process) -> Value {
+    daemon.wait_for_line("startup reconciliation done", |l| {
+        l["fields"]["message"] == "startup reconciliation done"
+    })["fields"]
+        .clone()
+}
+
+#[test]
+fn an_agent_killed_and_restarted_touches_nothing_in_the_cluster() {
+    let (cluster, a) = rolled_out("kkill");
     let before = web(&cluster).expect("the Deployment");
     let intent = a.intent();
 
     let daemon = a.run();
-    let reconciled = |daemon: &capstan_tests::process::Process| -> Value {
-        daemon.wait_for_line("startup reconciliation done", |l| {
-            l["fields"]["message"] == "startup reconciliation done"
-        })["fields"]
-            .clone()
-    };
     let fields = reconciled(&daemon);
     assert_eq!(fields["started"], 0, "{fields}");
     assert_eq!(fields["drift"], 0, "{fields}");
@@ -147,5 +157,32 @@ fn an_agent_killed_and_restarted_touches_nothing_in_the_cluster() {
         "never applied again"
     );
     assert_eq!(after.spec.unwrap().replicas, Some(1), "never scaled");
+    cluster.stop();
+}
+
+#[test]
+fn a_deployment_deleted_by_hand_is_reported_at_startup_and_not_recreated() {
+    let (cluster, a) = rolled_out("kdrift");
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    cluster
+        .block_on(api.delete("capstan-web", &Default::default()))
+        .expect("delete the Deployment by hand");
+    capstan_tests::wait_until("the Deployment to be gone", capstan_tests::READY, || {
+        web(&cluster).is_none()
+    });
+
+    let daemon = a.run();
+    let fields = reconciled(&daemon);
+    assert_eq!(fields["failed"], 1, "{fields}");
+    assert_eq!(fields["started"], 0, "{fields}");
+    daemon.stop();
+    let failed = a.events("workload_failed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["code"], "backend_missing", "{failed:?}");
+    assert!(
+        web(&cluster).is_none(),
+        "the cluster agent does not recreate it"
+    );
+    assert_eq!(a.intent()["workloads"]["ns/web"]["intent"], "running");
     cluster.stop();
 }

@@ -316,3 +316,45 @@ fn a_field_another_manager_owns_is_a_conflict_and_an_image_pull_error_is_reporte
     assert!(err.report().contains("ErrImagePull"), "{}", err.report());
     cluster.stop();
 }
+
+#[test]
+fn an_apiserver_restart_mid_rollout_completes_or_fails_retryably_and_applies_once() {
+    let mut cluster = KubeCluster::start();
+    let d = std::sync::Arc::new(driver(&cluster, "capstan-agent", &[]));
+    let ns = unique("kube-restart");
+    cluster.block_on(async {
+        d.ensure_namespace(&ns).await.unwrap();
+        d.prepare(rev(&ns, "r1"), &spec("capstan-test/web:1"))
+            .await
+            .unwrap();
+    });
+    let activate = {
+        let (d, ns) = (d.clone(), ns.clone());
+        move || {
+            let (d, ns) = (d.clone(), ns.clone());
+            async move {
+                d.activate(rev(&ns, "r1"), &spec("capstan-test/web:1"), &launch(), None)
+                    .await
+            }
+        }
+    };
+    let in_flight = cluster.spawn(activate());
+    cluster.stop_apiserver();
+    cluster.restart_apiserver();
+    match cluster.block_on(in_flight).expect("the activate task") {
+        Ok(()) => eprintln!("the activate in flight completed across the restart"),
+        Err(e) => {
+            eprintln!("the activate in flight failed: {}", e.report());
+            assert!(e.code().is_retryable(), "{}", e.report());
+        }
+    }
+    // The retry (the executor's, after a retryable failure) converges.
+    cluster
+        .block_on(activate())
+        .expect("activate again after the restart");
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client(), &ns);
+    let dep = cluster.block_on(deployments.get("capstan-web")).unwrap();
+    assert_eq!(dep.metadata.generation, Some(1), "applied once in effect");
+    assert_eq!(dep.status.unwrap().available_replicas, Some(1));
+    cluster.stop();
+}

@@ -6,13 +6,16 @@ use crate::objects::{self, ApiFailure, OnRevision, Owner, Rollout, Template};
 use crate::KubeConfig;
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use capstan_driver::{
-    BackendState, Capabilities, Driver, DriverError, LaunchEnv, Observed, RevisionRef,
+    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Client, Config};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -72,6 +75,18 @@ impl KubeDriver {
 
     fn selector(&self) -> String {
         format!("{}=true,{}={}", objects::MANAGED, objects::HOST, self.host)
+    }
+
+    /// The pods of one revision.
+    fn pods_of(&self, rev: RevisionRef<'_>) -> ListParams {
+        ListParams::default().labels(&format!(
+            "{},{}={},{}={}",
+            self.selector(),
+            objects::WORKLOAD,
+            rev.workload,
+            objects::REVISION,
+            rev.revision
+        ))
     }
 
     fn deployments(&self, namespace: &str) -> Api<Deployment> {
@@ -156,14 +171,7 @@ impl KubeDriver {
         let name = objects::deployment_name(rev.workload);
         let api = self.deployments(rev.namespace);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), rev.namespace);
-        let pod_selector = ListParams::default().labels(&format!(
-            "{},{}={},{}={}",
-            self.selector(),
-            objects::WORKLOAD,
-            rev.workload,
-            objects::REVISION,
-            rev.revision
-        ));
+        let pod_selector = self.pods_of(rev);
         let mut last = None;
         loop {
             let deployment = call(op, &rev, || api.get_opt(&name))
@@ -309,11 +317,13 @@ impl Driver for KubeDriver {
     }
 
     /// The cluster owns its workloads: an agent stop or start never stops or starts
-    /// anything, and the cluster (not the agent) restarts pods.
+    /// anything, and the cluster (not the agent) restarts pods. Container restarts are
+    /// reported as exits ([`Driver::watch_exits`]); the agent only records them, and a
+    /// crash loop as `workload_failed`.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             manages_lifecycle: false,
-            reports_exits: false,
+            reports_exits: true,
             restarts_exits: false,
             reaps_orphans: false,
         }
@@ -519,13 +529,56 @@ impl Driver for KubeDriver {
         Ok(observed)
     }
 
+    /// As `observe` (only a Deployment on this revision is its backend), and failed
+    /// when its pods crash-loop: the cluster restarts them, but they do not come up.
     async fn state(&self, rev: RevisionRef<'_>) -> Result<Option<BackendState>, DriverError> {
-        // As `observe`: only a Deployment on this revision is its backend.
-        let live = self.deployment("state", rev).await?;
-        Ok(match (OnRevision::of(live.as_ref(), rev.revision), &live) {
-            (OnRevision::This, Some(live)) => Some(state_of(live)),
-            _ => None,
-        })
+        const OP: &str = "state";
+        let live = self.deployment(OP, rev).await?;
+        let (OnRevision::This, Some(live)) = (OnRevision::of(live.as_ref(), rev.revision), &live)
+        else {
+            return Ok(None);
+        };
+        let state = state_of(live);
+        if state != BackendState::Running {
+            return Ok(Some(state));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), rev.namespace);
+        let of_rev = self.pods_of(rev);
+        let listed = call(OP, &rev, || pods.list(&of_rev)).await?;
+        Ok(Some(match objects::pod_failure(&listed.items) {
+            Some((ErrorCode::BackendFailed, reason)) => BackendState::Failed { reason },
+            _ => state,
+        }))
+    }
+
+    /// Container restarts of our pods, from a watch (kube-runtime's watcher, resumed
+    /// with backoff after a disconnect or an apiserver restart).
+    async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let config = watcher::Config::default().labels(&self.selector());
+        let events = watcher(pods, config).default_backoff().applied_objects();
+        futures::pin_mut!(events);
+        let mut seen = BTreeMap::new();
+        loop {
+            let pod = tokio::select! {
+                // Cancel-safe: a closed receiver ends the watch; nothing is lost.
+                () = exits.closed() => return Ok(()),
+                pod = events.next() => pod,
+            };
+            let pod = match pod {
+                Some(Ok(pod)) => pod,
+                Some(Err(e)) => {
+                    tracing::warn!(target: "capstan::kube", error = %e, "pod watch interrupted; resuming");
+                    continue;
+                }
+                None => return Ok(()),
+            };
+            for exit in objects::exits_of(&pod, &mut seen) {
+                if exits.send(exit).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
     }
 }
 

@@ -366,6 +366,45 @@ pub fn pod_failure(pods: &[Pod]) -> Option<(ErrorCode, String)> {
     None
 }
 
+/// The restarts a pod's containers went through that `seen` (container → restart
+/// count, per pod) has not reported yet, as exits of the pod's revision: one per pod
+/// and container whose restart count grew, with the last termination's exit code.
+/// Updates `seen`. Pods without our workload and revision labels are none of ours.
+pub fn exits_of(pod: &Pod, seen: &mut BTreeMap<String, i32>) -> Vec<capstan_driver::Exit> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.as_ref();
+    let (Some(namespace), Some(workload), Some(revision)) = (
+        meta.namespace.as_deref(),
+        labels.and_then(|l| l.get(WORKLOAD)),
+        labels.and_then(|l| l.get(REVISION)),
+    ) else {
+        return vec![];
+    };
+    let pod_name = meta.name.as_deref().unwrap_or_default();
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    let mut exits = Vec::new();
+    for c in statuses.into_iter().flatten() {
+        let last = seen.entry(format!("{pod_name}/{}", c.name)).or_insert(0);
+        if c.restart_count > *last {
+            *last = c.restart_count;
+            exits.push(capstan_driver::Exit {
+                namespace: namespace.to_string(),
+                workload: workload.clone(),
+                revision: revision.clone(),
+                exit_code: c
+                    .last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .map(|t| i64::from(t.exit_code)),
+            });
+        }
+    }
+    exits
+}
+
 /// How the driver treats an API error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiFailure {

@@ -225,3 +225,39 @@ fn api_errors_map_to_stable_codes_or_a_retry() {
         ApiFailure::Code(ErrorCode::InvalidSpec)
     );
 }
+
+#[test]
+fn each_restart_of_a_pods_container_is_one_exit_of_its_revision() {
+    let crashing = |restarts: i32| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "capstan-web-abc", "namespace": "team",
+                "labels": {WORKLOAD: "web", REVISION: "r1"}},
+            "status": {"containerStatuses": [{
+                "name": "main", "image": "x", "imageID": "", "ready": false,
+                "restartCount": restarts,
+                "lastState": {"terminated": {"exitCode": 2}},
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]},
+        }))
+        .unwrap()
+    };
+    let mut seen = BTreeMap::new();
+    let exits = exits_of(&crashing(1), &mut seen);
+    assert_eq!(
+        exits,
+        [capstan_driver::Exit {
+            namespace: "team".into(),
+            workload: "web".into(),
+            revision: "r1".into(),
+            exit_code: Some(2),
+        }]
+    );
+    assert!(
+        exits_of(&crashing(1), &mut seen).is_empty(),
+        "reported once"
+    );
+    assert_eq!(exits_of(&crashing(3), &mut seen).len(), 1);
+    assert!(
+        exits_of(&pod("Running"), &mut seen).is_empty(),
+        "not labelled ours"
+    );
+}

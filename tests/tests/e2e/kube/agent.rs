@@ -1,7 +1,8 @@
 //! The cluster agent (`driver = "kube"`) against the real apiserver, under the shipped
 //! ClusterRole: commands through `apply` with an exec hook's placeholder reaching the
 //! pod template and never the log; agent kills and restarts that touch nothing; a
-//! Deployment deleted by hand reported at startup.
+//! Deployment deleted by hand reported at startup; a crash loop recorded from the pod
+//! watch and left to the cluster.
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::Spec;
@@ -9,9 +10,12 @@ use capstan_tests::hooks::Hook;
 use capstan_tests::kube::KubeCluster;
 use capstan_tests::process::Process;
 use capstan_tests::unique;
+use capstan_tests::{wait_until, READY};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt as _};
+use serde_json::{json, Value};
 
 const ALL: &[&str] = &[
     "after_namespace_prepared",
@@ -167,7 +171,7 @@ fn a_deployment_deleted_by_hand_is_reported_at_startup_and_not_recreated() {
     cluster
         .block_on(api.delete("capstan-web", &Default::default()))
         .expect("delete the Deployment by hand");
-    capstan_tests::wait_until("the Deployment to be gone", capstan_tests::READY, || {
+    wait_until("the Deployment to be gone", READY, || {
         web(&cluster).is_none()
     });
 
@@ -184,5 +188,56 @@ fn a_deployment_deleted_by_hand_is_reported_at_startup_and_not_recreated() {
         "the cluster agent does not recreate it"
     );
     assert_eq!(a.intent()["workloads"]["ns/web"]["intent"], "running");
+    cluster.stop();
+}
+
+#[test]
+fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
+    let (cluster, a) = rolled_out("kcrash");
+    let before = web(&cluster).expect("the Deployment");
+    let daemon = a.run();
+    reconciled(&daemon);
+    // Play the kubelet: the container crashed twice (exit 2) and is backing off.
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
+    let of_web = ListParams::default().labels("io.capstan.workload=web");
+    let pod = cluster
+        .block_on(pods.list(&of_web))
+        .unwrap()
+        .items
+        .remove(0);
+    let crashed = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{
+            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
+            "restartCount": 2,
+            "lastState": {"terminated": {"exitCode": 2}},
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+    }});
+    cluster
+        .block_on(pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(crashed),
+        ))
+        .expect("write the pod's status");
+    // The log is the daemon's while it runs: wait on what it says, then read the log.
+    daemon.wait_for_text("the backend gave up on it");
+    daemon.stop();
+    let failed = &a.events("workload_failed")[0];
+    assert_eq!(failed["code"], "backend_failed", "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("CrashLoopBackOff"),
+        "{failed}"
+    );
+    let exited = a.events("workload_exited");
+    assert_eq!(exited[0]["exit_code"], 2, "{exited:?}");
+    let after = web(&cluster).expect("the Deployment");
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "the cluster restarts pods, not the agent"
+    );
     cluster.stop();
 }

@@ -224,20 +224,21 @@ impl KubeDriver {
         }
     }
 
-    /// Starts `rev` from `template`, with the replicas the workload runs with.
+    /// Starts `rev` from `spec` (its replicas) and the accepted launch environment.
     async fn run(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
-        template: &Template,
+        spec: &Spec,
+        launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
+        let template = Template::from_spec(spec, launch_env)
+            .map_err(|reason| DriverError::refused(op, rev, ErrorCode::InvalidSpec, reason))?;
         self.our_namespace(op, rev.namespace).await?;
-        let runs_with = self
-            .deployment(op, rev)
-            .await?
-            .as_ref()
-            .map_or(1, objects::runs_with);
-        self.apply(op, rev, template, runs_with, runs_with).await
+        // Refuses a Deployment under our name that is not ours.
+        self.deployment(op, rev).await?;
+        let replicas = spec.kube.replicas;
+        self.apply(op, rev, &template, replicas, replicas).await
     }
 }
 
@@ -402,12 +403,9 @@ impl Driver for KubeDriver {
         launch_env: &LaunchEnv,
         _previous: Option<&str>,
     ) -> Result<(), DriverError> {
-        const OP: &str = "activate";
         // The previous revision is the same Deployment's older template: the rollout
         // replaces its pods, so there is nothing else to stop.
-        let template = Template::from_spec(spec, launch_env)
-            .map_err(|reason| DriverError::refused(OP, rev, ErrorCode::InvalidSpec, reason))?;
-        self.run(OP, rev, &template).await
+        self.run("activate", rev, spec, launch_env).await
     }
 
     async fn start(
@@ -416,10 +414,7 @@ impl Driver for KubeDriver {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        const OP: &str = "start";
-        let template = Template::from_spec(spec, launch_env)
-            .map_err(|reason| DriverError::refused(OP, rev, ErrorCode::InvalidSpec, reason))?;
-        self.run(OP, rev, &template).await
+        self.run("start", rev, spec, launch_env).await
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {

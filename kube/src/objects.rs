@@ -24,6 +24,8 @@ pub const REVISION: &str = "io.capstan.revision";
 pub const REPLICAS: &str = "io.capstan.replicas";
 /// An annotation of a staged revision's ConfigMap: the hash of its spec.
 pub const SPEC_HASH: &str = "io.capstan.spec-hash";
+/// The most replicas a spec may ask for.
+pub const MAX_REPLICAS: u32 = 1000;
 /// The one container of a workload's pods.
 pub const CONTAINER: &str = "main";
 
@@ -93,6 +95,9 @@ impl Template {
         let image = spec.image.clone().ok_or("a kube workload needs an image")?;
         if !spec.mounts.is_empty() {
             return Err("the kube driver does not mount host paths".into());
+        }
+        if !(1..=MAX_REPLICAS).contains(&spec.kube.replicas) {
+            return Err(format!("kube.replicas must be 1 to {MAX_REPLICAS}"));
         }
         Ok(Template {
             image,

@@ -27,6 +27,7 @@ fn spec() -> Spec {
             protocol: Protocol::Tcp,
         }],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 
@@ -92,6 +93,11 @@ fn specs_the_driver_cannot_run_are_refused() {
         read_only: false,
     }];
     assert!(Template::from_spec(&mounts, &launch()).is_err());
+    for replicas in [0, MAX_REPLICAS + 1] {
+        let mut s = spec();
+        s.kube.replicas = replicas;
+        assert!(Template::from_spec(&s, &launch()).is_err(), "{replicas}");
+    }
 }
 
 #[test]

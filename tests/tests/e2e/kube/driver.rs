@@ -40,6 +40,7 @@ fn spec(image: &str) -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 
@@ -65,6 +66,9 @@ fn the_command_sequence_leaves_the_objects_it_should() {
     let d = driver(&cluster, "capstan-agent", &[]);
     let ns = unique("kube-seq");
     let (r1, r2) = (rev(&ns, "r1"), rev(&ns, "r2"));
+    // Two pods when it runs: start_workload scales back to the spec's replicas.
+    let mut web1 = spec("capstan-test/web:1");
+    web1.kube.replicas = 2;
     let admin = cluster.client();
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
     let staged: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
@@ -79,7 +83,7 @@ fn the_command_sequence_leaves_the_objects_it_should() {
         d.ensure_namespace(&ns)
             .await
             .expect("ensure_namespace is idempotent");
-        d.prepare(r1, &spec("capstan-test/web:1")).await.unwrap();
+        d.prepare(r1, &web1).await.unwrap();
     });
     let namespace = cluster
         .block_on(Api::<Namespace>::all(admin.clone()).get(&ns))
@@ -94,7 +98,7 @@ fn the_command_sequence_leaves_the_objects_it_should() {
     assert!(live().is_none(), "prepare stages without rolling out");
 
     cluster
-        .block_on(d.activate(r1, &spec("capstan-test/web:1"), &launch(), None))
+        .block_on(d.activate(r1, &web1, &launch(), None))
         .unwrap();
     let dep = live().expect("the Deployment");
     assert_eq!(
@@ -117,7 +121,7 @@ fn the_command_sequence_leaves_the_objects_it_should() {
         "{managers:?}"
     );
     let spec_ = dep.spec.as_ref().unwrap();
-    assert_eq!(spec_.replicas, Some(1));
+    assert_eq!(spec_.replicas, Some(2));
     let template = &spec_.template;
     assert_eq!(
         template.metadata.as_ref().unwrap().labels.as_ref().unwrap()[objects::REVISION],
@@ -134,7 +138,7 @@ fn the_command_sequence_leaves_the_objects_it_should() {
         [("MODE", "test"), ("TOKEN_REF", "opaque-tok.123")]
             .map(|(k, v)| (k.to_string(), v.to_string()))
     );
-    assert_eq!(dep.status.as_ref().unwrap().available_replicas, Some(1));
+    assert_eq!(dep.status.as_ref().unwrap().available_replicas, Some(2));
 
     // stop scales to 0, start back to what it ran with; nothing else changes.
     cluster.block_on(d.stop(r1)).unwrap();
@@ -143,13 +147,22 @@ fn the_command_sequence_leaves_the_objects_it_should() {
         cluster.block_on(d.state(r1)).unwrap(),
         Some(BackendState::Stopped)
     );
-    cluster
-        .block_on(d.start(r1, &spec("capstan-test/web:1"), &launch()))
-        .unwrap();
-    assert_eq!(live().unwrap().spec.unwrap().replicas, Some(1));
+    cluster.block_on(d.start(r1, &web1, &launch())).unwrap();
+    assert_eq!(live().unwrap().spec.unwrap().replicas, Some(2));
     assert_eq!(
         cluster.block_on(d.state(r1)).unwrap(),
         Some(BackendState::Running)
+    );
+    // resume (infrastructure restarts) runs it as last configured, launch env included.
+    cluster.block_on(async {
+        d.stop(r1).await.unwrap();
+        d.resume(r1).await.unwrap();
+    });
+    let resumed = live().unwrap();
+    assert_eq!(resumed.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(
+        resumed.spec.unwrap().template.spec.unwrap().containers[0].env,
+        dep.spec.unwrap().template.spec.unwrap().containers[0].env
     );
 
     // A newer revision rolls out on the same Deployment; retiring the older one

@@ -21,7 +21,9 @@ export CAPSTAN_FLEET_ROOTFS
 # The kube tests (tests/harness/kube.rs) run a real etcd, kube-apiserver and
 # kube-controller-manager per test: built from the Go module proxy by .ci/kube.sh once
 # and cached (sets CAPSTAN_KUBE_BIN_DIR; cold build time in docs/kube.md).
-eval "$(.ci/kube.sh)"
+# (Assigned first, so that a failed build stops this script under set -e.)
+kube_env=$(.ci/kube.sh)
+eval "$kube_env"
 OLDEST_NATS=/usr/sbin/nats-server
 
 # The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).

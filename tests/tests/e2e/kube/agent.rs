@@ -1,7 +1,7 @@
 //! The cluster agent (`driver = "kube"`) against the real apiserver, under the shipped
 //! ClusterRole: commands through `apply` with an exec hook's placeholder reaching the
 //! pod template and never the log; agent kills and restarts that touch nothing; a
-//! Deployment deleted by hand reported at startup; a crash loop recorded from the pod
+//! Deployment deleted by hand and one made by hand reported at startup; a crash loop recorded from the pod
 //! watch and left to the cluster.
 
 use capstan_tests::agent::{Agent, AgentBuilder};
@@ -165,7 +165,7 @@ fn an_agent_killed_and_restarted_touches_nothing_in_the_cluster() {
 }
 
 #[test]
-fn a_deployment_deleted_by_hand_is_reported_at_startup_and_not_recreated() {
+fn drift_made_by_hand_is_reported_at_startup_and_left_alone() {
     let (cluster, a) = rolled_out("kdrift");
     let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
     cluster
@@ -174,18 +174,51 @@ fn a_deployment_deleted_by_hand_is_reported_at_startup_and_not_recreated() {
     wait_until("the Deployment to be gone", READY, || {
         web(&cluster).is_none()
     });
+    // A Deployment labelled as this agent's that intent does not know.
+    let template = capstan_kube::objects::Template {
+        image: "capstan-test/ghost:1".into(),
+        args: vec![],
+        env: Default::default(),
+        working_dir: None,
+        ports: vec![],
+    };
+    let ghost = capstan_driver::RevisionRef {
+        namespace: "ns",
+        workload: "ghost",
+        revision: "g1",
+    };
+    let object = capstan_kube::objects::deployment(&a.host, ghost, &template, 1, 1, 600);
+    cluster
+        .block_on(api.patch(
+            "capstan-ghost",
+            &PatchParams::apply("ops"),
+            &Patch::Apply(object),
+        ))
+        .expect("apply a Deployment by hand");
 
     let daemon = a.run();
     let fields = reconciled(&daemon);
     assert_eq!(fields["failed"], 1, "{fields}");
+    assert_eq!(fields["drift"], 1, "{fields}");
     assert_eq!(fields["started"], 0, "{fields}");
     daemon.stop();
     let failed = a.events("workload_failed");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["code"], "backend_missing", "{failed:?}");
+    let drift = a.events("drift_detected");
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(drift[0]["workload"], "ghost", "{drift:?}");
+    assert_eq!(drift[0]["reaped"], false, "{drift:?}");
     assert!(
         web(&cluster).is_none(),
         "the cluster agent does not recreate it"
+    );
+    assert!(
+        cluster
+            .block_on(api.get_opt("capstan-ghost"))
+            .unwrap()
+            .is_some(),
+        "nor removes what it does not know"
     );
     assert_eq!(a.intent()["workloads"]["ns/web"]["intent"], "running");
     cluster.stop();

@@ -490,7 +490,8 @@ impl Driver for KubeDriver {
         gone(call(OP, &rev, || api.delete(&name, &dp)).await)
     }
 
-    /// The Namespaces and Deployments of ours. Staged revisions (ConfigMaps) are not
+    /// The Namespaces and Deployments of ours, and which of those had their replicas
+    /// changed outside capstan (`kubectl scale`). Staged revisions (ConfigMaps) are not
     /// backends: a running-intent workload whose Deployment was deleted by hand shows
     /// as missing (`backend_missing`), not as a stopped revision the cluster agent
     /// would leave alone.
@@ -514,6 +515,13 @@ impl Driver for KubeDriver {
         };
         for d in call(OP, target, || deployments.list(&ours)).await? {
             if let Some((workload, revision)) = key(&d.metadata) {
+                if let Some(what) = objects::replicas_changed(&d) {
+                    observed
+                        .changed
+                        .entry(workload.clone())
+                        .or_default()
+                        .insert(revision.clone(), what);
+                }
                 observed
                     .workloads
                     .entry(workload)

@@ -249,6 +249,41 @@ pub fn runs_with(deployment: &Deployment) -> u32 {
         .unwrap_or(1)
 }
 
+/// What changed a Deployment's replicas outside capstan, if something did: another
+/// field manager (`kubectl scale`, an autoscaler, a forced apply) owns
+/// `spec.replicas`, which capstan's apply no longer does.
+pub fn replicas_changed(deployment: &Deployment) -> Option<String> {
+    let owns_replicas = |fields: Option<&serde_json::Value>| {
+        fields.is_some_and(|f| f.get("f:spec").and_then(|s| s.get("f:replicas")).is_some())
+    };
+    let entries = deployment
+        .metadata
+        .managed_fields
+        .as_deref()
+        .unwrap_or_default();
+    let ours = entries.iter().any(|e| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Apply")
+            && owns_replicas(e.fields_v1.as_ref().map(|f| &f.0))
+    });
+    if ours {
+        return None;
+    }
+    let other = entries.iter().find(|e| {
+        e.manager.as_deref() != Some(FIELD_MANAGER)
+            && owns_replicas(e.fields_v1.as_ref().map(|f| &f.0))
+    })?;
+    let replicas = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    Some(format!(
+        "replicas set to {replicas} by {}",
+        other.manager.as_deref().unwrap_or("another field manager")
+    ))
+}
+
 /// What a live Deployment is to an operation on one revision of its workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnRevision {

@@ -267,3 +267,30 @@ fn each_restart_of_a_pods_container_is_one_exit_of_its_revision() {
         "not labelled ours"
     );
 }
+
+#[test]
+fn replicas_another_field_manager_took_are_a_change_outside_capstan() {
+    let t = Template::from_spec(&spec(), &launch()).unwrap();
+    let applied = deployment(HOST, rev("r1"), &t, 1, 1, 600);
+    let with_managers = |entries: Value| {
+        let mut d = live(applied.clone(), json!({}));
+        d.metadata.managed_fields = serde_json::from_value(entries).unwrap();
+        d.spec.as_mut().unwrap().replicas = Some(3);
+        d
+    };
+    let replicas = json!({"f:spec": {"f:replicas": {}}});
+    let template = json!({"f:spec": {"f:template": {}}});
+    let scaled = with_managers(json!([
+        {"manager": "capstan", "operation": "Apply", "fieldsV1": template},
+        {"manager": "kubectl", "operation": "Update", "subresource": "scale", "fieldsV1": replicas},
+    ]));
+    assert_eq!(
+        replicas_changed(&scaled),
+        Some("replicas set to 3 by kubectl".into())
+    );
+    let ours = with_managers(json!([
+        {"manager": "capstan", "operation": "Apply", "fieldsV1": replicas},
+    ]));
+    assert_eq!(replicas_changed(&ours), None);
+    assert_eq!(replicas_changed(&live(applied, json!({}))), None);
+}

@@ -274,3 +274,39 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
     );
     cluster.stop();
 }
+
+#[test]
+fn a_deployment_scaled_by_hand_is_reported_at_startup_and_left_scaled() {
+    let (cluster, a) = rolled_out("kscale");
+    // `kubectl scale deployment capstan-web --replicas=3`: the scale subresource.
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    let kubectl = PatchParams {
+        field_manager: Some("kubectl".into()),
+        ..PatchParams::default()
+    };
+    cluster
+        .block_on(api.patch_scale(
+            "capstan-web",
+            &kubectl,
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        ))
+        .expect("scale by hand");
+
+    let daemon = a.run();
+    let fields = reconciled(&daemon);
+    assert_eq!(fields["drift"], 1, "{fields}");
+    assert_eq!(fields["started"], 0, "{fields}");
+    daemon.wait_for_text("replicas set to 3 by kubectl");
+    daemon.stop();
+    let drift = a.events("drift_detected");
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(drift[0]["workload"], "web", "{drift:?}");
+    assert_eq!(drift[0]["revision"], "r1", "{drift:?}");
+    assert_eq!(drift[0]["reaped"], false, "{drift:?}");
+    assert_eq!(
+        web(&cluster).unwrap().spec.unwrap().replicas,
+        Some(3),
+        "the cluster agent leaves it as it is"
+    );
+    cluster.stop();
+}

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `missing` | Pending | waiting `ErrImagePull`, not ready |
 //! | `crashloop` | Running | waiting `CrashLoopBackOff`, 5 restarts, not ready |
+//! | `pending` | (none written: a rollout that waits until the test plays the kubelet) | |
 //! | anything else | Running | running, ready |
 //!
 //! Pods are never bound to a node: an unbound pod is deleted at once (no kubelet has to
@@ -26,6 +27,8 @@ pub enum Outcome {
     Ready,
     ImagePullError,
     CrashLoop,
+    /// Never reported: the test writes its status.
+    Pending,
 }
 
 impl Outcome {
@@ -34,6 +37,8 @@ impl Outcome {
             Outcome::ImagePullError
         } else if image.contains("crashloop") {
             Outcome::CrashLoop
+        } else if image.contains("pending") {
+            Outcome::Pending
         } else {
             Outcome::Ready
         }
@@ -44,13 +49,23 @@ impl Outcome {
 /// already (or is being deleted): the stand-in writes each pod once, so its own writes
 /// do not feed back into more writes and a test may play what happens next.
 pub fn status_for(pod: &Pod, now: &str) -> Option<Value> {
+    let image = pod.spec.as_ref()?.containers.first()?.image.as_deref();
+    status_as(pod, Outcome::of(image.unwrap_or_default()), now)
+}
+
+/// The status a kubelet writes for a ready pod, at `now`: for a test playing the
+/// kubelet of a `pending` pod.
+pub fn ready_status(pod: &Pod, now: &str) -> Option<Value> {
+    status_as(pod, Outcome::Ready, now)
+}
+
+fn status_as(pod: &Pod, outcome: Outcome, now: &str) -> Option<Value> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
     let spec = pod.spec.as_ref()?;
-    let first = spec.containers.first()?;
-    let outcome = Outcome::of(first.image.as_deref().unwrap_or_default());
     let (phase, ready) = match outcome {
+        Outcome::Pending => return None,
         Outcome::Ready => ("Running", true),
         Outcome::ImagePullError => ("Pending", false),
         Outcome::CrashLoop => ("Running", false),
@@ -74,7 +89,7 @@ pub fn status_for(pod: &Pod, now: &str) -> Option<Value> {
         .map(|c| {
             let image = c.image.clone().unwrap_or_default();
             let (state, restarts) = match outcome {
-                Outcome::Ready => (json!({"running": {"startedAt": now}}), 0),
+                Outcome::Ready | Outcome::Pending => (json!({"running": {"startedAt": now}}), 0),
                 Outcome::ImagePullError => (
                     json!({"waiting": {"reason": "ErrImagePull",
                         "message": format!("failed to pull image {image:?}: not found")}}),

@@ -64,6 +64,25 @@ fn env_of(d: &Deployment) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Writes `pod`'s status, as its kubelet would.
+fn write_status(cluster: &KubeCluster, pod: &Pod, status: Value) {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
+    cluster
+        .block_on(pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        ))
+        .expect("write the pod's status");
+}
+
+/// The first pod of workload `web` in namespace `ns`, if there is one.
+fn web_pod(cluster: &KubeCluster) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
+    let of_web = ListParams::default().labels("io.capstan.workload=web");
+    cluster.block_on(pods.list(&of_web)).unwrap().items.pop()
+}
+
 fn revision(d: &Deployment) -> &str {
     capstan_kube::objects::revision_of(d).unwrap()
 }
@@ -231,13 +250,7 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
     let daemon = a.run();
     reconciled(&daemon);
     // Play the kubelet: the container crashed twice (exit 2) and is backing off.
-    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
-    let of_web = ListParams::default().labels("io.capstan.workload=web");
-    let pod = cluster
-        .block_on(pods.list(&of_web))
-        .unwrap()
-        .items
-        .remove(0);
+    let pod = web_pod(&cluster).expect("web's pod");
     let crashed = json!({"status": {
         "conditions": [{"type": "Ready", "status": "False"}],
         "containerStatuses": [{
@@ -246,13 +259,7 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
             "lastState": {"terminated": {"exitCode": 2}},
             "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
     }});
-    cluster
-        .block_on(pods.patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(crashed),
-        ))
-        .expect("write the pod's status");
+    write_status(&cluster, &pod, crashed);
     // The log is the daemon's while it runs: wait on what it says, then read the log.
     daemon.wait_for_text("the backend gave up on it");
     daemon.stop();
@@ -308,5 +315,46 @@ fn a_deployment_scaled_by_hand_is_reported_at_startup_and_left_scaled() {
         Some(3),
         "the cluster agent leaves it as it is"
     );
+    cluster.stop();
+}
+
+#[test]
+fn an_agent_killed_during_a_rollout_finishes_it_after_restart_without_applying_twice() {
+    let cluster = KubeCluster::start();
+    // No hooks: the command's only effect is the driver's.
+    let kubeconfig = cluster.agent_kubeconfig("capstan-agent", &[]);
+    let a = Agent::builder(&unique("kmid")).kube(&kubeconfig).build();
+    let c = a.commands("ns");
+    a.apply_ok(&[
+        c.ensure_namespace("ns"),
+        c.prepare("p1", "web", "r1", spec("capstan-test/pending:1")),
+    ]);
+    // The node stand-in never reports `pending` pods: the rollout waits.
+    let input = a.write_input(&[c.activate("a1", "web", "r1")]);
+    let apply = a.start_apply(Some(&input));
+    let pod = wait_until("the rollout's pod", READY, || web_pod(&cluster));
+    apply.kill();
+    assert!(a.in_progress("a1"), "killed mid-command");
+    let generation = web(&cluster).unwrap().metadata.generation;
+
+    // Play the kubelet: the pod comes up; the restarted agent finishes the command.
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ready = capstan_tests::kube::node::ready_status(&pod, &now).expect("a status");
+    write_status(&cluster, &pod, ready);
+    a.recover();
+    let done: Vec<Value> = a
+        .log_of("a1")
+        .into_iter()
+        .filter(|r| r["kind"] == "command_completed")
+        .collect();
+    assert_eq!(done.len(), 1, "{done:?}");
+    if done[0]["outcome"] != "succeeded" {
+        let code: capstan_common::ErrorCode =
+            serde_json::from_value(done[0]["code"].clone()).expect("a code");
+        assert!(code.is_retryable(), "{done:?}");
+    }
+    let after = web(&cluster).unwrap();
+    assert_eq!(after.metadata.generation, generation, "never applied twice");
+    eprintln!("the interrupted activate ended: {}", done[0]);
     cluster.stop();
 }

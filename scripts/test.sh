@@ -18,6 +18,12 @@ export CAPSTAN_NATS_SERVER
 # rootfs: built once by .ci/rootfs.sh (debootstrap, about 1.5 minutes) and cached.
 CAPSTAN_FLEET_ROOTFS=$(.ci/rootfs.sh)
 export CAPSTAN_FLEET_ROOTFS
+# The kube tests (tests/harness/kube.rs) run a real etcd, kube-apiserver and
+# kube-controller-manager per test: built from the Go module proxy by .ci/kube.sh once
+# and cached (sets CAPSTAN_KUBE_BIN_DIR; cold build time in docs/kube.md).
+# (Assigned first, so that a failed build stops this script under set -e.)
+kube_env=$(.ci/kube.sh)
+eval "$kube_env"
 OLDEST_NATS=/usr/sbin/nats-server
 # schemathesis (PyPI, in a venv cached by .ci/schemathesis.sh) fuzzes the coordinator's
 # API from its OpenAPI description (e2e test nats::openapi).

@@ -8,6 +8,8 @@ use capstan_docker::DockerConfig;
 use capstan_driver::sim::SimConfig;
 #[cfg(feature = "external")]
 use capstan_external::ExternalConfig;
+#[cfg(feature = "kube")]
+use capstan_kube::KubeConfig;
 #[cfg(feature = "systemd")]
 use capstan_systemd::SystemdConfig;
 use serde::Deserialize;
@@ -100,6 +102,10 @@ pub struct AgentConfig {
     #[cfg(feature = "systemd")]
     #[serde(default)]
     pub systemd: SystemdConfig,
+    /// The kube driver's section; owned by `capstan-kube`.
+    #[cfg(feature = "kube")]
+    #[serde(default)]
+    pub kube: KubeConfig,
     /// The external driver's section; owned by `capstan-external`.
     #[cfg(feature = "external")]
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! The drivers compiled into this build, and opening the one the config names. The
 //! agent is their composition: each real driver is a crate behind a cargo feature
-//! (`docker`, `systemd`), so a build links only the backends it can drive. With the
+//! (`docker`, `systemd`, `kube`), so a build links only the backends it can drive. With the
 //! `external` feature, `driver = "external"` reaches a driver process over its socket
 //! (`docs/driver-protocol.md`); from then on it is treated like a built-in one.
 
@@ -18,6 +18,9 @@ pub fn compiled() -> Vec<DriverKind> {
     }
     if cfg!(feature = "systemd") {
         kinds.push(DriverKind::Systemd);
+    }
+    if cfg!(feature = "kube") {
+        kinds.push(DriverKind::Kube);
     }
     kinds
 }
@@ -52,7 +55,7 @@ fn list(kinds: &[DriverKind]) -> String {
 pub async fn open(
     config: &AgentConfig,
     #[cfg_attr(
-        not(any(feature = "docker", feature = "systemd")),
+        not(any(feature = "docker", feature = "systemd", feature = "kube")),
         allow(unused_variables)
     )]
     host: &str,
@@ -87,6 +90,14 @@ pub async fn open(
                 .await
                 .map_err(|e| OpenError::Backend(DriverKind::Systemd, e))?,
         )),
+        #[cfg(feature = "kube")]
+        DriverKind::Kube => Ok(Arc::new(
+            capstan_kube::KubeDriver::connect(host, config.kube.clone())
+                .await
+                .map_err(|e| OpenError::Backend(DriverKind::Kube, e))?,
+        )),
+        // Unreachable in a build with every driver.
+        #[allow(unreachable_patterns)]
         other => Err(OpenError::NotCompiled(DriverSetting::Builtin(other))),
     }
 }
@@ -95,6 +106,8 @@ pub async fn open(
 mod tests {
     use super::*;
 
+    // Kube is the driver a host agent build leaves out.
+    #[cfg(not(feature = "kube"))]
     #[tokio::test]
     async fn a_driver_outside_the_build_is_named_with_what_the_build_has() {
         let dir = tempfile::tempdir().unwrap();

@@ -313,6 +313,14 @@ pub enum Action {
         workload: String,
         revision: String,
     },
+    /// A revision of ours was changed outside capstan (`what`: e.g. a Deployment
+    /// scaled by hand): drift too, reported and never undone or removed.
+    Changed {
+        namespace: String,
+        workload: String,
+        revision: String,
+        what: String,
+    },
 }
 
 /// Lists the actions that bring the observed host to intent. Pure and idempotent:
@@ -373,6 +381,25 @@ pub fn plan(intent: &Intent, observed: &Observed) -> Vec<Action> {
                     revision: rev.clone(),
                 });
             }
+        }
+    }
+    for (key, revisions) in &observed.changed {
+        let (ns, wl) = key.split_once('/').unwrap_or((key, ""));
+        let known = intent.workloads.get(key);
+        for (rev, what) in revisions {
+            // A revision intent does not know is reported once, as drift above.
+            let tracked = known
+                .and_then(|w| w.revisions.get(rev))
+                .is_some_and(|r| r.state != RevisionState::Retired);
+            if !tracked {
+                continue;
+            }
+            actions.push(Action::Changed {
+                namespace: ns.into(),
+                workload: wl.into(),
+                revision: rev.clone(),
+                what: what.clone(),
+            });
         }
     }
     actions

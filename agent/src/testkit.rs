@@ -36,6 +36,7 @@ pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 

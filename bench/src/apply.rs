@@ -56,6 +56,7 @@ pub fn spec() -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 

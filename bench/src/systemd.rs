@@ -321,6 +321,7 @@ impl Capstan {
                 mounts: vec![],
                 ports: vec![],
                 systemd: Default::default(),
+                kube: Default::default(),
             };
             capstan.units.push(naming::unit_name(rev(&workload)));
             capstan.dumps.push(dump);

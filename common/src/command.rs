@@ -145,6 +145,9 @@ pub struct Spec {
     /// default, so specs that do not use it keep their canonical JSON (and hashes).
     #[serde(default, skip_serializing_if = "SystemdSpec::is_default")]
     pub systemd: SystemdSpec,
+    /// Settings only the kube driver reads; absent at its defaults, as `systemd`.
+    #[serde(default, skip_serializing_if = "KubeSpec::is_default")]
+    pub kube: KubeSpec,
 }
 
 /// A systemd unit's own settings. Each one relaxes or bounds the hardened default the
@@ -173,6 +176,32 @@ pub struct SystemdSpec {
 impl SystemdSpec {
     pub fn is_default(&self) -> bool {
         *self == SystemdSpec::default()
+    }
+}
+
+/// A Kubernetes workload's own settings (`docs/kube.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeSpec {
+    /// The pods the Deployment runs when the workload runs (1 to 1000);
+    /// `start_workload` scales back to this.
+    #[serde(default = "one")]
+    pub replicas: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for KubeSpec {
+    fn default() -> Self {
+        KubeSpec { replicas: one() }
+    }
+}
+
+impl KubeSpec {
+    pub fn is_default(&self) -> bool {
+        *self == KubeSpec::default()
     }
 }
 

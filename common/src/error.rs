@@ -110,6 +110,17 @@ pub enum ErrorCode {
     /// operation was in flight (the driver process went away). The agent reconnects
     /// on the next operation. Retryable: driver operations are idempotent.
     DriverUnavailable,
+    // Execution (`failed`), appended at the end so that no existing variant moves.
+    /// The backend's authorization refused the operation (Kubernetes RBAC: a verb
+    /// missing from the agent's role). The message names the operation and the object.
+    /// Not retryable: someone must grant the permission.
+    Forbidden,
+    /// Another field manager owns a field the driver sets (Kubernetes server-side
+    /// apply); nothing was changed. Not retryable: someone must give the field up.
+    FieldConflict,
+    /// The rollout did not complete within the driver's bounded wait; it goes on in
+    /// the backend. Retryable: the same command converges.
+    RolloutTimeout,
 }
 
 impl ErrorCode {
@@ -154,6 +165,9 @@ impl ErrorCode {
             Self::HookTimeout => "hook_timeout",
             Self::HookInvalidReply => "hook_invalid_reply",
             Self::DriverUnavailable => "driver_unavailable",
+            Self::Forbidden => "forbidden",
+            Self::FieldConflict => "field_conflict",
+            Self::RolloutTimeout => "rollout_timeout",
         }
     }
 
@@ -169,6 +183,7 @@ impl ErrorCode {
                 | Self::Interrupted
                 | Self::LogFailed
                 | Self::DriverUnavailable
+                | Self::RolloutTimeout
         )
     }
 }
@@ -208,6 +223,8 @@ mod tests {
             (ErrorCode::DriverMismatch, "driver_mismatch"),
             (ErrorCode::IdConflict, "id_conflict"),
             (ErrorCode::NotOwned, "not_owned"),
+            (ErrorCode::Forbidden, "forbidden"),
+            (ErrorCode::FieldConflict, "field_conflict"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));
@@ -217,6 +234,7 @@ mod tests {
             (ErrorCode::HookTimeout, "hook_timeout"),
             (ErrorCode::HookInvalidReply, "hook_invalid_reply"),
             (ErrorCode::DriverUnavailable, "driver_unavailable"),
+            (ErrorCode::RolloutTimeout, "rollout_timeout"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));

@@ -280,6 +280,7 @@ mod tests {
             mounts: vec![],
             ports: vec![],
             systemd: Default::default(),
+            kube: Default::default(),
         }
     }
 

@@ -238,6 +238,7 @@ mod tests {
                 protocol: Protocol::Tcp,
             }],
             systemd: Default::default(),
+            kube: Default::default(),
         }
     }
 

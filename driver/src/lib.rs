@@ -101,6 +101,10 @@ pub struct Observed {
     pub namespaces: BTreeSet<String>,
     /// `namespace/workload` → revision → state.
     pub workloads: BTreeMap<String, BTreeMap<String, BackendState>>,
+    /// Revisions of ours changed outside capstan (a Deployment scaled by hand):
+    /// `namespace/workload` → revision → what changed. Reported as drift, never
+    /// undone. Not carried by the external driver protocol.
+    pub changed: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Observed {

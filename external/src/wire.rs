@@ -274,6 +274,7 @@ impl From<WireObserved> for Observed {
         Observed {
             namespaces: o.namespaces,
             workloads: o.workloads,
+            changed: Default::default(),
         }
     }
 }

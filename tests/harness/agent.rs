@@ -32,6 +32,11 @@ pub enum Driver {
     External {
         socket: PathBuf,
     },
+    /// The kube driver on a test's [`crate::kube::KubeCluster`], through this
+    /// kubeconfig (e.g. [`crate::kube::KubeCluster::agent_kubeconfig`]).
+    Kube {
+        kubeconfig: PathBuf,
+    },
 }
 
 /// The `[systemd]` section of an agent on a [`crate::systemd::SystemdHost`].
@@ -76,6 +81,14 @@ impl AgentBuilder {
     pub fn external(mut self, socket: &Path) -> AgentBuilder {
         self.driver = Driver::External {
             socket: socket.to_path_buf(),
+        };
+        self
+    }
+
+    /// The kube driver through `kubeconfig` (rollouts waited on for at most 60 s).
+    pub fn kube(mut self, kubeconfig: &Path) -> AgentBuilder {
+        self.driver = Driver::Kube {
+            kubeconfig: kubeconfig.to_path_buf(),
         };
         self
     }
@@ -212,6 +225,10 @@ impl AgentBuilder {
             Driver::External { socket } => add(&format!(
                 "driver = \"external\"\n[external]\nsocket = {:?}\n",
                 socket.display().to_string()
+            )),
+            Driver::Kube { kubeconfig } => add(&format!(
+                "driver = \"kube\"\n[kube]\nkubeconfig = {:?}\nrollout_timeout_secs = 60\n",
+                kubeconfig.display().to_string()
             )),
             Driver::Systemd(s) => {
                 add(&format!(

@@ -18,6 +18,9 @@
 //! - [`fleet::Fleet`]: a fleet of real Debian hosts ([`fleet::FleetHost`]), each with
 //!   systemd as PID 1 of its own PID, mount, net and UTS namespace, on an overlay of
 //!   the cached rootfs of `.ci/rootfs.sh`, reachable over SSH on a veth of its own.
+//! - [`kube::KubeCluster`]: a real Kubernetes control plane per test (etcd,
+//!   kube-apiserver with RBAC, kube-controller-manager from `.ci/kube.sh`) and the
+//!   node stand-in ([`kube::node`]) that marks pods Running/Ready.
 //! - [`pid1`]: what both kinds of host share: one boot of systemd as PID 1 of new
 //!   namespaces, the host's own cgroups, the sweep of what dead test binaries left.
 
@@ -28,6 +31,7 @@ pub mod envdump;
 pub mod external;
 pub mod fleet;
 pub mod hooks;
+pub mod kube;
 pub mod nats;
 pub mod pid1;
 pub mod process;

@@ -157,6 +157,21 @@ impl Executor {
                     self.log
                         .append(&[startup_failure(namespace, workload, code, message)])?;
                 }
+                Action::Changed {
+                    namespace,
+                    workload,
+                    revision,
+                    what,
+                } => {
+                    report.drift += 1;
+                    tracing::warn!(%namespace, %workload, %revision, %what, "found a backend of ours changed outside capstan; left as it is");
+                    self.log.append(&[Event::DriftDetected {
+                        namespace,
+                        workload,
+                        revision,
+                        reaped: false,
+                    }])?;
+                }
                 Action::Drift {
                     namespace,
                     workload,

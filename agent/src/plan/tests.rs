@@ -240,6 +240,37 @@ fn plan_reports_drift_for_unknown_backends() {
 }
 
 #[test]
+fn plan_reports_a_revision_changed_outside_capstan_as_drift() {
+    let mut o = observed(&[
+        ("web", "r1", BackendState::Running),
+        ("ghost", "r1", BackendState::Running),
+    ]);
+    for wl in ["web", "ghost"] {
+        o.changed
+            .entry(format!("ns/{wl}"))
+            .or_default()
+            .insert("r1".into(), "replicas set to 3 by kubectl".into());
+    }
+    assert_eq!(
+        plan(&web_running_r1(), &o),
+        vec![
+            Action::Drift {
+                namespace: "ns".into(),
+                workload: "ghost".into(),
+                revision: "r1".into()
+            },
+            Action::Changed {
+                namespace: "ns".into(),
+                workload: "web".into(),
+                revision: "r1".into(),
+                what: "replicas set to 3 by kubectl".into(),
+            }
+        ],
+        "a revision intent does not know is drift once, not a change as well"
+    );
+}
+
+#[test]
 fn plan_converges() {
     let intent = web_running_r1();
     assert!(plan(&intent, &observed(&[("web", "r1", BackendState::Running)])).is_empty());

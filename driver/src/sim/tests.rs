@@ -15,6 +15,7 @@ pub(super) fn spec() -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 

@@ -21,6 +21,7 @@ fn spec() -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: SystemdSpec::default(),
+        kube: Default::default(),
     }
 }
 

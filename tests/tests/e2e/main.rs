@@ -6,7 +6,8 @@
 //!
 //! Run a group with a filter: `cargo test -p capstan-tests --test e2e docker::` (every
 //! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`,
-//! `systemd::`, `external::` (the standalone sim driver over its socket), `fleet::`
+//! `systemd::`, `external::` (the standalone sim driver over its socket), `kube::` (a
+//! real kube-apiserver per test, `capstan_tests::kube`), `fleet::`
 //! (real Debian hosts booted on this machine, `capstan_tests::fleet`).
 
 mod core;
@@ -14,6 +15,7 @@ mod docker;
 mod external;
 mod fleet;
 mod hooks;
+mod kube;
 mod nats;
 mod packaging;
 mod systemd;

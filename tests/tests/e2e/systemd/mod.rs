@@ -33,6 +33,7 @@ pub fn spec_running(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     }
 }
 

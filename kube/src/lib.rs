@@ -1,0 +1,18 @@
+//! The kube driver: the cluster agent's workloads as Deployments in one Kubernetes
+//! cluster, through kube-rs. The agent's host name is the cluster's name. A namespace
+//! is a Namespace labelled ours (`io.capstan.managed`, `io.capstan.host`); a workload
+//! is a Deployment `capstan-<workload>` written with server-side apply (field manager
+//! `capstan`), its revision in a label and an annotation of it and of its pod
+//! template; a prepared revision is a ConfigMap `capstan-<workload>-<revision>`
+//! holding its spec. The cluster owns the workloads' lifecycle: the agent's own stop
+//! and start touch nothing. See docs/kube.md.
+//!
+//! k8s-openapi is used without a Kubernetes version feature: the binary that links
+//! this crate chooses it (`v1_33`, the oldest API supported).
+
+mod config;
+mod driver;
+pub mod objects;
+
+pub use config::KubeConfig;
+pub use driver::KubeDriver;

@@ -1,0 +1,156 @@
+//! The node stand-in: the cluster has no kubelet, so the harness plays one for every
+//! pod, as kwok does. It watches pods (kube-runtime's watcher, resumed after the
+//! apiserver goes away) and writes the status a kubelet would through the pods'
+//! `status` subresource. What it writes is decided by [`status_for`] from the pod's
+//! first image, so tests can ask for failures:
+//!
+//! | image contains | phase | first container |
+//! |---|---|---|
+//! | `missing` | Pending | waiting `ErrImagePull`, not ready |
+//! | `crashloop` | Running | waiting `CrashLoopBackOff`, 5 restarts, not ready |
+//! | `pending` | (none written: a rollout that waits until the test plays the kubelet) | |
+//! | anything else | Running | running, ready |
+//!
+//! Pods are never bound to a node: an unbound pod is deleted at once (no kubelet has to
+//! confirm it), which is what scale-downs and retires need here.
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::{Api, Client, ResourceExt as _};
+use serde_json::{json, Value};
+
+/// What the stand-in makes of a pod's first image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ready,
+    ImagePullError,
+    CrashLoop,
+    /// Never reported: the test writes its status.
+    Pending,
+}
+
+impl Outcome {
+    pub fn of(image: &str) -> Outcome {
+        if image.contains("missing") {
+            Outcome::ImagePullError
+        } else if image.contains("crashloop") {
+            Outcome::CrashLoop
+        } else if image.contains("pending") {
+            Outcome::Pending
+        } else {
+            Outcome::Ready
+        }
+    }
+}
+
+/// The status to write for `pod` at `now` (RFC 3339), or `None` when it has one
+/// already (or is being deleted): the stand-in writes each pod once, so its own writes
+/// do not feed back into more writes and a test may play what happens next.
+pub fn status_for(pod: &Pod, now: &str) -> Option<Value> {
+    let image = pod.spec.as_ref()?.containers.first()?.image.as_deref();
+    status_as(pod, Outcome::of(image.unwrap_or_default()), now)
+}
+
+/// The status a kubelet writes for a ready pod, at `now`: for a test playing the
+/// kubelet of a `pending` pod.
+pub fn ready_status(pod: &Pod, now: &str) -> Option<Value> {
+    status_as(pod, Outcome::Ready, now)
+}
+
+fn status_as(pod: &Pod, outcome: Outcome, now: &str) -> Option<Value> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    let (phase, ready) = match outcome {
+        Outcome::Pending => return None,
+        Outcome::Ready => ("Running", true),
+        Outcome::ImagePullError => ("Pending", false),
+        Outcome::CrashLoop => ("Running", false),
+    };
+    let current_ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status == "True");
+    // Written once, as a kubelet's first report: what happens to the pod later (a
+    // test playing a crash) is left alone.
+    if current_ready.is_some() {
+        return None;
+    }
+    let truth = |b: bool| if b { "True" } else { "False" };
+    let condition = |type_: &str, status: bool| json!({"type": type_, "status": truth(status), "lastTransitionTime": now});
+    let containers: Vec<Value> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let (state, restarts) = match outcome {
+                Outcome::Ready | Outcome::Pending => (json!({"running": {"startedAt": now}}), 0),
+                Outcome::ImagePullError => (
+                    json!({"waiting": {"reason": "ErrImagePull",
+                        "message": format!("failed to pull image {image:?}: not found")}}),
+                    0,
+                ),
+                Outcome::CrashLoop => (
+                    json!({"waiting": {"reason": "CrashLoopBackOff",
+                        "message": format!("back-off restarting failed container {}", c.name)}}),
+                    5,
+                ),
+            };
+            json!({
+                "name": c.name,
+                "image": image,
+                "imageID": "",
+                "ready": ready,
+                "started": ready,
+                "restartCount": restarts,
+                "state": state,
+            })
+        })
+        .collect();
+    Some(json!({
+        "status": {
+            "phase": phase,
+            "startTime": now,
+            "conditions": [
+                condition("PodScheduled", true),
+                condition("Initialized", true),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ],
+            "containerStatuses": containers,
+        }
+    }))
+}
+
+/// Plays the kubelet for every pod of the cluster until aborted.
+pub async fn run(client: Client) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(events);
+    while let Some(pod) = events.next().await {
+        // Errors are retried by the watcher's backoff (the apiserver may be restarting).
+        let Ok(pod) = pod else { continue };
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let Some(status) = status_for(&pod, &now) else {
+            continue;
+        };
+        let Some(ns) = pod.namespace() else { continue };
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        // A pod deleted meanwhile, or a conflict with the controllers: the next event
+        // for it brings it back here.
+        let _ = api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(status),
+            )
+            .await;
+    }
+}

@@ -81,6 +81,7 @@ fn spec(workload: &str) -> Spec {
         mounts: vec![],
         ports: vec![],
         systemd: Default::default(),
+        kube: Default::default(),
     })
 }
 

@@ -155,7 +155,8 @@ fn rollout_losing(victim: Victim) {
             READY,
             || {
                 let beat = host_beat(&coordinator, host)?;
-                let events = coordinator.events(host);
+                // (A 503 while the cluster settles is a retry, not a failure.)
+                let events = coordinator.try_events(host)?;
                 (events.last().map(|e| &e["seq"]) == Some(&beat["last_seq"])).then_some(())
             },
         );
@@ -169,7 +170,7 @@ fn rollout_losing(victim: Victim) {
             format_args!("{host}: every record of its log in CAPSTAN_EVT"),
             READY,
             || {
-                let events = coordinator.events(host);
+                let events = coordinator.try_events(host)?;
                 (events.len() >= local.len()).then_some(events)
             },
         );

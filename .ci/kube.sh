@@ -84,7 +84,7 @@ if ! complete; then
   say "built $ROOT in $(($(date +%s) - t0)) s ($(du -sh "$ROOT" | cut -f1))"
 fi
 "$ROOT/kube-apiserver" --version >&2
-"$ROOT/etcd" --version 2>&1 | head -1 >&2
+"$ROOT/etcd" --version 2>&1 | sed -n 1p >&2
 cat <<EOF
 export CAPSTAN_KUBE_BIN_DIR=$ROOT
 EOF

@@ -51,10 +51,16 @@ podman() { command "${PODMAN[@]}" "$@"; }
 # Runs a container that must print "ok". `docker run` always warns "IPv4 forwarding is
 # disabled" because of --ip-forward=false (below); that is expected, so only show stderr
 # on failure, minus that line.
+# Up to three tries: podman's attach can lose the race with a container that has
+# already exited ("unable to upgrade to tcp, received 409"), which says nothing about
+# whether the engine works.
 smoke() {
-  local engine=$1 out
+  local engine=$1 out try
   shift
-  out=$(command docker -H "unix://$engine" run --rm "$@" 2>"$RUN_DIR/smoke.err") || true
+  for try in 1 2 3; do
+    out=$(command docker -H "unix://$engine" run --rm "$@" 2>"$RUN_DIR/smoke.err") || true
+    [[ $out == ok ]] && break
+  done
   if [[ $out != ok ]]; then
     say "smoke test failed: docker -H unix://$engine run --rm $*"
     grep -v 'IPv4 forwarding is disabled' "$RUN_DIR/smoke.err" >&2
@@ -110,8 +116,9 @@ else
   # tini -s: a child subreaper that reaps exited containerd-shims. Without it they are
   #     reparented to this machine's PID 1, which was seen leaving them as zombies.
   # setsid + all fds redirected (and the lock fd 9 closed) so dockerd outlives this
-  # script and never holds a caller's pipe open.
-  setsid tini -s -- dockerd \
+  # script and never holds a caller's pipe open; started in / so that it never runs in
+  # a directory that goes away (a CI clone removed after the run).
+  setsid env -C / tini -s -- dockerd \
     --host "unix://$SOCK" \
     --data-root "$DATA_ROOT" \
     --exec-root "$RUN_DIR/docker-exec" \
@@ -166,6 +173,14 @@ podman_running() {
 }
 podman_ready() { command docker -H "unix://$PODMAN_SOCK" version >/dev/null 2>&1; }
 
+# One started (by an older version of this script) in a directory since removed cannot
+# start containers: stop it, and start it again below.
+if podman_running && [[ $(readlink "/proc/$(cat "$PODMAN_PIDFILE")/cwd") == *" (deleted)" ]]; then
+  say "podman service (pid $(cat "$PODMAN_PIDFILE")) runs in a removed directory: restarting it"
+  pid=$(cat "$PODMAN_PIDFILE")
+  kill "$pid"
+  for ((i = 0; i < 400; i++)); do [[ -e /proc/$pid ]] || break; sleep 0.05; done
+fi
 if podman_running; then
   say "podman service already running (pid $(cat "$PODMAN_PIDFILE"))"
 else
@@ -173,9 +188,11 @@ else
   t0=$(date +%s%N)
   mkdir -p "$PODMAN_ROOT" "$PODMAN_RUNROOT/tmp"
   rm -f "$PODMAN_SOCK"
-  # --time=0: never exit when idle. setsid + fds redirected (lock fd 9 closed), as for
-  # dockerd. Its pid is podman's own (exec), written before it can be asked anything.
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PODMAN_PIDFILE" \
+  # --time=0: never exit when idle. setsid + fds redirected (lock fd 9 closed) and
+  # started in /, as for dockerd: conmon inherits the service's working directory and
+  # fails every container start ("Failed to get working directory") once it is gone.
+  # Its pid is podman's own (exec), written before it can be asked anything.
+  setsid env -C / bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PODMAN_PIDFILE" \
     "${PODMAN[@]}" system service --time=0 "unix://$PODMAN_SOCK" \
     </dev/null >>"$PODMAN_LOG" 2>&1 9>&- &
   ppid_=$!

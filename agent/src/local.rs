@@ -128,9 +128,7 @@ async fn answer(
         .await
         .map_err(|_| std::io::ErrorKind::TimedOut)??;
     let reply = match serde_json::from_slice::<Request>(&line) {
-        Err(e) => {
-            json!({"error": {"code": "invalid_request", "message": format!("bad request: {e}")}})
-        }
+        Err(e) => rpc::error("invalid_request", format!("bad request: {e}")),
         Ok(request) if request.verb == "verify" => {
             let log = Arc::clone(executor.log());
             match tokio::task::spawn_blocking(move || log.verify()).await {
@@ -138,10 +136,8 @@ async fn answer(
                 Ok(Err(LogError::Corrupt(c))) => {
                     json!({"bad": {"seq": c.seq, "defect": c.defect.to_string()}})
                 }
-                Ok(Err(e)) => {
-                    json!({"error": {"code": "log_unreadable", "message": e.to_string()}})
-                }
-                Err(e) => json!({"error": {"code": "log_unreadable", "message": e.to_string()}}),
+                Ok(Err(e)) => rpc::error("log_unreadable", e.to_string()),
+                Err(e) => rpc::error("log_unreadable", e.to_string()),
             }
         }
         Ok(request) => {

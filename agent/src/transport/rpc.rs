@@ -66,7 +66,8 @@ pub async fn run(
     }
 }
 
-fn error(code: &str, message: impl Into<String>) -> Value {
+/// `{"error":{"code","message"}}`, as every RPC and local-socket error reads.
+pub(crate) fn error(code: &str, message: impl Into<String>) -> Value {
     serde_json::to_value(ErrorReply::new(code, message)).expect("error replies serialise")
 }
 

@@ -457,12 +457,13 @@ async fn log(
             since = since.max(e["seq"].as_u64().unwrap_or(since));
         }
         out.flush()?;
-        // Page after page (at most 1,000 records each) until one comes back empty:
-        // the whole log, never its first page as if it were all.
+        // Page after page until one is short of a full page (the API fills every page
+        // it can): the whole log, never its first page as if it were all.
+        let short = events.len() < capstan_coordinator::api::MAX_EVENTS;
+        if short && !follow {
+            return Ok(ExitCode::SUCCESS);
+        }
         if events.is_empty() {
-            if !follow {
-                return Ok(ExitCode::SUCCESS);
-            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }

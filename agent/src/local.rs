@@ -269,17 +269,30 @@ mod tests {
         assert_eq!(answer["error"]["code"], "unknown_verb", "{answer}");
         let answer = raw(&path, b"{\"verb\":\"log\",\"body\":{\"since\":\"x\"}}\n").await;
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        let answer = raw(
+            &path,
+            b"{\"verb\":\"log\",\"body\":{\"since_time\":\"yesterday\"}}\n",
+        )
+        .await;
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
 
         let path2 = path.clone();
-        let (intent, verified, one) = tokio::task::spawn_blocking(move || {
+        let (intent, verified, one, (before, after)) = tokio::task::spawn_blocking(move || {
+            let time = |field: &str, at: &str| json!({"command": "a1", field: at});
             (
                 ask(&path2, "intent", Value::Null).unwrap(),
                 ask(&path2, "verify", Value::Null).unwrap(),
                 log_records(&path2, 0, json!({"command": "a1"})).unwrap(),
+                (
+                    log_records(&path2, 0, time("until_time", "2000-01-01T00:00:00Z")).unwrap(),
+                    log_records(&path2, 0, time("since_time", "2000-01-01T00:00:00Z")).unwrap(),
+                ),
             )
         })
         .await
         .unwrap();
+        assert!(before.is_empty(), "nothing was appended before 2000");
+        assert_eq!(after, one, "everything was appended after 2000");
         assert_eq!(intent, rig.executor.log().intent().to_json());
         assert_eq!(verified["verified"], rig.executor.log().last_seq());
         let kinds: Vec<_> = one.iter().map(|r| r["kind"].as_str().unwrap()).collect();

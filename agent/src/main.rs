@@ -127,6 +127,13 @@ struct LogArgs {
     /// Only records of this command id.
     #[arg(long)]
     command: Option<String>,
+    /// Only records appended at or after this time (RFC 3339, e.g.
+    /// `2026-12-01T02:00:00Z`); `--since` is a seq.
+    #[arg(long, value_name = "TIME")]
+    since_time: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only records appended before this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    until_time: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Subcommand)]
@@ -483,6 +490,8 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
                 "command": args.command,
                 "namespace": args.namespace,
                 "workload": args.workload,
+                "since_time": args.since_time,
+                "until_time": args.until_time,
             });
             (local::log_records(path, args.since, filter)?, 0)
         }
@@ -516,34 +525,36 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
 /// *visibly*: reading a damaged log must still show everything that can be trusted.
 fn read_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<(Vec<serde_json::Value>, u32)> {
     let log = open_log(ctx)?;
-    let mut bad = 0;
-    let records: Vec<Record> = match (&args.command, &args.namespace, &args.workload) {
-        (Some(id), _, _) => log.for_command(id)?,
-        (None, Some(ns), Some(wl)) => log.for_workload(ns, wl)?,
-        _ => log
-            .read_since(args.since)
-            .filter_map(|r| match r {
-                Ok(r) => Some(r),
-                Err(LogError::Corrupt(c)) => {
-                    eprintln!("capstan-agent: bad record {}: {}", c.seq, c.defect);
-                    bad += 1;
-                    None
-                }
-                Err(e) => {
-                    eprintln!("capstan-agent: {e}");
-                    bad += 1;
-                    None
-                }
-            })
-            .collect(),
-    };
     let request = LogRequest {
         since: args.since,
         limit: None,
         command: args.command.clone(),
         namespace: args.namespace.clone(),
         workload: args.workload.clone(),
+        since_time: args.since_time,
+        until_time: args.until_time,
     };
+    if capstan_agent::log::uses_index(&request) {
+        let records = log.query(&request)?;
+        return Ok((records.iter().map(Record::to_json).collect(), 0));
+    }
+    let mut bad = 0;
+    let records: Vec<Record> = log
+        .read_since(args.since)
+        .filter_map(|r| match r {
+            Ok(r) => Some(r),
+            Err(LogError::Corrupt(c)) => {
+                eprintln!("capstan-agent: bad record {}: {}", c.seq, c.defect);
+                bad += 1;
+                None
+            }
+            Err(e) => {
+                eprintln!("capstan-agent: {e}");
+                bad += 1;
+                None
+            }
+        })
+        .collect();
     let wanted = records.iter().filter(|r| r.matches(&request));
     Ok((wanted.map(Record::to_json).collect(), bad))
 }

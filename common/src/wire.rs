@@ -137,7 +137,8 @@ pub struct WorkloadCounts {
 /// The body of a `log` request (RPC or the agent's local socket); every field
 /// optional. The filters narrow the records after `since`: `command` to one command's
 /// records, `namespace` and/or `workload` to what concerns them (by the log's indexes
-/// when given together).
+/// when given together), `since_time`/`until_time` (RFC 3339) to the records appended
+/// at or after / before those times (by the log's time index).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRequest {
     #[serde(default)]
@@ -150,6 +151,10 @@ pub struct LogRequest {
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_time: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_time: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// An error reply to an RPC or HTTP request: `{"error":{"code","message"}}`.

@@ -6,6 +6,7 @@
 //!   shape of its format version (see [`stored`]);
 //! - `by_command`: `id \0 seq` → ∅, every record that carries a command id;
 //! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
+//! - `by_time`: `at_ms seq` → ∅, every record by time (see [`query`]);
 //! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
 //!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
 //!
@@ -15,12 +16,14 @@
 mod codec;
 mod error;
 mod flusher;
+mod query;
 mod release;
 mod snapshot;
 mod stored;
 mod verify;
 
 pub use error::{Corruption, Defect, LogError};
+pub use query::uses_index;
 pub use verify::Pace;
 
 /// Decodes `content` (`[format version][body]`) as a stored record, as the log does
@@ -84,6 +87,7 @@ pub struct Log {
     records: sled::Tree,
     by_command: sled::Tree,
     by_workload: sled::Tree,
+    by_time: sled::Tree,
     snapshots: sled::Tree,
     options: LogOptions,
     tail: Mutex<Tail>,
@@ -141,6 +145,7 @@ impl Log {
             tree("by_workload")?,
             tree("snapshots")?,
         );
+        let by_time = query::open_time_index(&db, &records)?;
 
         let mut tail = Tail {
             next_seq: 1,
@@ -198,6 +203,7 @@ impl Log {
             records,
             by_command,
             by_workload,
+            by_time,
             snapshots,
             options,
             tail: Mutex::new(tail),
@@ -296,6 +302,11 @@ impl Log {
     /// Not yet durable: await [`Log::durable`] with the returned seq (or use
     /// [`Log::append_durable`]) before telling anyone.
     pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
+        self.append_at(events, chrono::Utc::now().timestamp_millis())
+    }
+
+    /// [`Log::append`] with the records' time given (the wall clock's, or a test's).
+    pub(crate) fn append_at(&self, events: &[Event], at_ms: i64) -> Result<u64, LogError> {
         if let Some(c) = self.degraded() {
             return Err(LogError::Degraded(c.clone()));
         }
@@ -305,35 +316,34 @@ impl Log {
             return Err(LogError::Flush(reason));
         }
         let mut tail = self.tail.lock().expect("log lock");
-        let at_ms = chrono::Utc::now().timestamp_millis();
         let mut writes = Vec::with_capacity(events.len());
         let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
         for event in events {
             let (bytes, hash) =
                 codec::seal_record(seq, at_ms, prev, event).map_err(LogError::Encode)?;
-            let mut index = Vec::new();
-            if let Some(id) = event.command_id() {
-                index.push((true, index_key(id, seq)));
-            }
-            if let (Some(ns), Some(wl)) = (event.namespace(), event.workload()) {
-                index.push((false, index_key(&capstan_common::workload_key(ns, wl), seq)));
-            }
-            writes.push((seq, bytes, index));
+            writes.push((seq, bytes, query::IndexKeys::of(seq, at_ms, event)));
             prev = hash;
             seq += 1;
         }
-        (&self.records, &self.by_command, &self.by_workload).transaction(
-            |(records, by_command, by_workload)| {
-                for (seq, bytes, index) in &writes {
-                    records.insert(&seq_key(*seq), bytes.as_slice())?;
-                    for (is_command, key) in index {
-                        let tree = if *is_command { by_command } else { by_workload };
-                        tree.insert(key.as_slice(), &[] as &[u8])?;
-                    }
+        let trees = (
+            &self.records,
+            &self.by_command,
+            &self.by_workload,
+            &self.by_time,
+        );
+        trees.transaction(|(records, by_command, by_workload, by_time)| {
+            for (seq, bytes, index) in &writes {
+                records.insert(&seq_key(*seq), bytes.as_slice())?;
+                if let Some(key) = &index.command {
+                    by_command.insert(key.as_slice(), &[] as &[u8])?;
                 }
-                Ok::<_, ConflictableTransactionError<()>>(())
-            },
-        )?;
+                if let Some(key) = &index.workload {
+                    by_workload.insert(key.as_slice(), &[] as &[u8])?;
+                }
+                by_time.insert(&index.time, &[] as &[u8])?;
+            }
+            Ok::<_, ConflictableTransactionError<()>>(())
+        })?;
         // Committed: fold in place (no copy of the intent on the write path).
         let last = seq - 1;
         for (event, (seq, ..)) in events.iter().zip(&writes) {

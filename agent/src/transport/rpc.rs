@@ -12,7 +12,7 @@
 use super::{pause, HostInfo};
 use crate::event::Record;
 use crate::executor::Executor;
-use crate::log::{Log, LogError};
+use crate::log::Log;
 use capstan_common::wire::{self, ErrorReply, LogRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -128,27 +128,15 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         .limit
         .unwrap_or(MAX_LOG_RECORDS)
         .min(MAX_LOG_RECORDS);
-    // One command's or one workload's records come from the log's indexes.
-    let indexed = match (&request.command, &request.namespace, &request.workload) {
-        (Some(id), _, _) => Some(log.for_command(id)),
-        (None, Some(ns), Some(wl)) => Some(log.for_workload(ns, wl)),
-        _ => None,
+    // One command's, one workload's or a time range's records come from the log's
+    // indexes; the rest from a scan after `since`.
+    let request = LogRequest {
+        limit: Some(limit),
+        ..request.clone()
     };
-    let records: Box<dyn Iterator<Item = Result<Record, LogError>>> = match indexed {
-        Some(Ok(records)) => Box::new(records.into_iter().map(Ok)),
-        Some(Err(e)) => return error("log_unreadable", e.to_string()),
-        None => Box::new(log.read_since(request.since)),
+    let out: Vec<Value> = match log.query(&request) {
+        Ok(records) => records.iter().map(Record::to_json).collect(),
+        Err(e) => return error("log_unreadable", e.to_string()),
     };
-    let mut out = Vec::new();
-    for record in records {
-        match record {
-            Ok(r) if r.matches(request) => out.push(r.to_json()),
-            Ok(_) => {}
-            Err(e) => return error("log_unreadable", e.to_string()),
-        }
-        if out.len() == limit {
-            break;
-        }
-    }
     json!({"records": out, "last_seq": log.last_seq()})
 }

@@ -17,20 +17,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let log = Arc::new(Log::open(&dir.path().join("con"), LogOptions::default())?);
     let t = Instant::now();
     let per = args.appends / args.writers;
-    let tasks: Vec<_> = (0..args.writers)
-        .map(|w| {
-            let log = Arc::clone(&log);
-            tokio::spawn(async move {
-                for i in 0..per {
-                    log.append_durable(&[event(w * per + i)]).await?;
-                }
-                anyhow::Ok(())
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
+    concurrent_writers(&log, args.writers, per).await?;
     let concurrent = t.elapsed();
     println!(
         "group-commit  {} writers: {} appends in {} flushes",
@@ -53,5 +40,24 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         rate(per * args.writers, concurrent),
     );
     println!("group-commit  1 writer: {a:>9.0} durable appends/s   {} writers: {b:>9.0}/s   ratio {:.1}x", args.writers, b / a);
+    Ok(())
+}
+
+/// `writers` tokio tasks, each making `per` durable appends of one event.
+pub async fn concurrent_writers(log: &Arc<Log>, writers: usize, per: usize) -> anyhow::Result<()> {
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let log = Arc::clone(log);
+            tokio::spawn(async move {
+                for i in 0..per {
+                    log.append_durable(&[event(w * per + i)]).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
     Ok(())
 }

@@ -27,6 +27,12 @@
 //!   to `--history` records; the smallest size is the baseline.
 //! - `fanout` ([`fanout`]): one command to each of `--hosts` simulated hosts
 //!   (`capstan-agent sim-fleet`) until all results are back, vs one command to one host.
+//! - `log-append` ([`log_append`]): durable appends/s by 16 writers vs raw sled
+//!   insert + flush of the same bytes by 16 threads.
+//! - `replay` ([`replay`]): opening a 1,000,000-record log ([`million`]) vs raw sled
+//!   open + scan.
+//! - `query` ([`query`]): by workload, command id and time range on that log, and the
+//!   CLI, vs a raw full scan.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
 //! (the release binaries next to this one: `cargo build --release --workspace --bins`).
@@ -39,9 +45,13 @@ mod apply;
 mod fanout;
 mod fleet_systemd;
 mod group_commit;
+mod log_append;
+mod million;
 mod needs;
 mod open;
+mod query;
 mod reads;
+mod replay;
 mod roundtrip;
 mod sim;
 mod stack;
@@ -97,6 +107,12 @@ pub struct Args {
     /// Simulated hosts in the fanout measurement.
     #[arg(long, default_value_t = 500)]
     hosts: usize,
+    /// Records in the large log of the replay and query measurements.
+    #[arg(long, default_value_t = 1_000_000)]
+    log_records: u64,
+    /// Workloads the large log's records are spread over.
+    #[arg(long, default_value_t = 1000)]
+    log_workloads: usize,
 }
 
 /// The measurements, in the order they run.
@@ -112,6 +128,9 @@ enum Measurement {
     Throughput,
     Reads,
     Fanout,
+    LogAppend,
+    Replay,
+    Query,
 }
 
 pub fn event(i: usize) -> Event {
@@ -140,6 +159,10 @@ fn main() -> anyhow::Result<()> {
     );
     anyhow::ensure!(args.history >= 1_000, "--history must be at least 1000");
     anyhow::ensure!(args.hosts > 0, "--hosts must be at least 1");
+    anyhow::ensure!(
+        args.log_workloads > 0 && args.log_records >= 10_000,
+        "--log-workloads must be at least 1 and --log-records at least 10000"
+    );
     anyhow::ensure!(args.commands > 16, "--commands must be more than 16");
     // Not a test: its runs are as long as they need (the harness's per-test clock).
     capstan_tests::watchdog::off();
@@ -174,6 +197,18 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Fanout) {
         runtime.block_on(fanout::run(&args))?;
+    }
+    if wanted(Measurement::LogAppend) {
+        runtime.block_on(log_append::run(&args))?;
+    }
+    if wanted(Measurement::Replay) || wanted(Measurement::Query) {
+        let log = million::Million::build(&args)?;
+        if wanted(Measurement::Replay) {
+            replay::run(&log)?;
+        }
+        if wanted(Measurement::Query) {
+            query::run(&log)?;
+        }
     }
     Ok(())
 }

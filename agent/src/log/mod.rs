@@ -24,6 +24,10 @@ mod verify;
 
 pub use error::{Corruption, Defect, LogError};
 pub use query::uses_index;
+/// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
+/// open a log's database raw).
+#[doc(hidden)]
+pub use release::wait_until_released;
 pub use verify::Pace;
 
 /// Decodes `content` (`[format version][body]`) as a stored record, as the log does

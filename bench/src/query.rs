@@ -1,0 +1,126 @@
+//! `query`: audit queries on the large log ([`crate::million`]) through its indexes —
+//! one workload's records, one command's, a time range of about 2,000 records, and
+//! the CLI (`capstan-agent log --namespace ns --workload W`, a process that opens the
+//! log and answers) — vs a raw sled full scan of the records.
+
+use crate::million::Million;
+use crate::replay::{median, raw_scan};
+use crate::roundtrip::round;
+use capstan_agent::log::{Log, LogOptions};
+use capstan_common::wire::LogRequest;
+use serde_json::json;
+use std::time::Instant;
+
+/// Timed runs of each query (the median is reported).
+const RUNS: usize = 9;
+
+pub fn run(log: &Million) -> anyhow::Result<()> {
+    let (scan_ms, _) = raw_scan(log)?;
+    let opened = Log::open(&log.log_dir(), LogOptions::default())?;
+    let middle = log.records / 2;
+    let at = |seq: u64| -> anyhow::Result<_> {
+        let record = opened
+            .get(seq)?
+            .ok_or_else(|| anyhow::anyhow!("no record {seq}"))?;
+        Ok(chrono::DateTime::from_timestamp_millis(record.at_ms))
+    };
+    let workload = format!("w{}", (middle / 3) as usize % log.workloads);
+    let queries = [
+        (
+            "workload",
+            LogRequest {
+                namespace: Some("ns".into()),
+                workload: Some(workload.clone()),
+                ..LogRequest::default()
+            },
+        ),
+        (
+            "command",
+            LogRequest {
+                command: Some(format!("c{}", middle / 3)),
+                ..LogRequest::default()
+            },
+        ),
+        (
+            "time_range",
+            LogRequest {
+                since_time: at(middle)?,
+                until_time: at(middle + 2000)?,
+                ..LogRequest::default()
+            },
+        ),
+    ];
+    let mut results = serde_json::Map::new();
+    let mut slowest: f64 = 0.0;
+    for (name, request) in &queries {
+        let mut times = Vec::with_capacity(RUNS);
+        let mut found = 0;
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            found = opened.query(request)?.len();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let ms = median(&mut times);
+        slowest = slowest.max(ms);
+        results.insert((*name).into(), json!({"ms": round(ms), "records": found}));
+    }
+    drop(opened);
+    let cli = cli(log, &workload)?;
+    println!(
+        "{}",
+        json!({
+            "bench": "query",
+            "records": log.records,
+            "queries": results,
+            "of": format!("the median of {RUNS} runs each, log open"),
+            "cli_workload": cli,
+            "baseline": {"what": "raw sled full scan of the records", "ms": round(scan_ms)},
+            "ratio": round(slowest / scan_ms),
+            "target": "each query < 50 ms",
+        })
+    );
+    Ok(())
+}
+
+/// `capstan-agent log --namespace ns --workload W --json` on the log (the release
+/// binary next to this one): wall time of the process, median of 3; `null` when
+/// the binary is not built.
+fn cli(log: &Million, workload: &str) -> anyhow::Result<serde_json::Value> {
+    let agent = std::env::current_exe()?.with_file_name("capstan-agent");
+    if !agent.exists() {
+        eprintln!(
+            "query         CLI skipped: {} is not built",
+            agent.display()
+        );
+        return Ok(serde_json::Value::Null);
+    }
+    let mut times = Vec::new();
+    let mut lines = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = std::process::Command::new(&agent)
+            .arg("--data-dir")
+            .arg(&log.data_dir)
+            .args([
+                "--host",
+                "bench",
+                "log",
+                "--json",
+                "--namespace",
+                "ns",
+                "--workload",
+                workload,
+            ])
+            .output()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(
+            out.status.success(),
+            "capstan-agent log failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lines = out.stdout.iter().filter(|b| **b == b'\n').count();
+    }
+    Ok(
+        json!({"ms": round(median(&mut times)), "records": lines, "of": "the median of 3 processes"}),
+    )
+}

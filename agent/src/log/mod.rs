@@ -14,6 +14,7 @@
 //! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
 mod codec;
+mod combine;
 mod error;
 mod flusher;
 mod query;
@@ -96,6 +97,7 @@ pub struct Log {
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
+    combiner: combine::Combiner,
     /// Test seam: a reason here makes every flush fail with it.
     flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
@@ -212,6 +214,7 @@ impl Log {
             options,
             tail: Mutex::new(tail),
             flusher,
+            combiner: combine::Combiner::default(),
             flush_fault,
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
@@ -387,10 +390,11 @@ impl Log {
     }
 
     /// [`Log::append`], then [`Log::durable`]. While this writer is between the two,
-    /// the flusher holds its next flush for it, so concurrent writers share flushes.
+    /// the flusher holds its next flush for it, so concurrent writers share flushes;
+    /// concurrent writers' appends are combined into one write (see [`combine`]).
     pub async fn append_durable(&self, events: &[Event]) -> Result<u64, LogError> {
         let arriving = self.flusher.arriving();
-        let seq = self.append(events)?;
+        let seq = self.append_combined(events).await?;
         self.flusher
             .durable(seq, Some(arriving))
             .await

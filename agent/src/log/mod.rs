@@ -7,15 +7,20 @@
 //! - `by_command`: `id \0 seq` → ∅, every record that carries a command id;
 //! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
 //! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
-//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
+//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail;
+//! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
+//!   [`retention`]).
 //!
 //! A batch of records and their index entries are written in one sled transaction; a
 //! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
+pub mod anchor;
 mod codec;
 mod error;
+pub mod export;
 mod flusher;
 mod release;
+pub mod retention;
 mod snapshot;
 mod stored;
 mod verify;
@@ -111,6 +116,19 @@ fn index_key(prefix: &str, seq: u64) -> Vec<u8> {
     k
 }
 
+/// The index entries of `event` at `seq`: `(true, key)` in `by_command`, `(false,
+/// key)` in `by_workload`.
+fn index_entries(event: &Event, seq: u64) -> Vec<(bool, Vec<u8>)> {
+    let mut index = Vec::new();
+    if let Some(id) = event.command_id() {
+        index.push((true, index_key(id, seq)));
+    }
+    if let (Some(ns), Some(wl)) = (event.namespace(), event.workload()) {
+        index.push((false, index_key(&capstan_common::workload_key(ns, wl), seq)));
+    }
+    index
+}
+
 fn seq_of_index(key: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&key[key.len() - 8..]);
@@ -161,7 +179,26 @@ impl Log {
             tail.last_hash = snap.anchor;
             tail.intent = snap.intent;
         }
-        for item in Self::scan(&records, start_after, tail.next_seq, tail.last_hash) {
+        // After a prune: the anchor, when no snapshot past it is usable.
+        let anchors = tree(anchor::TREE)?;
+        let mut anchored = None;
+        match anchor::read(&anchors) {
+            Ok(Some(a)) if a.seq >= start_after => {
+                anchored = Some(a.seq);
+                start_after = a.seq;
+                tail.next_seq = a.seq + 1;
+                tail.last_hash = a.hash;
+                tail.intent = a.intent;
+            }
+            Ok(a) => anchored = a.map(|a| a.seq),
+            Err(LogError::Corrupt(c)) => degraded = Some(c),
+            Err(e) => return Err(e),
+        }
+        // A damaged anchor: nothing to replay from.
+        let replay = degraded.is_none().then_some(start_after).into_iter();
+        let (from, prev) = (&records, tail.last_hash);
+        let scan = replay.flat_map(move |after| Self::scan(from, after, after + 1, prev));
+        for item in scan {
             match item {
                 Ok((record, hash)) => {
                     tail.intent.apply(record.seq, &record.event);
@@ -193,7 +230,7 @@ impl Log {
             snapshot::write(&snapshots, tail.next_seq - 1, tail.last_hash, &tail.intent)?;
             tail.since_snapshot = 0;
         }
-        Ok(Log {
+        let log = Log {
             db,
             records,
             by_command,
@@ -206,7 +243,12 @@ impl Log {
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
             _released: release::Released::new(dir),
-        })
+        };
+        if let Some(seq) = anchored {
+            // A prune that crashed after writing its anchor is finished here.
+            log.remove_through(seq)?;
+        }
+        Ok(log)
     }
 
     /// Walks records after `after`, checking each one's hash, seq and link.
@@ -311,14 +353,7 @@ impl Log {
         for event in events {
             let (bytes, hash) =
                 codec::seal_record(seq, at_ms, prev, event).map_err(LogError::Encode)?;
-            let mut index = Vec::new();
-            if let Some(id) = event.command_id() {
-                index.push((true, index_key(id, seq)));
-            }
-            if let (Some(ns), Some(wl)) = (event.namespace(), event.workload()) {
-                index.push((false, index_key(&capstan_common::workload_key(ns, wl), seq)));
-            }
-            writes.push((seq, bytes, index));
+            writes.push((seq, bytes, index_entries(event, seq)));
             prev = hash;
             seq += 1;
         }

@@ -162,3 +162,84 @@ pub fn remove_leftovers(dir: &Path, first: u64, keep: &Path) -> Result<(), Expor
     }
     Ok(())
 }
+
+/// The most export lines one call (or one local socket answer) returns.
+pub const MAX_LINES: usize = 1000;
+
+impl super::Log {
+    /// The export lines of records after `since` up to `until` (inclusive), at most
+    /// `limit` (and at most [`MAX_LINES`]). Each record is checked against its own
+    /// hash.
+    pub fn export_lines(
+        &self,
+        since: u64,
+        until: u64,
+        limit: usize,
+    ) -> Result<Vec<Value>, super::LogError> {
+        let mut lines = Vec::new();
+        if until <= since {
+            return Ok(lines);
+        }
+        let range = super::seq_key(since + 1)..=super::seq_key(until);
+        for entry in self.records.range(range).take(limit.min(MAX_LINES)) {
+            let (key, stored) = entry.map_err(super::LogError::Storage)?;
+            let seq = super::key_seq(&key).unwrap_or(0);
+            let (record, _) = codec::open_record(seq, &stored).map_err(super::LogError::Corrupt)?;
+            lines.push(line(&record, &stored));
+        }
+        Ok(lines)
+    }
+}
+
+/// How export files (each checked on its own by [`Chain::verify`]) hold together and
+/// with the log: consecutive and linked, and their end matching the log — the anchor
+/// (`anchor`: its seq and hash) or the hash of a record the log still has
+/// (`hash_in_log(seq)`). What they prove, in words.
+pub fn link(
+    chains: &mut [Chain],
+    anchor: Option<(u64, Hash)>,
+    hash_in_log: impl Fn(u64) -> Option<Hash>,
+) -> Result<String, ExportError> {
+    let broken = |why: String| ExportError::Bad { line: 0, why };
+    chains.sort_by_key(|c| c.first);
+    let (Some(head), Some(tail)) = (chains.first(), chains.last()) else {
+        return Err(broken("no records in the export".into()));
+    };
+    for pair in chains.windows(2) {
+        if pair[1].first != pair[0].last + 1 || pair[1].first_prev != pair[0].last_hash {
+            return Err(broken(format!(
+                "records {}..={} do not follow records {}..={}",
+                pair[1].first, pair[1].last, pair[0].first, pair[0].last
+            )));
+        }
+    }
+    if head.first == 1 && head.first_prev != [0; 32] {
+        return Err(broken("record 1 names a previous record".into()));
+    }
+    let (first, last, last_hash) = (head.first, tail.last, tail.last_hash);
+    let matched = match anchor {
+        Some((seq, hash)) if seq == last => hash == last_hash,
+        _ => match hash_in_log(last) {
+            Some(hash) => hash == last_hash,
+            None => {
+                let anchored = anchor.map_or(String::from("none"), |(s, _)| s.to_string());
+                return Err(broken(format!(
+                    "records {first}..={last}: the log has neither record {last} nor an anchor there (anchor: {anchored}); give the later export files too"
+                )));
+            }
+        },
+    };
+    if !matched {
+        return Err(broken(format!(
+            "record {last}: the export's hash differs from the log's: the export or the log was altered"
+        )));
+    }
+    let from = if first == 1 {
+        "from the first record".to_string()
+    } else {
+        format!("from record {first} (the earlier records not given)")
+    };
+    Ok(format!(
+        "ok records {first}..={last}: intact, linked {from}, and matching the log at record {last}"
+    ))
+}

@@ -303,3 +303,41 @@ fn a_crash_between_export_and_prune_loses_and_duplicates_nothing() {
     assert!(log.for_command("c-3").unwrap().is_empty());
     assert_eq!(log.verify().unwrap(), 5);
 }
+
+#[test]
+fn export_files_link_to_the_anchor_and_to_the_records_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_of(&dir.path().join("log"), 30);
+    let p = policy(dir.path(), 1);
+    let a = log.prune(&p, 10, 0).unwrap().unwrap();
+    let b = log.prune(&p, 20, 0).unwrap().unwrap();
+    let chain = |path: &std::path::Path| {
+        let lines = lines(path);
+        export::Chain::verify(lines.iter().map(String::as_str))
+            .unwrap()
+            .unwrap()
+    };
+    let anchor = log.anchor().unwrap().map(|a| (a.seq, a.hash));
+    let in_log = |seq: u64| {
+        let lines = log.export_lines(seq - 1, seq, 1).unwrap();
+        let hash = lines.first()?["hash"].as_str().and_then(export::unhex)?;
+        <[u8; 32]>::try_from(hash).ok()
+    };
+    let ok = export::link(&mut [chain(&b.file), chain(&a.file)], anchor, in_log).unwrap();
+    assert!(ok.contains("records 1..=20"), "{ok}");
+    let alone = export::link(&mut [chain(&a.file)], anchor, in_log).unwrap_err();
+    assert!(alone.to_string().contains("later export files"), "{alone}");
+    let gap = export::link(&mut [chain(&b.file)], anchor, in_log).unwrap();
+    assert!(gap.contains("earlier records not given"), "{gap}");
+    // An export of kept records links through the log's own record.
+    let kept = log.export_lines(20, 25, 100).unwrap();
+    let text: Vec<String> = kept.iter().map(|l| l.to_string()).collect();
+    let mut c = [export::Chain::verify(text.iter().map(String::as_str))
+        .unwrap()
+        .unwrap()];
+    assert!(export::link(&mut c, anchor, in_log).is_ok());
+    // A forged anchor (the log altered after the export) is found.
+    let forged = anchor.map(|(s, _)| (s, [7; 32]));
+    let err = export::link(&mut [chain(&b.file)], forged, in_log).unwrap_err();
+    assert!(err.to_string().contains("altered"), "{err}");
+}

@@ -183,3 +183,56 @@ pub fn anchor_words(anchor: &Value) -> String {
         None => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_is_a_seq_or_an_rfc3339_time_and_nothing_else() {
+        assert_eq!("42".parse::<Bound>(), Ok(Bound::Seq(42)));
+        let t = chrono::DateTime::parse_from_rfc3339("2026-12-01T03:00:00Z").unwrap();
+        assert_eq!(
+            "2026-12-01T04:00:00+01:00".parse::<Bound>(),
+            Ok(Bound::Time(t.with_timezone(&chrono::Utc)))
+        );
+        for bad in ["-1", "yesterday", "2026-12-01", ""] {
+            let err = bad.parse::<Bound>().unwrap_err();
+            assert!(
+                err.contains("neither a seq nor an RFC 3339 time"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_export_by_time_and_seq_keeps_only_the_records_in_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), capstan_agent::log::LogOptions::default()).unwrap();
+        for ns in ["a", "b", "c", "d"] {
+            log.append(&[capstan_agent::event::Event::NamespaceReady {
+                command_id: format!("c-{ns}"),
+                namespace: ns.into(),
+            }])
+            .unwrap();
+        }
+        let source = Source::Files(Arc::new(log));
+        let out = dir.path().join("out.jsonl");
+        let seqs = |since, until| {
+            run(&source, since, until, Some(&out)).unwrap();
+            let text = std::fs::read_to_string(&out).unwrap();
+            let chain = Chain::verify(text.lines()).unwrap();
+            chain.map(|c| (c.first, c.last))
+        };
+        assert_eq!(seqs(None, None), Some((1, 4)));
+        assert_eq!(seqs(Some(Bound::Seq(1)), Some(Bound::Seq(3))), Some((2, 3)));
+        let past = chrono::Utc::now() - chrono::Duration::hours(1);
+        let future = chrono::Utc::now() + chrono::Duration::hours(1);
+        assert_eq!(
+            seqs(Some(Bound::Time(past)), Some(Bound::Seq(2))),
+            Some((1, 2))
+        );
+        assert_eq!(seqs(Some(Bound::Time(future)), None), None);
+        assert_eq!(seqs(Some(Bound::Seq(2)), Some(Bound::Time(past))), None);
+    }
+}

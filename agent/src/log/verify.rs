@@ -68,6 +68,13 @@ impl Verifier {
         for item in scan.take(usize::try_from(max).unwrap_or(usize::MAX)) {
             let (record, hash) = match item {
                 Ok(ok) => ok,
+                // Records gone from under the verification: pruned meanwhile (the
+                // prune checked their links as it exported them); on from the anchor.
+                Err(ScanError::Corrupt(c))
+                    if c.defect == Defect::OutOfSequence && self.skip_to_anchor(log)? =>
+                {
+                    return Ok(false)
+                }
                 Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c)),
                 Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
             };
@@ -92,6 +99,21 @@ impl Verifier {
             }
         }
         Ok(checked < max)
+    }
+
+    /// Moves on to the anchor when a prune has passed the verification by: true when it
+    /// did.
+    fn skip_to_anchor(&mut self, log: &Log) -> Result<bool, LogError> {
+        match log.anchor()? {
+            Some(a) if a.seq >= self.next_seq => {
+                self.next_seq = a.seq + 1;
+                self.prev = a.hash;
+                self.intent = a.intent;
+                self.snapshots.retain(|seq, _| *seq > a.seq);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// After the last step: a snapshot past the last record has nothing to anchor it.

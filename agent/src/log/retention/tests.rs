@@ -341,3 +341,27 @@ fn export_files_link_to_the_anchor_and_to_the_records_kept() {
     let err = export::link(&mut [chain(&b.file)], forged, in_log).unwrap_err();
     assert!(err.to_string().contains("altered"), "{err}");
 }
+
+#[test]
+fn a_prune_during_a_verification_is_no_defect_the_verification_goes_on_from_the_anchor() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_of(&dir.path().join("log"), 55);
+    let mut verifier = crate::log::verify::Verifier::new(&log).unwrap();
+    assert!(!verifier.step(&log, 5).unwrap());
+    log.prune(&policy(dir.path(), 20), 55, 0).unwrap().unwrap();
+    while !verifier.step(&log, 5).unwrap() {}
+    assert_eq!(verifier.finish().unwrap(), 5 + 20);
+    // A record missing without a prune is still a defect.
+    log.records.remove(seq_key(45)).unwrap();
+    let err = log.verify().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LogError::Corrupt(crate::log::Corruption {
+                seq: 45,
+                defect: crate::log::Defect::OutOfSequence
+            })
+        ),
+        "{err:?}"
+    );
+}

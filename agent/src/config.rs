@@ -132,6 +132,18 @@ pub struct AgentConfig {
     /// The Prometheus endpoint of `run` (`docs/metrics.md`).
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `[log]`: the log's retention (`[log.retention]`).
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// `[log]` in `agent.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// Pruning old records after exporting them; off by default.
+    #[serde(default)]
+    pub retention: crate::log::retention::RetentionConfig,
 }
 
 /// The default `[metrics] listen`: loopback only.
@@ -208,6 +220,8 @@ pub enum ConfigError {
     ConnectTimeout,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
+    #[error(transparent)]
+    Retention(#[from] crate::log::retention::RetentionError),
     #[error("invalid config: `[metrics] listen` {value:?} must be an IP address and port (e.g. \"127.0.0.1:9464\")")]
     MetricsListen {
         value: String,
@@ -266,6 +280,7 @@ impl AgentConfig {
             }
         }
         config.metrics.listen()?;
+        config.log.retention.policy()?;
         Ok(config)
     }
 }
@@ -453,6 +468,42 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             let err = AgentConfig::load(Some(&path)).unwrap_err();
             let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+            assert!(text.contains(says), "{text}");
+        }
+    }
+
+    #[test]
+    fn log_retention_is_off_by_default_and_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        std::fs::write(&path, "host = \"h1\"\n").unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.log.retention.policy().unwrap(), None);
+        std::fs::write(
+            &path,
+            "[log.retention]\nmax_records = 1000\nmax_age_secs = 86400\nexport_dir = \"/var/lib/capstan/export\"\ninterval_secs = 5\n",
+        )
+        .unwrap();
+        let p = AgentConfig::load(Some(&path))
+            .unwrap()
+            .log
+            .retention
+            .policy()
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.max_records, Some(1000));
+        assert_eq!(p.max_age, Some(Duration::from_secs(86400)));
+        assert_eq!(p.interval, Duration::from_secs(5));
+        for (text, says) in [
+            ("[log.retention]\nmax_records = 10\n", "export_dir"),
+            ("[log.retention]\nmax_recrods = 10\n", "max_recrods"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = AgentConfig::load(Some(&path)).unwrap_err();
+            let mut text = err.to_string();
+            if let Some(s) = std::error::Error::source(&err) {
+                text = format!("{text}: {s}");
+            }
             assert!(text.contains(says), "{text}");
         }
     }

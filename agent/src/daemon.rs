@@ -96,6 +96,8 @@ pub struct Settings {
     pub metrics: Option<TcpListener>,
     /// The local socket ([`crate::local`]) and what `status` says there.
     pub local: Option<(PathBuf, HostInfo)>,
+    /// Log retention (`[log.retention]`), when on.
+    pub retention: Option<crate::log::retention::Policy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +192,13 @@ impl HostSetup<'_> {
             backoff: Backoff::default(),
             metrics,
             local: Some((self.data_dir.join(local::SOCKET), info)),
+            // Each host's exports in their own directory (`sim-fleet` runs many).
+            retention: self.config.log.retention.policy().ok().flatten().map(|p| {
+                crate::log::retention::Policy {
+                    export_dir: p.export_dir.join(self.host),
+                    ..p
+                }
+            }),
         };
         Daemon::start(executor, settings).await
     }
@@ -225,6 +234,8 @@ pub struct Daemon {
     metrics: Option<(JoinHandle<()>, DropGuard)>,
     /// The local socket, and what stops it (also when dropped).
     local: Option<(JoinHandle<()>, DropGuard)>,
+    /// Log retention, and what stops it (also when dropped).
+    retention: Option<(JoinHandle<()>, DropGuard)>,
 }
 
 /// Verifies the whole log (records and snapshots) in the background, at
@@ -304,6 +315,20 @@ impl Daemon {
                 metrics::serve::serve(listener, Arc::clone(&executor), published, stop.clone());
             (task, stop.drop_guard())
         });
+        let retention = match (settings.retention, executor.log().degraded()) {
+            (Some(policy), None) => {
+                let stop = CancellationToken::new();
+                let published = transport.as_ref().map(Transport::published);
+                let task = crate::log::retention::run(
+                    Arc::clone(executor.log()),
+                    policy,
+                    published,
+                    stop.clone(),
+                );
+                Some((tokio::spawn(task.in_current_span()), stop.drop_guard()))
+            }
+            _ => None,
+        };
         let (verification, stop_verification) = match executor.log().degraded() {
             Some(_) => (None, None),
             None => {
@@ -321,6 +346,7 @@ impl Daemon {
             stop_verification,
             metrics,
             local,
+            retention,
         })
     }
 
@@ -349,6 +375,11 @@ impl Daemon {
         // Stop the verification and wait for its chunk in flight (it holds the log).
         drop(self.stop_verification.take());
         let _ = self.verification().await;
+        // And the retention, with its prune in flight.
+        if let Some((task, stop)) = self.retention.take() {
+            drop(stop);
+            let _ = task.await;
+        }
         if let Some(t) = &mut self.transport {
             t.stop_commands().await;
         }

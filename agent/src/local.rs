@@ -6,14 +6,18 @@
 //! - `{"verb":"ping"|"status"|"intent"|"log","body":{…}}` → the answer the NATS RPC
 //!   gives for that verb ([`crate::transport::rpc::answer`]; `log` pages at
 //!   [`MAX_LOG_RECORDS`]);
-//! - `{"verb":"verify"}` → `{"verified":N}` or `{"bad":{"seq":N,"defect":"…"}}`: the
-//!   whole chain checked by the running agent.
+//! - `{"verb":"verify"}` → `{"verified":N,"anchor":…}` or
+//!   `{"bad":{"seq":N,"defect":"…"}}`: the whole chain checked by the running agent
+//!   (from the anchor after a prune; `anchor` is `null` before any);
+//! - `{"verb":"export","body":{"since":S,"until":U,"limit":L}}` →
+//!   `{"lines":[…],"anchor":…}`: the export lines ([`crate::log::export`]) of records
+//!   after `S` up to `U`, at most `L` (and [`export::MAX_LINES`]).
 //!
 //! The socket is made `0600` in the agent's data dir (the shipped unit's is `0700`
 //! root): whoever may read the log files may ask.
 
 use crate::executor::Executor;
-use crate::log::LogError;
+use crate::log::{export, LogError};
 use crate::transport::rpc::{self, MAX_LOG_RECORDS};
 use crate::transport::HostInfo;
 use serde_json::{json, Value};
@@ -131,8 +135,12 @@ async fn answer(
         Err(e) => rpc::error("invalid_request", format!("bad request: {e}")),
         Ok(request) if request.verb == "verify" => {
             let log = Arc::clone(executor.log());
-            match tokio::task::spawn_blocking(move || log.verify()).await {
-                Ok(Ok(records)) => json!({"verified": records}),
+            let verified = tokio::task::spawn_blocking(move || {
+                let anchor = log.anchor()?.map(|a| a.summary());
+                log.verify().map(|n| (n, anchor))
+            });
+            match verified.await {
+                Ok(Ok((records, anchor))) => json!({"verified": records, "anchor": anchor}),
                 Ok(Err(LogError::Corrupt(c))) => {
                     json!({"bad": {"seq": c.seq, "defect": c.defect.to_string()}})
                 }
@@ -140,6 +148,7 @@ async fn answer(
                 Err(e) => rpc::error("log_unreadable", e.to_string()),
             }
         }
+        Ok(request) if request.verb == "export" => export_answer(&executor, request.body),
         Ok(request) => {
             let body = request.body.to_string();
             rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
@@ -149,6 +158,32 @@ async fn answer(
     out.push(b'\n');
     write.write_all(&out).await?;
     write.shutdown().await
+}
+
+/// The `export` verb's body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExportRequest {
+    #[serde(default)]
+    since: u64,
+    until: Option<u64>,
+    limit: Option<usize>,
+}
+
+fn export_answer(executor: &Executor, body: Value) -> Value {
+    let body = if body.is_null() { json!({}) } else { body };
+    let request: ExportRequest = match serde_json::from_value(body) {
+        Ok(r) => r,
+        Err(e) => return rpc::error("invalid_request", format!("bad export request: {e}")),
+    };
+    let log = executor.log();
+    let until = request.until.unwrap_or(u64::MAX);
+    let limit = request.limit.unwrap_or(export::MAX_LINES);
+    let answer = log.anchor().and_then(|anchor| {
+        let lines = log.export_lines(request.since, until, limit)?;
+        Ok(json!({"lines": lines, "anchor": anchor.map(|a| a.summary())}))
+    });
+    answer.unwrap_or_else(|e| rpc::error("log_unreadable", e.to_string()))
 }
 
 #[derive(serde::Deserialize)]
@@ -295,6 +330,21 @@ mod tests {
         assert_eq!(after, one, "everything was appended after 2000");
         assert_eq!(intent, rig.executor.log().intent().to_json());
         assert_eq!(verified["verified"], rig.executor.log().last_seq());
+        assert_eq!(verified["anchor"], Value::Null);
+        let path3 = path.clone();
+        let (lines, bad) = tokio::task::spawn_blocking(move || {
+            (
+                ask(&path3, "export", json!({"since": 1, "until": 2})).unwrap(),
+                ask(&path3, "export", json!({"since": "x"})).unwrap(),
+            )
+        })
+        .await
+        .unwrap();
+        let lines = lines["lines"].as_array().unwrap();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["seq"], 2);
+        assert!(lines[0]["hash"].is_string() && lines[0]["stored"].is_string());
+        assert_eq!(bad["error"]["code"], "invalid_request", "{bad}");
         let kinds: Vec<_> = one.iter().map(|r| r["kind"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,

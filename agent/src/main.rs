@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod log_export_cli;
+
 /// `--version`: the release and the drivers compiled into this build (cargo features;
 /// `drivers::compiled`, and `external` when this build reaches external drivers).
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -138,8 +140,25 @@ struct LogArgs {
 
 #[derive(Subcommand)]
 enum LogAction {
-    /// Check the whole hash chain: `ok <N> records`, or the first bad seq.
-    Verify,
+    /// Check the whole hash chain: `ok <N> records` (`from anchor seq …` after a
+    /// prune), or the first bad seq. With `--export`, check export files instead.
+    Verify {
+        /// Export files (`log export`, retention's) to check against the log.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        export: Vec<PathBuf>,
+    },
+    /// Write records as export lines (JSON with `hash` and `stored`).
+    Export {
+        /// Only records after this seq, or at or after this RFC 3339 time.
+        #[arg(long)]
+        since: Option<log_export_cli::Bound>,
+        /// Only records up to this seq, or at or before this RFC 3339 time.
+        #[arg(long)]
+        until: Option<log_export_cli::Bound>,
+        /// Write to this file (fsync'd) instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
 }
 
 struct Context {
@@ -457,25 +476,45 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
 /// (it holds the log), else from the log files.
 fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
     let running = local::running(&ctx.data_dir);
-    if let Some(LogAction::Verify) = args.action {
+    let source = || -> anyhow::Result<log_export_cli::Source> {
+        Ok(match &running {
+            Some(path) => log_export_cli::Source::Agent(path.clone()),
+            None => log_export_cli::Source::Files(open_log(ctx)?),
+        })
+    };
+    match &args.action {
+        Some(LogAction::Export {
+            since,
+            until,
+            output,
+        }) => return log_export_cli::run(&source()?, *since, *until, output.as_deref()),
+        Some(LogAction::Verify { export }) if !export.is_empty() => {
+            return log_export_cli::verify(&source()?, export)
+        }
+        _ => {}
+    }
+    if let Some(LogAction::Verify { .. }) = args.action {
         let verdict = match &running {
             Some(path) => {
                 let answer = local::ask(path, "verify", serde_json::Value::Null)?;
                 match (answer["verified"].as_u64(), answer["bad"].as_object()) {
-                    (Some(n), _) => Ok(n),
+                    (Some(n), _) => Ok((n, answer["anchor"].clone())),
                     (None, Some(bad)) => Err((bad["seq"].clone(), bad["defect"].clone())),
                     _ => anyhow::bail!("the running agent could not verify: {answer}"),
                 }
             }
-            None => match open_log(ctx)?.verify() {
+            None => match open_log(ctx).and_then(|log| {
+                let anchor = log.anchor()?.map(|a| a.summary()).unwrap_or_default();
+                Ok(log.verify().map(|n| (n, anchor)))
+            })? {
                 Ok(n) => Ok(n),
                 Err(LogError::Corrupt(c)) => Err((c.seq.into(), c.defect.to_string().into())),
                 Err(e) => return Err(e.into()),
             },
         };
         return Ok(match verdict {
-            Ok(n) => {
-                println!("ok {n} records");
+            Ok((n, anchor)) => {
+                println!("ok {n} records{}", log_export_cli::anchor_words(&anchor));
                 ExitCode::SUCCESS
             }
             Err((seq, defect)) => {

@@ -65,9 +65,18 @@ pub struct AgentBuilder {
     /// `[metrics] listen`; `None`: `enabled = false`. By default port 0 (a free port,
     /// logged: [`metrics_address`]), so that parallel agents never collide.
     metrics: Option<String>,
+    /// More config sections, appended last (`[log.retention]`, …).
+    extra: String,
 }
 
 impl AgentBuilder {
+    /// Appends `text` (whole TOML tables) to `agent.toml`.
+    pub fn extra_toml(mut self, text: &str) -> AgentBuilder {
+        self.extra.push_str(text);
+        self.extra.push('\n');
+        self
+    }
+
     /// The docker driver on test engine `engine`.
     pub fn docker(mut self, engine: crate::docker::Engine) -> AgentBuilder {
         self.driver = Driver::Docker {
@@ -261,6 +270,7 @@ impl AgentBuilder {
             Some(listen) => add(&format!("[metrics]\nlisten = {listen:?}\n")),
             None => add("[metrics]\nenabled = false\n"),
         }
+        add(&self.extra);
         toml
     }
 }
@@ -297,6 +307,7 @@ impl Agent {
             nats_auth: String::new(),
             signing: None,
             metrics: Some("127.0.0.1:0".into()),
+            extra: String::new(),
         }
     }
 

@@ -17,6 +17,7 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
         backoff: Backoff::default(),
         metrics: None,
         local: None,
+        retention: None,
     }
 }
 

@@ -23,6 +23,8 @@ pub enum Defect {
     /// The snapshot at this seq holds an intent other than the fold of the records
     /// up to it (forged, or written by a faulty build).
     SnapshotForged,
+    /// The anchor (where the chain starts after a prune) is damaged or unreadable.
+    AnchorDamaged,
 }
 
 impl std::fmt::Display for Defect {
@@ -45,6 +47,7 @@ impl std::fmt::Display for Defect {
             Defect::SnapshotForged => {
                 f.write_str("the snapshot here does not match the records up to it (forged)")
             }
+            Defect::AnchorDamaged => f.write_str("the anchor of the pruned records is damaged"),
         }
     }
 }

@@ -8,17 +8,22 @@
 //! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
 //! - `by_time`: `at_ms seq` → ∅, every record by time (see [`query`]);
 //! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
-//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail.
+//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail;
+//! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
+//!   [`retention`]).
 //!
 //! A batch of records and their index entries are written in one sled transaction; a
 //! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
 
+pub mod anchor;
 mod codec;
 mod combine;
 mod error;
+pub mod export;
 mod flusher;
 mod query;
 mod release;
+pub mod retention;
 mod snapshot;
 mod stored;
 mod verify;
@@ -172,7 +177,26 @@ impl Log {
             tail.last_hash = snap.anchor;
             tail.intent = snap.intent;
         }
-        for item in Self::scan(&records, start_after, tail.next_seq, tail.last_hash) {
+        // After a prune: the anchor, when no snapshot past it is usable.
+        let anchors = tree(anchor::TREE)?;
+        let mut anchored = None;
+        match anchor::read(&anchors) {
+            Ok(Some(a)) if a.seq >= start_after => {
+                anchored = Some(a.seq);
+                start_after = a.seq;
+                tail.next_seq = a.seq + 1;
+                tail.last_hash = a.hash;
+                tail.intent = a.intent;
+            }
+            Ok(a) => anchored = a.map(|a| a.seq),
+            Err(LogError::Corrupt(c)) => degraded = Some(c),
+            Err(e) => return Err(e),
+        }
+        // A damaged anchor: nothing to replay from.
+        let replay = degraded.is_none().then_some(start_after).into_iter();
+        let (from, prev) = (&records, tail.last_hash);
+        let scan = replay.flat_map(move |after| Self::scan(from, after, after + 1, prev));
+        for item in scan {
             match item {
                 Ok((record, hash)) => {
                     tail.intent.apply(record.seq, &record.event);
@@ -204,7 +228,7 @@ impl Log {
             snapshot::write(&snapshots, tail.next_seq - 1, tail.last_hash, &tail.intent)?;
             tail.since_snapshot = 0;
         }
-        Ok(Log {
+        let log = Log {
             db,
             records,
             by_command,
@@ -219,7 +243,12 @@ impl Log {
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
             _released: release::Released::new(dir),
-        })
+        };
+        if let Some(seq) = anchored {
+            // A prune that crashed after writing its anchor is finished here.
+            log.remove_through(seq)?;
+        }
+        Ok(log)
     }
 
     /// Walks records after `after`, checking each one's hash, seq and link.

@@ -1,4 +1,5 @@
-//! Verification of the whole log: every record's hash, seq and link from seq 1, and
+//! Verification of the whole log: every record's hash, seq and link from seq 1 (or,
+//! after a prune, from the anchor: its hash and its intent, see [`super::anchor`]), and
 //! every snapshot against the records — its anchor is the hash of the record at its
 //! seq, and its intent is the fold of records `1..=seq`. A snapshot is trusted on open
 //! (that keeps opening bounded), so this is what catches a forged one (a changed intent
@@ -7,7 +8,7 @@
 
 use super::codec::Hash;
 use super::snapshot::{self, Snapshot};
-use super::{key_seq, Corruption, Defect, Log, LogError, ScanError};
+use super::{key_seq, seq_key, Corruption, Defect, Log, LogError, ScanError};
 use crate::intent::Intent;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,8 +36,11 @@ pub(super) struct Verifier {
 
 impl Verifier {
     pub(super) fn new(log: &Log) -> Result<Verifier, LogError> {
+        // After a prune the chain starts at the anchor, with the intent it holds.
+        let anchor = log.anchor()?;
+        let after = anchor.as_ref().map_or(0, |a| a.seq);
         let mut snapshots = BTreeMap::new();
-        for entry in log.snapshots.iter() {
+        for entry in log.snapshots.range(seq_key(after + 1)..) {
             let (key, value) = entry.map_err(LogError::Storage)?;
             let seq = key_seq(&key).unwrap_or(0);
             match snapshot::check(seq, &value) {
@@ -46,10 +50,11 @@ impl Verifier {
                 Err(defect) => drop(snapshots.insert(seq, Err(defect))),
             }
         }
+        let (prev, intent) = anchor.map_or(([0; 32], Intent::default()), |a| (a.hash, a.intent));
         Ok(Verifier {
-            next_seq: 1,
-            prev: [0; 32],
-            intent: Intent::default(),
+            next_seq: after + 1,
+            prev,
+            intent,
             snapshots,
             count: 0,
         })
@@ -63,6 +68,13 @@ impl Verifier {
         for item in scan.take(usize::try_from(max).unwrap_or(usize::MAX)) {
             let (record, hash) = match item {
                 Ok(ok) => ok,
+                // Records gone from under the verification: pruned meanwhile (the
+                // prune checked their links as it exported them); on from the anchor.
+                Err(ScanError::Corrupt(c))
+                    if c.defect == Defect::OutOfSequence && self.skip_to_anchor(log)? =>
+                {
+                    return Ok(false)
+                }
                 Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c)),
                 Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
             };
@@ -87,6 +99,21 @@ impl Verifier {
             }
         }
         Ok(checked < max)
+    }
+
+    /// Moves on to the anchor when a prune has passed the verification by: true when it
+    /// did.
+    fn skip_to_anchor(&mut self, log: &Log) -> Result<bool, LogError> {
+        match log.anchor()? {
+            Some(a) if a.seq >= self.next_seq => {
+                self.next_seq = a.seq + 1;
+                self.prev = a.hash;
+                self.intent = a.intent;
+                self.snapshots.retain(|seq, _| *seq > a.seq);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// After the last step: a snapshot past the last record has nothing to anchor it.

@@ -12,6 +12,7 @@ mod openapi;
 mod outage;
 mod scale;
 mod sim_fleet;
+mod soak;
 mod verify;
 
 use capstan_tests::agent::{Agent, AgentBuilder};

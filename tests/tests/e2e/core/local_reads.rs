@@ -10,7 +10,7 @@ use capstan_tests::unique;
 
 /// Every read the CLI offers, each one's stdout.
 fn reads(a: &Agent) -> Vec<(String, String)> {
-    let reads: [&[&str]; 9] = [
+    let reads: [&[&str]; 11] = [
         &["log"],
         &["log", "--json"],
         &["log", "--json", "--since", "1100"],
@@ -20,6 +20,9 @@ fn reads(a: &Agent) -> Vec<(String, String)> {
         &["log", "verify"],
         &["intent"],
         &["intent", "--json"],
+        // Time ranges (the time index), over more than one page from the socket.
+        &["log", "--json", "--since-time", "2000-01-01T00:00:00Z"],
+        &["log", "--json", "--until-time", "2000-01-01T00:00:00Z"],
     ];
     reads
         .iter()
@@ -58,6 +61,8 @@ fn log_and_intent_are_read_from_the_running_agent_as_from_the_files() {
         "{}",
         running[8].1
     );
+    assert_eq!(running[9].1, running[1].1, "every record is after 2000");
+    assert_eq!(running[10].1, "", "no record is before 2000");
 
     // Stopped leaving the workloads running, it appends nothing: the files say the same.
     send_signal(daemon.id(), libc::SIGUSR2);

@@ -78,6 +78,23 @@ fn write_status(cluster: &KubeCluster, pod: &Pod, status: Value) {
         .expect("write the pod's status");
 }
 
+/// A status of web's pod as its kubelet writes it: `main` not ready, waiting on
+/// `reason`, after `restarts` restarts (the last one ended with exit 2).
+fn waiting(reason: &str, restarts: i32) -> Value {
+    let mut status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{
+            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
+            "restartCount": restarts,
+            "state": {"waiting": {"reason": reason}}}],
+    }});
+    if restarts > 0 {
+        status["status"]["containerStatuses"][0]["lastState"] =
+            json!({"terminated": {"exitCode": 2}});
+    }
+    status
+}
+
 /// The first pod of workload `web` in namespace `ns`, if there is one.
 fn web_pod(cluster: &KubeCluster) -> Option<Pod> {
     let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
@@ -253,15 +270,7 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
     reconciled(&daemon);
     // Play the kubelet: the container crashed twice (exit 2) and is backing off.
     let pod = web_pod(&cluster).expect("web's pod");
-    let crashed = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "False"}],
-        "containerStatuses": [{
-            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
-            "restartCount": 2,
-            "lastState": {"terminated": {"exitCode": 2}},
-            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
-    }});
-    write_status(&cluster, &pod, crashed);
+    write_status(&cluster, &pod, waiting("CrashLoopBackOff", 2));
     // The log is the daemon's while it runs: wait on what it says, then read the log.
     // Recorded once, by whichever sees it first: the exit (then `state`) or the
     // failure watch.
@@ -323,14 +332,7 @@ fn failures_after_the_rollout_are_recorded_from_the_watch_across_an_apiserver_re
     cluster.restart_apiserver();
     // Play the kubelet: the pod's image can no longer be pulled; nothing exited.
     let pod = web_pod(&cluster).expect("web's pod");
-    let unpullable = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "False"}],
-        "containerStatuses": [{
-            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
-            "restartCount": 0,
-            "state": {"waiting": {"reason": "ErrImagePull"}}}],
-    }});
-    write_status(&cluster, &pod, unpullable);
+    write_status(&cluster, &pod, waiting("ErrImagePull", 0));
     failure_recorded(&daemon, "image_not_found");
     daemon.stop();
 

@@ -8,16 +8,20 @@
 //! (`workload_started`/`workload_failed` with cause `supervisor`; a revision the
 //! backend has given up on is `workload_failed/backend_failed`, not restarted). The
 //! decision is re-checked under the namespace's lock right before acting, so a
-//! `stop_workload` that caused the exit always wins.
+//! `stop_workload` that caused the exit always wins. A driver may also report failures
+//! without an exit through [`Driver::watch_failures`] (a Deployment's rollout given
+//! up on, a pod whose image cannot be pulled): each is recorded once as
+//! `workload_failed` with the driver's code, for the revision intent wants running.
 //!
 //! [`Driver::watch_exits`]: capstan_driver::Driver::watch_exits
+//! [`Driver::watch_failures`]: capstan_driver::Driver::watch_failures
 
 use crate::event::{Cause, Event};
 use crate::executor::Executor;
 use crate::intent::RunIntent;
 use crate::log::LogError;
 use capstan_common::ErrorCode;
-use capstan_driver::{BackendState, Exit, RevisionRef};
+use capstan_driver::{BackendState, Driver, Exit, Failure, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,51 +87,93 @@ impl Supervisor {
         self.handled.subscribe()
     }
 
-    /// Runs until the task is aborted: subscribes to the driver's exits (again, with
-    /// backoff, whenever the feed breaks) and handles each one in its own task. The
-    /// handlers live in a `JoinSet` owned here, so aborting `run` aborts them too: no
-    /// restart can race the shutdown sweep. Returns at once when the driver does not
-    /// declare `reports_exits`.
+    /// Runs until the task is aborted: follows the driver's exits and its failures
+    /// (see [`Supervisor::follow`]). Returns at once when the driver does not declare
+    /// `reports_exits`.
     pub async fn run(self: Arc<Self>) {
         if !self.executor.driver().capabilities().reports_exits {
             tracing::info!("the driver reports no exits: nothing to supervise");
             return;
         }
+        tokio::join!(Arc::clone(&self).follow::<Exit>(), self.follow::<Failure>());
+    }
+
+    /// Subscribes to one of the driver's feeds (again, with backoff, whenever it
+    /// breaks) and handles each report in its own task. The handlers live in a
+    /// `JoinSet` owned here, so aborting `run` aborts them too: no restart can race
+    /// the shutdown sweep. Returns when the feed ends.
+    async fn follow<R: Report>(self: Arc<Self>) {
         let mut handlers = tokio::task::JoinSet::new();
         let mut failures = 0u32;
         loop {
-            let (tx, mut rx) = tokio::sync::mpsc::channel::<Exit>(256);
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<R>(256);
             let executor = Arc::clone(&self.executor);
-            let feed = executor.driver().watch_exits(tx);
+            let feed = R::subscribe(executor.driver().as_ref(), tx);
             tokio::pin!(feed);
             // Cancel-safe: `recv` loses nothing when the other branch wins, and the
             // feed future is pinned across iterations.
             let ended = loop {
                 tokio::select! {
                     ended = &mut feed => break ended,
-                    Some(exit) = rx.recv() => {
+                    Some(report) = rx.recv() => {
                         failures = 0;
                         while handlers.try_join_next().is_some() {}
                         let me = Arc::clone(&self);
-                        handlers.spawn(async move { me.handle(exit).await });
+                        handlers.spawn(async move { report.handle(&me).await });
                     }
                 }
             };
-            while let Ok(exit) = rx.try_recv() {
+            while let Ok(report) = rx.try_recv() {
                 let me = Arc::clone(&self);
-                handlers.spawn(async move { me.handle(exit).await });
+                handlers.spawn(async move { report.handle(&me).await });
             }
             match ended {
                 Ok(()) => {
-                    tracing::info!("the driver's exit feed ended: nothing more to supervise");
+                    tracing::info!(
+                        feed = R::FEED,
+                        "the driver's feed ended: nothing more to follow"
+                    );
                     while handlers.join_next().await.is_some() {}
                     return;
                 }
-                Err(e) => tracing::warn!(error = %e.report(), "exit feed broke; resubscribing"),
+                Err(e) => {
+                    tracing::warn!(feed = R::FEED, error = %e.report(), "feed broke; resubscribing")
+                }
             }
             tokio::time::sleep(self.backoff.delay(failures)).await;
             failures = failures.saturating_add(1);
         }
+    }
+
+    /// Records a failure the backend reported without an exit (a rollout it gave up
+    /// on, a pod whose image cannot be pulled): `workload_failed` with its code, when
+    /// intent wants exactly that revision running and the same failure is not recorded
+    /// already (a start clears it). Nothing is restarted: the backend retries.
+    pub async fn handle_failure(&self, failure: Failure) {
+        if let Err(e) = self.try_handle_failure(failure).await {
+            tracing::error!(error = %e, "supervisor could not write the log");
+        }
+        self.handled.send_modify(|n| *n += 1);
+    }
+
+    async fn try_handle_failure(&self, failure: Failure) -> Result<(), LogError> {
+        let rev = failure.rev();
+        tracing::info!(workload = %rev, code = %failure.code, reason = %failure.reason, "the backend reports a failure");
+        let _serial = self.executor.lock_namespace(&failure.namespace).await;
+        // Under the lock: a command in flight has ended, and intent is what it left.
+        if !self.wanted(rev) || self.reported(rev, failure.code) {
+            return Ok(());
+        }
+        let event = Event::WorkloadFailed {
+            cause: Cause::Supervisor,
+            namespace: failure.namespace.clone(),
+            workload: failure.workload.clone(),
+            code: failure.code,
+            message: format!("revision {} failed: {}", failure.revision, failure.reason),
+        };
+        self.executor.log().append_durable(&[event]).await?;
+        tracing::warn!(workload = %rev, code = %failure.code, reason = %failure.reason, "failure recorded");
+        Ok(())
     }
 
     /// Records one exit and, if the driver leaves restarts to the agent and intent
@@ -155,13 +201,13 @@ impl Supervisor {
             exit_code: exit.exit_code,
         }])
         .await?;
-        if !self.wanted(&exit) {
+        if !self.wanted(exit.rev()) {
             return Ok(());
         }
         if !self.executor.driver().capabilities().restarts_exits {
             // The backend restarts its own; the agent only reports when it gave up.
             let _serial = self.executor.lock_namespace(&exit.namespace).await;
-            if !self.wanted(&exit) || self.give_up_reported(&exit) {
+            if !self.wanted(exit.rev()) || self.reported(exit.rev(), ErrorCode::BackendFailed) {
                 return Ok(());
             }
             if let Some(event) = self.gave_up(&exit).await {
@@ -188,7 +234,7 @@ impl Supervisor {
         tokio::time::sleep(delay).await;
         let _serial = self.executor.lock_namespace(&exit.namespace).await;
         // Re-check under the lock: a command may have stopped, replaced or retired it.
-        if !self.wanted(&exit) {
+        if !self.wanted(exit.rev()) {
             tracing::info!(workload = %key, "restart dropped: intent changed");
             return Ok(());
         }
@@ -205,15 +251,16 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Whether the workload's giving up is reported already: its last failure is
-    /// `backend_failed` and it has not started since (a start clears it). Several exits
-    /// of one crash loop can be handled after the backend gave up (systemd's restarts
-    /// come faster than a loaded agent reads their states): one report, not one each.
-    fn give_up_reported(&self, exit: &Exit) -> bool {
+    /// Whether the workload's failure with `code` is reported already: its last
+    /// failure has that code and it has not started since (a start clears it). Several
+    /// exits of one crash loop can be handled after the backend gave up (systemd's
+    /// restarts come faster than a loaded agent reads their states), and a watched
+    /// failure is seen again on every change of the object: one report, not one each.
+    fn reported(&self, rev: RevisionRef<'_>, code: ErrorCode) -> bool {
         self.executor.log().with_intent(|intent| {
             intent
-                .workload(&exit.namespace, &exit.workload)
-                .is_some_and(|w| w.failed == Some(ErrorCode::BackendFailed))
+                .workload(rev.namespace, rev.workload)
+                .is_some_and(|w| w.failed == Some(code))
         })
     }
 
@@ -270,15 +317,52 @@ impl Supervisor {
     }
 
     /// True when intent wants exactly this revision running.
-    fn wanted(&self, exit: &Exit) -> bool {
+    fn wanted(&self, rev: RevisionRef<'_>) -> bool {
         self.executor.log().with_intent(|intent| {
             intent
-                .workload(&exit.namespace, &exit.workload)
+                .workload(rev.namespace, rev.workload)
                 .is_some_and(|w| {
                     w.intent == RunIntent::Running
-                        && w.active_revision.as_deref() == Some(exit.revision.as_str())
+                        && w.active_revision.as_deref() == Some(rev.revision)
                 })
         })
+    }
+}
+
+/// One of the driver's feeds the supervisor follows: exits and failures.
+trait Report: Send + Sized + 'static {
+    /// The feed's name, for the log.
+    const FEED: &'static str;
+    fn subscribe(
+        driver: &dyn Driver,
+        reports: tokio::sync::mpsc::Sender<Self>,
+    ) -> capstan_driver::around::Call<'_, ()>;
+    fn handle(self, supervisor: &Supervisor) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl Report for Exit {
+    const FEED: &'static str = "exits";
+    fn subscribe(
+        driver: &dyn Driver,
+        reports: tokio::sync::mpsc::Sender<Self>,
+    ) -> capstan_driver::around::Call<'_, ()> {
+        driver.watch_exits(reports)
+    }
+    async fn handle(self, supervisor: &Supervisor) {
+        supervisor.handle(self).await;
+    }
+}
+
+impl Report for Failure {
+    const FEED: &'static str = "failures";
+    fn subscribe(
+        driver: &dyn Driver,
+        reports: tokio::sync::mpsc::Sender<Self>,
+    ) -> capstan_driver::around::Call<'_, ()> {
+        driver.watch_failures(reports)
+    }
+    async fn handle(self, supervisor: &Supervisor) {
+        supervisor.handle_failure(self).await;
     }
 }
 
@@ -459,6 +543,72 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), supervisor.run())
             .await
             .expect("run returns at once");
+    }
+
+    fn failure(revision: &str, code: ErrorCode) -> Failure {
+        Failure {
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: revision.into(),
+            code,
+            reason: "pod web-1 container main: ErrImagePull".into(),
+        }
+    }
+
+    /// The supervisor's `workload_failed` records: code and message.
+    fn failures_recorded(rig: &Rig) -> Vec<(ErrorCode, String)> {
+        rig.records()
+            .into_iter()
+            .filter_map(|r| match r.event {
+                Event::WorkloadFailed {
+                    cause: Cause::Supervisor,
+                    code,
+                    message,
+                    ..
+                } => Some((code, message)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_the_running_revision_is_recorded_once_with_its_code() {
+        let rig = Rig::new(SimConfig::declaring(BACKEND_RESTARTS));
+        rig.running_r1().await;
+        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
+        supervisor
+            .handle_failure(failure("r1", ErrorCode::ImageNotFound))
+            .await;
+        supervisor
+            .handle_failure(failure("r1", ErrorCode::ImageNotFound))
+            .await;
+        let recorded = failures_recorded(&rig);
+        assert_eq!(
+            recorded,
+            [(
+                ErrorCode::ImageNotFound,
+                "revision r1 failed: pod web-1 container main: ErrImagePull".to_string()
+            )]
+        );
+        // Another failure of it is news; nothing is restarted.
+        supervisor
+            .handle_failure(failure("r1", ErrorCode::BackendFailed))
+            .await;
+        assert_eq!(failures_recorded(&rig).len(), 2);
+        assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_a_revision_intent_does_not_run_is_not_recorded() {
+        let rig = Rig::new(SimConfig::declaring(BACKEND_RESTARTS));
+        rig.running_r1().await;
+        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
+        // r2's rollout failing is its command's to report.
+        supervisor
+            .handle_failure(failure("r2", ErrorCode::ImageNotFound))
+            .await;
+        assert_eq!(failures_recorded(&rig), []);
+        assert_eq!(rig.kinds().last(), Some(&"command_completed"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! implements [`Around`] once; [`Wrapped`] does the forwarding of every operation.
 
 use crate::{
-    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
+    BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed,
+    RevisionRef,
 };
 use capstan_common::{DriverKind, Spec};
 use std::future::Future;
@@ -58,6 +59,15 @@ pub trait Around: Send + Sync {
         exits: tokio::sync::mpsc::Sender<Exit>,
     ) -> Call<'a, ()> {
         inner.watch_exits(exits)
+    }
+
+    /// The failure feed: by default the wrapped driver's own, untouched.
+    fn watch_failures<'a>(
+        &'a self,
+        inner: &'a dyn Driver,
+        failures: tokio::sync::mpsc::Sender<Failure>,
+    ) -> Call<'a, ()> {
+        inner.watch_failures(failures)
     }
 }
 
@@ -152,5 +162,14 @@ impl<A: Around> Driver for Wrapped<A> {
 
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
         self.around.watch_exits(self.inner.as_ref(), exits).await
+    }
+
+    async fn watch_failures(
+        &self,
+        failures: tokio::sync::mpsc::Sender<Failure>,
+    ) -> Result<(), DriverError> {
+        self.around
+            .watch_failures(self.inner.as_ref(), failures)
+            .await
     }
 }

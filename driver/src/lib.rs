@@ -142,6 +142,32 @@ impl Exit {
     }
 }
 
+/// A revision the backend reports failed while nothing exited: a rollout the cluster
+/// gave up on (`ProgressDeadlineExceeded`), a pod whose image cannot be pulled or that
+/// crash-loops. The supervisor records it (`workload_failed` with `code`) when intent
+/// wants exactly this revision running; the backend, not the agent, retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub namespace: String,
+    pub workload: String,
+    pub revision: String,
+    /// A stable code: `backend_failed`, `image_not_found`.
+    pub code: ErrorCode,
+    /// The backend's own words (the object and its reason).
+    pub reason: String,
+}
+
+impl Failure {
+    /// The revision that failed.
+    pub fn rev(&self) -> RevisionRef<'_> {
+        RevisionRef {
+            namespace: &self.namespace,
+            workload: &self.workload,
+            revision: &self.revision,
+        }
+    }
+}
+
 /// A driver operation that did not happen. The message names the operation and the
 /// object; the cause, if any, is the `source`.
 #[derive(Debug, thiserror::Error)]
@@ -274,6 +300,17 @@ pub trait Driver: Send + Sync {
     /// which reports nothing and returns at once.
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
         drop(exits);
+        Ok(())
+    }
+    /// Sends every [`Failure`] of this host's workloads the backend reports without an
+    /// exit to `failures`, as [`Driver::watch_exits`] does exits (`Ok` when the
+    /// receiver is dropped, `Err` when the feed breaks). Only drivers that declare
+    /// `reports_exits` are asked. The default reports nothing and returns at once.
+    async fn watch_failures(
+        &self,
+        failures: tokio::sync::mpsc::Sender<Failure>,
+    ) -> Result<(), DriverError> {
+        drop(failures);
         Ok(())
     }
 }

@@ -6,21 +6,18 @@ use crate::objects::{self, ApiFailure, OnRevision, Owner, Rollout, Template};
 use crate::KubeConfig;
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use capstan_driver::{
-    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
+    BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed,
+    RevisionRef,
 };
-use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Config};
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How often a rollout's progress is read while waiting for it.
-const POLL: Duration = Duration::from_millis(250);
 /// How many times a request the apiserver asks to retry (409 from a raced update,
 /// 429, 5xx) is sent before the operation fails.
 const ATTEMPTS: u32 = 5;
@@ -31,6 +28,8 @@ pub struct KubeDriver {
     host: String,
     client: Client,
     config: KubeConfig,
+    #[cfg(feature = "test-hooks")]
+    test_hooks: crate::test_hooks::TestHooks,
 }
 
 impl KubeDriver {
@@ -66,7 +65,15 @@ impl KubeDriver {
             host: host.to_string(),
             client,
             config,
+            #[cfg(feature = "test-hooks")]
+            test_hooks: Default::default(),
         })
+    }
+
+    /// The driver's test hooks (cargo feature `test-hooks`, tests only).
+    #[cfg(feature = "test-hooks")]
+    pub fn test_hooks(&self) -> &crate::test_hooks::TestHooks {
+        &self.test_hooks
     }
 
     fn apply_params() -> PatchParams {
@@ -77,16 +84,16 @@ impl KubeDriver {
         format!("{}=true,{}={}", objects::MANAGED, objects::HOST, self.host)
     }
 
-    /// The pods of one revision.
-    fn pods_of(&self, rev: RevisionRef<'_>) -> ListParams {
-        ListParams::default().labels(&format!(
+    /// The label selector of one revision's pods.
+    fn pods_selector(&self, rev: RevisionRef<'_>) -> String {
+        format!(
             "{},{}={},{}={}",
             self.selector(),
             objects::WORKLOAD,
             rev.workload,
             objects::REVISION,
             rev.revision
-        ))
+        )
     }
 
     fn deployments(&self, namespace: &str) -> Api<Deployment> {
@@ -143,8 +150,24 @@ impl KubeDriver {
         replicas: u32,
         runs_with: u32,
     ) -> Result<(), DriverError> {
+        self.write(op, rev, template, (replicas, runs_with), None)
+            .await?;
+        self.wait_rollout(op, rev).await
+    }
+
+    /// Applies `rev`'s Deployment with `(replicas, runs_with)`; with `read`, only over
+    /// that resourceVersion of it: `Ok(false)` when the Deployment changed since (the
+    /// apiserver's 409 Conflict), and nothing was written.
+    async fn write(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        template: &Template,
+        (replicas, runs_with): (u32, u32),
+        read: Option<&str>,
+    ) -> Result<bool, DriverError> {
         let name = objects::deployment_name(rev.workload);
-        let object = objects::deployment(
+        let mut object = objects::deployment(
             &self.host,
             rev,
             template,
@@ -152,76 +175,59 @@ impl KubeDriver {
             runs_with,
             self.config.progress_deadline_secs,
         );
+        if let Some(version) = read {
+            object["metadata"]["resourceVersion"] = version.into();
+        }
         let api = self.deployments(rev.namespace);
         let params = Self::apply_params();
         let patch = Patch::Apply(&object);
-        call(op, &rev, || api.patch(&name, &params, &patch)).await?;
-        self.wait_rollout(op, rev).await
+        let written = call(op, &rev, || async {
+            match api.patch(&name, &params, &patch).await {
+                Err(kube::Error::Api(status)) if read.is_some() && stale(&status) => Ok(false),
+                done => done.map(|_| true),
+            }
+        });
+        written.await
     }
 
-    /// Waits (at most `rollout_timeout_secs`) for `rev`'s rollout to complete, failing
-    /// on what the cluster will not get past by itself.
-    async fn wait_rollout(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-    ) -> Result<(), DriverError> {
-        let deadline =
-            Instant::now() + Duration::from_secs(self.config.rollout_timeout_secs.into());
-        let name = objects::deployment_name(rev.workload);
-        let api = self.deployments(rev.namespace);
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), rev.namespace);
-        let pod_selector = self.pods_of(rev);
-        let mut last = None;
-        loop {
-            let deployment = call(op, &rev, || api.get_opt(&name))
+    /// Applies `rev`'s Deployment again from the live one (its template, launch env
+    /// included), scaled to 0 (`stop`) or to what it runs with (`resume`), then waits
+    /// for the rollout. The apply carries the resourceVersion it was computed from: if
+    /// the Deployment changed in between (a 409 Conflict), it is read and applied
+    /// again, a few times. `Ok(())` for a stop when another revision runs.
+    async fn reapply(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let stopping = op == "stop";
+        let missing = || DriverError::Missing {
+            op,
+            target: rev.to_string(),
+        };
+        for attempt in 1..=ATTEMPTS {
+            let live = match self.deployment(op, rev).await? {
+                Some(live) if objects::revision_of(&live) == Some(rev.revision) => live,
+                // Another revision runs: this one has nothing running.
+                Some(_) if stopping => return Ok(()),
+                _ => return Err(missing()),
+            };
+            let template = Template::from_live(&live).ok_or_else(missing)?;
+            let runs_with = objects::runs_with(&live);
+            let replicas = if stopping { 0 } else { runs_with };
+            #[cfg(feature = "test-hooks")]
+            self.test_hooks.between_read_and_write().await;
+            let read = live.metadata.resource_version.as_deref();
+            if self
+                .write(op, rev, &template, (replicas, runs_with), read)
                 .await?
-                .ok_or_else(|| DriverError::Missing {
-                    op,
-                    target: rev.to_string(),
-                })?;
-            let state = objects::rollout(&deployment, rev.revision);
-            match &state {
-                Rollout::Complete => return Ok(()),
-                Rollout::Failed { reason } => {
-                    return Err(DriverError::refused(
-                        op,
-                        rev,
-                        ErrorCode::BackendFailed,
-                        format!("the rollout failed: {reason}"),
-                    ))
-                }
-                Rollout::Superseded => {
-                    return Err(DriverError::refused(
-                        op,
-                        rev,
-                        ErrorCode::DriverFailed,
-                        "the Deployment moved to another revision during the rollout",
-                    ))
-                }
-                Rollout::Progressing { .. } => {}
+            {
+                return self.wait_rollout(op, rev).await;
             }
-            let listed = call(op, &rev, || pods.list(&pod_selector)).await?;
-            if let Some((code, reason)) = objects::pod_failure(&listed.items) {
-                return Err(DriverError::refused(op, rev, code, reason));
-            }
-            if last.as_ref() != Some(&state) {
-                tracing::info!(target: "capstan::kube", %rev, ?state, "rollout");
-                last = Some(state);
-            }
-            if Instant::now() >= deadline {
-                return Err(DriverError::refused(
-                    op,
-                    rev,
-                    ErrorCode::RolloutTimeout,
-                    format!(
-                        "the rollout did not complete in {} s ({:?})",
-                        self.config.rollout_timeout_secs, last
-                    ),
-                ));
-            }
-            tokio::time::sleep(POLL).await;
+            tracing::info!(target: "capstan::kube", %rev, attempt, "the Deployment changed since it was read (409); reading it again");
         }
+        Err(DriverError::refused(
+            op,
+            rev,
+            ErrorCode::DriverFailed,
+            format!("the Deployment changed between each read and write ({ATTEMPTS} times)"),
+        ))
     }
 
     /// Starts `rev` from `spec` (its replicas) and the accepted launch environment.
@@ -252,6 +258,20 @@ fn not_ours(op: &'static str, target: &str) -> DriverError {
     )
 }
 
+/// Whether the apiserver's answer names a field another manager owns.
+fn field_conflict(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "FieldManagerConflict"))
+}
+
+/// Whether the answer to a write that carried a resourceVersion says the object has
+/// another one now (409 Conflict, no field manager named).
+fn stale(status: &kube::core::Status) -> bool {
+    status.code == 409 && !field_conflict(status)
+}
+
 /// Sends a request, again when the apiserver asks for it (a few times), and maps
 /// what fails to a driver error with a stable code.
 async fn call<T, F, Fut>(
@@ -272,11 +292,7 @@ where
         };
         match &err {
             kube::Error::Api(status) => {
-                let field_conflict = status
-                    .details
-                    .as_ref()
-                    .is_some_and(|d| d.causes.iter().any(|c| c.reason == "FieldManagerConflict"));
-                match objects::api_failure(status.code, &status.reason, field_conflict) {
+                match objects::api_failure(status.code, &status.reason, field_conflict(status)) {
                     ApiFailure::Retry if attempt < ATTEMPTS => {
                         tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
                         continue;
@@ -418,42 +434,11 @@ impl Driver for KubeDriver {
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        const OP: &str = "resume";
-        let live = self.deployment(OP, rev).await?;
-        let (OnRevision::This, Some(live)) = (OnRevision::of(live.as_ref(), rev.revision), live)
-        else {
-            return Err(DriverError::Missing {
-                op: OP,
-                target: rev.to_string(),
-            });
-        };
-        let template = Template::from_live(&live).ok_or_else(|| DriverError::Missing {
-            op: OP,
-            target: rev.to_string(),
-        })?;
-        let runs_with = objects::runs_with(&live);
-        self.apply(OP, rev, &template, runs_with, runs_with).await
+        self.reapply("resume", rev).await
     }
 
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        const OP: &str = "stop";
-        let live = self.deployment(OP, rev).await?;
-        match (OnRevision::of(live.as_ref(), rev.revision), live) {
-            (OnRevision::This, Some(live)) => {
-                let template = Template::from_live(&live).ok_or_else(|| DriverError::Missing {
-                    op: OP,
-                    target: rev.to_string(),
-                })?;
-                let runs_with = objects::runs_with(&live);
-                self.apply(OP, rev, &template, 0, runs_with).await
-            }
-            // Another revision runs: this one has nothing running.
-            (OnRevision::Other, _) => Ok(()),
-            _ => Err(DriverError::Missing {
-                op: OP,
-                target: rev.to_string(),
-            }),
-        }
+        self.reapply("stop", rev).await
     }
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -467,21 +452,29 @@ impl Driver for KubeDriver {
             // once it is gone nothing of this revision runs.
             let dp = DeleteParams::foreground();
             gone(call(OP, &rev, || api.delete(&name, &dp)).await)?;
-            let deadline =
-                Instant::now() + Duration::from_secs(self.config.rollout_timeout_secs.into());
-            while call(OP, &rev, || api.get_opt(&name)).await?.is_some() {
-                if Instant::now() >= deadline {
+            let uid = live
+                .as_ref()
+                .and_then(|d| d.metadata.uid.clone())
+                .unwrap_or_default();
+            let seconds = self.config.rollout_timeout_secs;
+            let deleted = await_condition(api, &name, conditions::is_deleted(&uid));
+            match tokio::time::timeout(Duration::from_secs(seconds.into()), deleted).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(DriverError::Unavailable {
+                        op: OP,
+                        target: rev.to_string(),
+                        source: e.into(),
+                    })
+                }
+                Err(_) => {
                     return Err(DriverError::refused(
                         OP,
                         rev,
                         ErrorCode::RolloutTimeout,
-                        format!(
-                            "the Deployment was not gone {} s after its deletion",
-                            self.config.rollout_timeout_secs
-                        ),
-                    ));
+                        format!("the Deployment was not gone {seconds} s after its deletion"),
+                    ))
                 }
-                tokio::time::sleep(POLL).await;
             }
         }
         let name = objects::staged_name(rev.workload, rev.revision);
@@ -546,7 +539,7 @@ impl Driver for KubeDriver {
             return Ok(Some(state));
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), rev.namespace);
-        let of_rev = self.pods_of(rev);
+        let of_rev = ListParams::default().labels(&self.pods_selector(rev));
         let listed = call(OP, &rev, || pods.list(&of_rev)).await?;
         Ok(Some(match objects::pod_failure(&listed.items) {
             Some((ErrorCode::BackendFailed, reason)) => BackendState::Failed { reason },
@@ -557,31 +550,16 @@ impl Driver for KubeDriver {
     /// Container restarts of our pods, from a watch (kube-runtime's watcher, resumed
     /// with backoff after a disconnect or an apiserver restart).
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let config = watcher::Config::default().labels(&self.selector());
-        let events = watcher(pods, config).default_backoff().applied_objects();
-        futures::pin_mut!(events);
-        let mut seen = BTreeMap::new();
-        loop {
-            let pod = tokio::select! {
-                // Cancel-safe: a closed receiver ends the watch; nothing is lost.
-                () = exits.closed() => return Ok(()),
-                pod = events.next() => pod,
-            };
-            let pod = match pod {
-                Some(Ok(pod)) => pod,
-                Some(Err(e)) => {
-                    tracing::warn!(target: "capstan::kube", error = %e, "pod watch interrupted; resuming");
-                    continue;
-                }
-                None => return Ok(()),
-            };
-            for exit in objects::exits_of(&pod, &mut seen) {
-                if exits.send(exit).await.is_err() {
-                    return Ok(());
-                }
-            }
-        }
+        self.exits(exits).await
+    }
+
+    /// Rollouts the cluster gave up on and pods that cannot come up, from a watch of
+    /// our Deployments and pods: what fails after `activate` returned.
+    async fn watch_failures(
+        &self,
+        failures: tokio::sync::mpsc::Sender<Failure>,
+    ) -> Result<(), DriverError> {
+        self.failures(failures).await
     }
 }
 
@@ -619,3 +597,4 @@ fn gone<T>(result: Result<T, DriverError>) -> Result<(), DriverError> {
 
 #[cfg(test)]
 mod tests;
+mod watch;

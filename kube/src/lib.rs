@@ -13,6 +13,8 @@
 mod config;
 mod driver;
 pub mod objects;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 
 pub use config::KubeConfig;
 pub use driver::KubeDriver;

@@ -294,3 +294,88 @@ fn replicas_another_field_manager_took_are_a_change_outside_capstan() {
     assert_eq!(replicas_changed(&ours), None);
     assert_eq!(replicas_changed(&live(applied, json!({}))), None);
 }
+
+/// `pod(waiting)` as one of workload `web`'s pods of `revision` in `team`.
+fn pod_of(revision: &str, waiting: &str) -> Pod {
+    let mut p = pod(waiting);
+    p.metadata.namespace = Some("team".into());
+    p.metadata.labels = Some(
+        [(WORKLOAD, "web"), (REVISION, revision)]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+    );
+    p
+}
+
+#[test]
+fn a_watched_object_shows_the_failure_of_its_revision() {
+    let t = Template::from_spec(&spec(), &launch()).unwrap();
+    let given_up = live(
+        deployment(HOST, rev("r1"), &t, 1, 1, 600),
+        json!({"observedGeneration": 2, "replicas": 1, "conditions": [{
+            "type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}),
+    );
+    let failure = Watched::Deployment(&given_up).failure().expect("a failure");
+    assert_eq!(failure.rev(), rev("r1"));
+    assert_eq!(failure.code, ErrorCode::BackendFailed);
+    assert_eq!(
+        failure.reason,
+        "Deployment capstan-web: ProgressDeadlineExceeded"
+    );
+    let progressing = live(
+        deployment(HOST, rev("r1"), &t, 1, 1, 600),
+        json!({"observedGeneration": 2, "replicas": 1}),
+    );
+    assert_eq!(Watched::Deployment(&progressing).failure(), None);
+
+    let pulled = Watched::Pod(&pod_of("r2", "ErrImagePull")).failure();
+    let pulled = pulled.expect("a failure");
+    assert_eq!(
+        (pulled.rev(), pulled.code),
+        (rev("r2"), ErrorCode::ImageNotFound)
+    );
+    assert_eq!(
+        Watched::Pod(&pod_of("r2", "ContainerCreating")).failure(),
+        None
+    );
+    // Not one of our workloads' pods: no revision to fail.
+    assert_eq!(Watched::Pod(&pod("CrashLoopBackOff")).failure(), None);
+}
+
+#[test]
+fn a_failure_is_reported_once_while_its_object_shows_it() {
+    let failing = |code| {
+        Some(capstan_driver::Failure {
+            namespace: "team".into(),
+            workload: "web".into(),
+            revision: "r1".into(),
+            code,
+            reason: format!("{code}"),
+        })
+    };
+    let mut reported = Reported::default();
+    let pod = "team/capstan-web-abc".to_string();
+    assert!(reported
+        .update(pod.clone(), failing(ErrorCode::ImageNotFound))
+        .is_some());
+    assert!(reported
+        .update(pod.clone(), failing(ErrorCode::ImageNotFound))
+        .is_none());
+    // Another failure of the same object is news.
+    assert!(reported
+        .update(pod.clone(), failing(ErrorCode::BackendFailed))
+        .is_some());
+    // Cleared, then shown again: reported again.
+    assert!(reported.update(pod.clone(), None).is_none());
+    assert!(reported
+        .update(pod.clone(), failing(ErrorCode::BackendFailed))
+        .is_some());
+    reported.forget(&pod);
+    assert!(reported
+        .update(pod.clone(), failing(ErrorCode::BackendFailed))
+        .is_some());
+    reported.clear();
+    assert!(reported
+        .update(pod, failing(ErrorCode::BackendFailed))
+        .is_some());
+}

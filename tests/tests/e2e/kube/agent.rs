@@ -2,7 +2,9 @@
 //! ClusterRole: commands through `apply` with an exec hook's placeholder reaching the
 //! pod template and never the log; agent kills and restarts that touch nothing; a
 //! Deployment deleted by hand and one made by hand reported at startup; a crash loop recorded from the pod
-//! watch and left to the cluster.
+//! watch and left to the cluster; failures after the rollout (a progress deadline, an
+//! image pull error) recorded from the Deployment and pod watch, across an apiserver
+//! restart.
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::Spec;
@@ -74,6 +76,23 @@ fn write_status(cluster: &KubeCluster, pod: &Pod, status: Value) {
             &Patch::Merge(status),
         ))
         .expect("write the pod's status");
+}
+
+/// A status of web's pod as its kubelet writes it: `main` not ready, waiting on
+/// `reason`, after `restarts` restarts (the last one ended with exit 2).
+fn waiting(reason: &str, restarts: i32) -> Value {
+    let mut status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{
+            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
+            "restartCount": restarts,
+            "state": {"waiting": {"reason": reason}}}],
+    }});
+    if restarts > 0 {
+        status["status"]["containerStatuses"][0]["lastState"] =
+            json!({"terminated": {"exitCode": 2}});
+    }
+    status
 }
 
 /// The first pod of workload `web` in namespace `ns`, if there is one.
@@ -251,17 +270,15 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
     reconciled(&daemon);
     // Play the kubelet: the container crashed twice (exit 2) and is backing off.
     let pod = web_pod(&cluster).expect("web's pod");
-    let crashed = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "False"}],
-        "containerStatuses": [{
-            "name": "main", "image": "capstan-test/web:1", "imageID": "", "ready": false,
-            "restartCount": 2,
-            "lastState": {"terminated": {"exitCode": 2}},
-            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
-    }});
-    write_status(&cluster, &pod, crashed);
+    write_status(&cluster, &pod, waiting("CrashLoopBackOff", 2));
     // The log is the daemon's while it runs: wait on what it says, then read the log.
-    daemon.wait_for_text("the backend gave up on it");
+    // Recorded once, by whichever sees it first: the exit (then `state`) or the
+    // failure watch.
+    daemon.wait_for_line("the crash loop recorded", |l| {
+        let message = &l["fields"]["message"];
+        message == "the backend gave up on it"
+            || (message == "failure recorded" && l["fields"]["code"] == "backend_failed")
+    });
     daemon.stop();
     let failed = &a.events("workload_failed")[0];
     assert_eq!(failed["code"], "backend_failed", "{failed}");
@@ -278,6 +295,70 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
     assert_eq!(
         after.metadata.generation, before.metadata.generation,
         "the cluster restarts pods, not the agent"
+    );
+    cluster.stop();
+}
+
+/// The daemon's "failure recorded" line for a failure with `code`.
+fn failure_recorded(daemon: &Process, code: &str) {
+    daemon.wait_for_line(&format!("a {code} failure recorded"), |l| {
+        l["fields"]["message"] == "failure recorded" && l["fields"]["code"] == code
+    });
+}
+
+#[test]
+fn failures_after_the_rollout_are_recorded_from_the_watch_across_an_apiserver_restart() {
+    let (mut cluster, a) = rolled_out("kwatch");
+    let before = web(&cluster).expect("the Deployment");
+    let daemon = a.run();
+    reconciled(&daemon);
+    // The cluster gives up on the rollout: the Deployment's status, as the
+    // deployment controller writes it after progressDeadlineSeconds.
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    let given_up = json!({"status": {"conditions": [{
+        "type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+        "message": "ReplicaSet has timed out progressing."}]}});
+    cluster
+        .block_on(api.patch_status(
+            "capstan-web",
+            &PatchParams::default(),
+            &Patch::Merge(given_up),
+        ))
+        .expect("write the Deployment's status");
+    failure_recorded(&daemon, "backend_failed");
+
+    // The watch outlives the apiserver: a failure made after its restart is recorded.
+    cluster.stop_apiserver();
+    cluster.restart_apiserver();
+    // Play the kubelet: the pod's image can no longer be pulled; nothing exited.
+    let pod = web_pod(&cluster).expect("web's pod");
+    write_status(&cluster, &pod, waiting("ErrImagePull", 0));
+    failure_recorded(&daemon, "image_not_found");
+    daemon.stop();
+
+    let failed: Vec<(Value, String)> = a
+        .events("workload_failed")
+        .into_iter()
+        .map(|f| {
+            (
+                f["code"].clone(),
+                f["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(failed.len(), 2, "one record each: {failed:?}");
+    assert_eq!(failed[0].0, "backend_failed", "{failed:?}");
+    assert!(
+        failed[0].1.contains("ProgressDeadlineExceeded"),
+        "{failed:?}"
+    );
+    assert_eq!(failed[1].0, "image_not_found", "{failed:?}");
+    assert!(failed[1].1.contains("ErrImagePull"), "{failed:?}");
+    assert!(a.events("workload_exited").is_empty(), "nothing exited");
+    let after = web(&cluster).expect("the Deployment");
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "the agent records, the cluster retries"
     );
     cluster.stop();
 }

@@ -15,10 +15,10 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
 
-const HOST: &str = "c1";
+pub(super) const HOST: &str = "c1";
 
 /// A driver for cluster `c1` under the shipped role (as `role`, less `without`).
-fn driver(cluster: &KubeCluster, role: &str, without: &[(&str, &str)]) -> KubeDriver {
+pub(super) fn driver(cluster: &KubeCluster, role: &str, without: &[(&str, &str)]) -> KubeDriver {
     let kubeconfig = cluster.agent_kubeconfig(role, without);
     let config = KubeConfig {
         kubeconfig: Some(kubeconfig),
@@ -30,7 +30,7 @@ fn driver(cluster: &KubeCluster, role: &str, without: &[(&str, &str)]) -> KubeDr
         .expect("connect to the test cluster")
 }
 
-fn spec(image: &str) -> Spec {
+pub(super) fn spec(image: &str) -> Spec {
     Spec {
         driver: DriverKind::Kube,
         image: Some(image.into()),
@@ -44,7 +44,7 @@ fn spec(image: &str) -> Spec {
     }
 }
 
-fn rev<'a>(ns: &'a str, revision: &'a str) -> RevisionRef<'a> {
+pub(super) fn rev<'a>(ns: &'a str, revision: &'a str) -> RevisionRef<'a> {
     RevisionRef {
         namespace: ns,
         workload: "web",

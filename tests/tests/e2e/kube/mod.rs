@@ -3,6 +3,7 @@
 //! and the node stand-in that plays the kubelet.
 
 mod agent;
+mod conflict;
 mod driver;
 mod node;
 mod smoke;

@@ -27,6 +27,13 @@
 //!   to `--history` records; the smallest size is the baseline.
 //! - `fanout` ([`fanout`]): one command to each of `--hosts` simulated hosts
 //!   (`capstan-agent sim-fleet`) until all results are back, vs one command to one host.
+//! - `docker` ([`docker`]): `--units` revisions prepared and activated through the
+//!   executor and the docker driver vs as many `docker run -d` on the same engine
+//!   (`$DOCKER_HOST`), with the engine requests each costs. Skipped (with the
+//!   reason) without an engine socket or the `docker` CLI.
+//! - `footprint` ([`footprint`]): an idle `capstan-agent run` holding
+//!   `--idle-workloads` workloads (sim, then docker): resident memory and CPU over
+//!   `--idle-secs`.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
 //! (the release binaries next to this one: `cargo build --release --workspace --bins`).
@@ -36,8 +43,11 @@
 //! a release build needs nothing else built.
 
 mod apply;
+mod docker;
+mod engine_proxy;
 mod fanout;
 mod fleet_systemd;
+mod footprint;
 mod group_commit;
 mod needs;
 mod open;
@@ -76,10 +86,11 @@ pub struct Args {
     /// Workloads already on the sim host in the sim measurement.
     #[arg(long, default_value_t = 1000)]
     workloads: usize,
-    /// Units restarted per round in the systemd measurement.
+    /// Units restarted per round in the systemd measurement; revisions activated per
+    /// round in the docker measurement.
     #[arg(long, default_value_t = 20)]
     units: usize,
-    /// Rounds of the systemd measurement (the median is reported).
+    /// Rounds of the systemd and docker measurements (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Namespaces the fleet-systemd workloads are spread over (0: one per unit).
@@ -97,6 +108,12 @@ pub struct Args {
     /// Simulated hosts in the fanout measurement.
     #[arg(long, default_value_t = 500)]
     hosts: usize,
+    /// Running workloads the idle agent of the footprint measurement holds.
+    #[arg(long, default_value_t = 20)]
+    idle_workloads: usize,
+    /// Seconds the footprint measurement watches the idle agent.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
 }
 
 /// The measurements, in the order they run.
@@ -112,6 +129,8 @@ enum Measurement {
     Throughput,
     Reads,
     Fanout,
+    Docker,
+    Footprint,
 }
 
 pub fn event(i: usize) -> Event {
@@ -175,6 +194,12 @@ fn main() -> anyhow::Result<()> {
     if wanted(Measurement::Fanout) {
         runtime.block_on(fanout::run(&args))?;
     }
+    if wanted(Measurement::Docker) {
+        runtime.block_on(docker::run(&args))?;
+    }
+    if wanted(Measurement::Footprint) {
+        footprint::run(&args)?;
+    }
     Ok(())
 }
 
@@ -196,6 +221,8 @@ mod tests {
             .unwrap()
             .only
             .is_empty());
-        assert!(Args::try_parse_from(["capstan-bench", "--only", "docker"]).is_err());
+        let args = Args::try_parse_from(["capstan-bench", "--only", "docker"]).unwrap();
+        assert!(args.only == [Measurement::Docker]);
+        assert!(Args::try_parse_from(["capstan-bench", "--only", "dockers"]).is_err());
     }
 }

@@ -33,6 +33,13 @@
 //!   open + scan.
 //! - `query` ([`query`]): by workload, command id and time range on that log, and the
 //!   CLI, vs a raw full scan.
+//! - `docker` ([`docker`]): `--units` revisions prepared and activated through the
+//!   executor and the docker driver vs as many `docker run -d` on the same engine
+//!   (`$DOCKER_HOST`), with the engine requests each costs. Skipped (with the
+//!   reason) without an engine socket or the `docker` CLI.
+//! - `footprint` ([`footprint`]): an idle `capstan-agent run` holding
+//!   `--idle-workloads` workloads (sim, then docker): resident memory and CPU over
+//!   `--idle-secs`.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
 //! (the release binaries next to this one: `cargo build --release --workspace --bins`).
@@ -42,8 +49,11 @@
 //! a release build needs nothing else built.
 
 mod apply;
+mod docker;
+mod engine_proxy;
 mod fanout;
 mod fleet_systemd;
+mod footprint;
 mod group_commit;
 mod log_append;
 mod million;
@@ -86,10 +96,11 @@ pub struct Args {
     /// Workloads already on the sim host in the sim measurement.
     #[arg(long, default_value_t = 1000)]
     workloads: usize,
-    /// Units restarted per round in the systemd measurement.
+    /// Units restarted per round in the systemd measurement; revisions activated per
+    /// round in the docker measurement.
     #[arg(long, default_value_t = 20)]
     units: usize,
-    /// Rounds of the systemd measurement (the median is reported).
+    /// Rounds of the systemd and docker measurements (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Namespaces the fleet-systemd workloads are spread over (0: one per unit).
@@ -113,6 +124,12 @@ pub struct Args {
     /// Workloads the large log's records are spread over.
     #[arg(long, default_value_t = 1000)]
     log_workloads: usize,
+    /// Running workloads the idle agent of the footprint measurement holds.
+    #[arg(long, default_value_t = 20)]
+    idle_workloads: usize,
+    /// Seconds the footprint measurement watches the idle agent.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
 }
 
 /// The measurements, in the order they run.
@@ -131,6 +148,8 @@ enum Measurement {
     LogAppend,
     Replay,
     Query,
+    Docker,
+    Footprint,
 }
 
 pub fn event(i: usize) -> Event {
@@ -210,6 +229,12 @@ fn main() -> anyhow::Result<()> {
             query::run(&log)?;
         }
     }
+    if wanted(Measurement::Docker) {
+        runtime.block_on(docker::run(&args))?;
+    }
+    if wanted(Measurement::Footprint) {
+        footprint::run(&args)?;
+    }
     Ok(())
 }
 
@@ -231,6 +256,8 @@ mod tests {
             .unwrap()
             .only
             .is_empty());
-        assert!(Args::try_parse_from(["capstan-bench", "--only", "docker"]).is_err());
+        let args = Args::try_parse_from(["capstan-bench", "--only", "docker"]).unwrap();
+        assert!(args.only == [Measurement::Docker]);
+        assert!(Args::try_parse_from(["capstan-bench", "--only", "dockers"]).is_err());
     }
 }

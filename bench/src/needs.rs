@@ -11,6 +11,11 @@ pub fn root_and_tools(why_root: &str, tools: &[&str]) -> Option<String> {
     if euid != Some("0") {
         return Some(format!("needs root ({why_root})"));
     }
+    self::tools(tools)
+}
+
+/// Why `tools` cannot run here (the first one not on `PATH`), if they cannot.
+pub fn tools(tools: &[&str]) -> Option<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     tools
         .iter()

@@ -247,13 +247,26 @@ impl DockerDriver {
         }
         let body = naming::container_body(&self.host, rev, spec, env);
         let mut last = None;
+        let mut image_checked = false;
         for name in [naming::container_name(rev), naming::hashed_name(rev)] {
             let options = CreateContainerOptionsBuilder::new().name(&name).build();
-            match self
+            let mut created = self
                 .docker
-                .create_container(Some(options), body.clone())
-                .await
-            {
+                .create_container(Some(options.clone()), body.clone())
+                .await;
+            // The image is looked at only when the engine cannot find something (404:
+            // the image, or the network): as `docker run` does, not once per create.
+            if matches!(&created, Err(e) if status(e) == Some(404)) && !image_checked {
+                image_checked = true;
+                if let Some(image) = spec.image.as_deref() {
+                    self.ensure_image(op, image).await?;
+                }
+                created = self
+                    .docker
+                    .create_container(Some(options), body.clone())
+                    .await;
+            }
+            match created {
                 Ok(created) => {
                     tracing::info!(container = %name, revision = %rev, "container created");
                     return Ok(created.id);
@@ -279,20 +292,19 @@ impl DockerDriver {
     /// existing container made with a different environment is replaced: container
     /// env cannot change after creation, and the launch environment must be the one
     /// projected at this start.
+    /// `existing` is the revision's container as listed (`None`: there is none).
     async fn ready_container(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
+        existing: Option<Listed>,
     ) -> Result<String, DriverError> {
-        let existing = self
-            .find(op, rev)
-            .await?
-            .ok_or_else(|| DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            })?;
+        let existing = existing.ok_or_else(|| DriverError::Missing {
+            op,
+            target: rev.to_string(),
+        })?;
         let id = existing.id.clone();
         let env = merged_env(spec, launch_env);
         if existing.label(naming::ENV_HASH) == Some(naming::env_hash(&env).as_str()) {
@@ -383,8 +395,11 @@ impl DockerDriver {
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
+        existing: Option<Listed>,
     ) -> Result<(), DriverError> {
-        let id = self.ready_container(op, rev, spec, launch_env).await?;
+        let id = self
+            .ready_container(op, rev, spec, launch_env, existing)
+            .await?;
         self.start_id(op, rev, &id).await?;
         tracing::info!(revision = %rev, container = %id, "container started (or already running)");
         Ok(())
@@ -496,14 +511,14 @@ impl Driver for DockerDriver {
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
         let op = "prepare";
-        let image = spec.image.as_deref().ok_or_else(|| {
-            DriverError::refused(
+        if spec.image.is_none() {
+            return Err(DriverError::refused(
                 op,
                 rev,
                 ErrorCode::InvalidSpec,
                 "the docker driver needs `image`",
-            )
-        })?;
+            ));
+        }
         if let Some(existing) = self.find(op, rev).await? {
             if existing.label(naming::SPEC_HASH) == Some(naming::spec_hash(spec).as_str()) {
                 return Ok(());
@@ -513,7 +528,6 @@ impl Driver for DockerDriver {
             tracing::warn!(revision = %rev, "replacing a container made from another spec");
             self.remove(op, rev, &existing.id).await?;
         }
-        self.ensure_image(op, image).await?;
         self.create(op, rev, spec, &merged_env(spec, &LaunchEnv::new()))
             .await?;
         Ok(())
@@ -527,27 +541,31 @@ impl Driver for DockerDriver {
         _previous: Option<&str>,
     ) -> Result<(), DriverError> {
         let op = "activate";
-        self.start_rev(op, rev, spec, launch_env).await?;
-        // Stop every other running revision of the workload, not only `previous`:
-        // after a crash mid-activation more than one may run.
-        let others = self
+        // One list of the workload's containers: this revision's, and every other
+        // one, to stop — not only `previous`: after a crash mid-activation more than
+        // one may run. Taken before the start; the states it shows do not matter.
+        let (mine, others): (Vec<_>, Vec<_>) = self
             .containers(
                 op,
                 &rev.to_string(),
                 &[(NAMESPACE, rev.namespace), (WORKLOAD, rev.workload)],
             )
+            .await?
+            .into_iter()
+            .partition(|c| c.label(REVISION) == Some(rev.revision));
+        self.start_rev(op, rev, spec, launch_env, mine.into_iter().next())
             .await?;
-        // Every one, whatever the list says its state is (that view can lag right
-        // after a start); stopping a stopped container is a no-op answer (304).
-        for c in others {
-            if c.label(REVISION) != Some(rev.revision) {
-                self.stop_id(op, &rev.to_string(), &c.id).await?;
-                tracing::info!(
-                    revision = c.label(REVISION).unwrap_or("?"),
-                    "other revision stopped"
-                );
-            }
-        }
+        // Every one, whatever the list says its state is (stopping a stopped
+        // container is a no-op answer, 304), all at once.
+        futures::future::try_join_all(others.iter().map(|c| async move {
+            self.stop_id(op, &rev.to_string(), &c.id).await?;
+            tracing::info!(
+                revision = c.label(REVISION).unwrap_or("?"),
+                "other revision stopped"
+            );
+            Ok::<_, DriverError>(())
+        }))
+        .await?;
         Ok(())
     }
 
@@ -557,7 +575,9 @@ impl Driver for DockerDriver {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        self.start_rev("start", rev, spec, launch_env).await
+        let existing = self.find("start", rev).await?;
+        self.start_rev("start", rev, spec, launch_env, existing)
+            .await
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {

@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod crash;
+mod crash_loop;
 mod names;
 mod ownership;
 mod restart;

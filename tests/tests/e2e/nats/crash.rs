@@ -18,28 +18,29 @@ const NAMESPACES: usize = 4;
 const WORKLOADS: usize = 12;
 
 /// The stream: each workload's revisions prepared, activated and the previous one
-/// retired, round after round, and every second round stopped and started. Returns
-/// the commands, the ids that start a workload, and the expected intent of each
-/// workload (`namespace/workload` → its answer in `intent --json`).
-pub(super) fn stream(
+/// retired, round after round, and every second round stopped and started, in the
+/// namespaces `<prefix>ns0`… Each revision's spec is `spec(revision)` with env
+/// `ROUND`. Returns the commands, the ids that start a workload, and the expected
+/// intent of each workload (`namespace/workload` → its answer in `intent --json`).
+pub(crate) fn stream(
     agent: &Agent,
     rounds: usize,
+    prefix: &str,
+    spec: impl Fn(&str) -> Spec,
 ) -> (Vec<Cmd>, Vec<String>, HashMap<String, Value>) {
     let mut lines = Vec::new();
     let mut starts = Vec::new();
+    let namespace = |n: usize| format!("{prefix}ns{}", n % NAMESPACES);
     for n in 0..NAMESPACES {
-        let ns = format!("ns{n}");
+        let ns = namespace(n);
         lines.push(agent.commands(&ns).ensure_namespace(&ns));
     }
     for round in 1..=rounds {
         for w in 0..WORKLOADS {
-            let (c, wl) = (
-                agent.commands(&format!("ns{}", w % NAMESPACES)),
-                format!("w{w}"),
-            );
+            let (c, wl) = (agent.commands(&namespace(w)), format!("w{w}"));
             let id = |what: &str| format!("{wl}.{round}.{what}");
             let rev = format!("r{round}");
-            let spec = Spec::sim().env("ROUND", &round.to_string());
+            let spec = spec(&rev).env("ROUND", &round.to_string());
             lines.push(c.prepare(&id("prepare"), &wl, &rev, spec));
             lines.push(c.activate(&id("activate"), &wl, &rev));
             starts.push(id("activate"));
@@ -61,7 +62,7 @@ pub(super) fn stream(
     revisions.insert(format!("r{rounds}"), "active".into());
     let expected = (0..WORKLOADS)
         .map(|w| {
-            let key = format!("ns{}/w{w}", w % NAMESPACES);
+            let key = format!("{}/w{w}", namespace(w));
             let intent = json!({"intent": "running", "active_revision": format!("r{rounds}"),
                                 "failed": null, "revisions": revisions.clone()});
             (key, intent)
@@ -74,7 +75,7 @@ pub(super) fn stream(
 const MAX_LIFE_US: u64 = 4_000;
 
 /// Queues `commands` for the host through the coordinator (JSON lines, one `submit`).
-pub(super) fn submit(coordinator: &Coordinator, n: usize, commands: &[Cmd]) {
+pub(crate) fn submit(coordinator: &Coordinator, n: usize, commands: &[Cmd]) {
     if commands.is_empty() {
         return;
     }
@@ -89,20 +90,41 @@ pub(super) fn submit(coordinator: &Coordinator, n: usize, commands: &[Cmd]) {
 
 #[test]
 fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
-    let kills: usize =
-        std::env::var("CAPSTAN_CRASH_KILLS").map_or(20, |v| v.parse().expect("a number"));
+    let kills = kills(20);
     let fleet = Fleet::start();
     let coordinator = &fleet.coordinator;
     let host = capstan_tests::unique("crashloop");
     let agent = fleet.agent(&host).build();
     // About 11 commands a kill (44 a round).
-    let (lines, starts, expected) = stream(&agent, (kills / 4).max(5));
-    let mut rng = Rng::from_env_or_time("crashloop");
+    let (lines, starts, expected) = stream(&agent, (kills / 4).max(5), "", |_| Spec::sim());
+    kill_loop(coordinator, &agent, &lines, kills, MAX_LIFE_US);
 
-    // The stream arrives in chunks, one while each run takes commands (the commands
-    // arrive one by one as `submit` posts them), and the run is killed within
-    // `MAX_LIFE_US` after the last was posted: at a random point of its work on them,
-    // a chaos schedule rather than a wait for anything.
+    // Started once more, it works through what is left.
+    let daemon = agent.run();
+    every_command_once(coordinator, &agent, &host, &lines, &starts, &expected);
+    eprintln!("{kills} kills");
+    daemon.stop();
+    fleet.stop();
+}
+
+/// The number of kills: `CAPSTAN_CRASH_KILLS`, else `short` (the CI run's).
+pub(crate) fn kills(short: usize) -> usize {
+    std::env::var("CAPSTAN_CRASH_KILLS").map_or(short, |v| v.parse().expect("a number"))
+}
+
+/// Feeds `lines` to the agent in `kills` chunks, one while each run takes commands
+/// (the commands arrive one by one as `submit` posts them), and SIGKILLs the run
+/// within `max_life_us` after the last was posted: at a random point of its work on
+/// them, a chaos schedule rather than a wait for anything. Returns how many kills
+/// landed mid-command (a command received, not completed).
+pub(crate) fn kill_loop(
+    coordinator: &Coordinator,
+    agent: &Agent,
+    lines: &[Cmd],
+    kills: usize,
+    max_life_us: u64,
+) -> usize {
+    let mut rng = Rng::from_env_or_time("crashloop");
     let chunk = lines.len().div_ceil(kills);
     let mut mid_command = 0;
     let mut queued = 0;
@@ -112,7 +134,10 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
         let daemon = agent.run();
         submit(coordinator, kill, next);
         let spin = std::time::Instant::now();
-        let life = std::time::Duration::from_micros(rng.below(MAX_LIFE_US));
+        let life = std::time::Duration::from_micros(rng.below(max_life_us));
+        // Long lives (a slow driver's) sleep first, leaving the CPU to the agent;
+        // the last millisecond is spun, to land anywhere in it.
+        std::thread::sleep(life.saturating_sub(std::time::Duration::from_millis(1)));
         while spin.elapsed() < life {
             std::hint::spin_loop();
         }
@@ -130,20 +155,14 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
     }
     assert_eq!(queued, lines.len());
     eprintln!("{mid_command} of {kills} kills landed mid-command");
-
-    // Started once more, it works through what is left.
-    let daemon = agent.run();
-    every_command_once(coordinator, &agent, &host, &lines, &starts, &expected);
-    eprintln!("{kills} kills");
-    daemon.stop();
-    fleet.stop();
+    mid_command
 }
 
 /// Waits until every command of `lines` succeeded, then asserts each was received and
 /// completed once, each of `starts` started its workload once and nothing else did,
 /// `log verify` is ok, the intent's workloads are `expected`, and `CAPSTAN_EVT` holds
 /// the whole log once, equal to the host's (`capstan verify`).
-pub(super) fn every_command_once(
+pub(crate) fn every_command_once(
     coordinator: &Coordinator,
     agent: &Agent,
     host: &str,

@@ -4,7 +4,7 @@ mod api;
 mod auth;
 mod cluster;
 mod confine;
-mod crash;
+pub(crate) mod crash;
 mod flow;
 mod follow;
 mod metrics;
@@ -21,14 +21,14 @@ use capstan_tests::nats::{Coordinator, Keys, NatsServer};
 use std::path::Path;
 
 /// A test's fleet: its own nats-server, signing keys, and a coordinator.
-struct Fleet {
+pub(crate) struct Fleet {
     server: NatsServer,
     keys: Keys,
-    coordinator: Coordinator,
+    pub(crate) coordinator: Coordinator,
 }
 
 impl Fleet {
-    fn start() -> Fleet {
+    pub(crate) fn start() -> Fleet {
         Fleet::start_with(None, "", "")
     }
 
@@ -48,9 +48,13 @@ impl Fleet {
     /// An agent for `host` that takes commands from this fleet's server, signed with
     /// its keys.
     fn agent(&self, host: &str) -> AgentBuilder {
-        Agent::builder(host)
-            .nats(&self.server.url())
-            .signing(&self.keys.public)
+        self.join(Agent::builder(host))
+    }
+
+    /// `builder` (of any driver) taking commands from this fleet's server, signed
+    /// with its keys.
+    pub(crate) fn join(&self, builder: AgentBuilder) -> AgentBuilder {
+        builder.nats(&self.server.url()).signing(&self.keys.public)
     }
 
     /// Another coordinator on the same server and keys.
@@ -59,7 +63,7 @@ impl Fleet {
     }
 
     /// Stops the coordinator gracefully (asserting exit 0).
-    fn stop(self) {
+    pub(crate) fn stop(self) {
         self.coordinator.stop();
     }
 }

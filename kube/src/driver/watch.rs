@@ -18,10 +18,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::mpsc::Sender;
 
-/// An event of one of two watches merged: Deployments and pods.
+/// An event of one of two watches merged: Deployments and pods (boxed: a watcher
+/// event holds whole objects).
 enum Seen {
-    Deployment(watcher::Event<Deployment>),
-    Pod(watcher::Event<Pod>),
+    Deployment(Box<watcher::Event<Deployment>>),
+    Pod(Box<watcher::Event<Pod>>),
 }
 
 impl KubeDriver {
@@ -33,10 +34,10 @@ impl KubeDriver {
     ) -> impl Stream<Item = Result<Seen, watcher::Error>> + Send + 'static {
         let d = watcher(deployments.0, deployments.1)
             .default_backoff()
-            .map(|e| e.map(Seen::Deployment));
+            .map(|e| e.map(|e| Seen::Deployment(Box::new(e))));
         let p = watcher(pods.0, pods.1)
             .default_backoff()
-            .map(|e| e.map(Seen::Pod));
+            .map(|e| e.map(|e| Seen::Pod(Box::new(e))));
         futures::stream::select(d, p)
     }
 
@@ -115,9 +116,9 @@ impl KubeDriver {
             };
             let failure = match event {
                 Some(Ok(Seen::Deployment(e))) => {
-                    failure_of(&mut deployments, e, |d| Watched::Deployment(d).failure())
+                    failure_of(&mut deployments, *e, |d| Watched::Deployment(d).failure())
                 }
-                Some(Ok(Seen::Pod(e))) => failure_of(&mut pods, e, |p| Watched::Pod(p).failure()),
+                Some(Ok(Seen::Pod(e))) => failure_of(&mut pods, *e, |p| Watched::Pod(p).failure()),
                 Some(Err(e)) => {
                     tracing::warn!(target: "capstan::kube", error = %e, "failure watch interrupted; resuming");
                     continue;
@@ -179,7 +180,7 @@ async fn follow_rollout(
         };
         match event {
             Ok(Seen::Deployment(e)) => {
-                listed |= matches!(e, watcher::Event::InitDone);
+                listed |= matches!(*e, watcher::Event::InitDone);
                 deployment_writer.apply_watcher_event(&e);
             }
             Ok(Seen::Pod(e)) => pods_writer.apply_watcher_event(&e),

@@ -253,12 +253,11 @@ impl Results {
         for id in &self.pending {
             let events = self
                 .log
-                .for_command(id)
+                .command_json(id)
                 .map_err(ResultsError::Log)?
                 .into_iter()
-                .filter(|r| r.seq <= upto)
-                .map(|r| {
-                    let mut json = r.to_json();
+                .filter(|(seq, _)| *seq <= upto)
+                .map(|(_, mut json)| {
                     json["host"] = self.host.as_str().into();
                     json
                 })

@@ -213,8 +213,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 data_dir: ctx.data_dir.clone(),
                 log: LogOptions {
                     cache_bytes: Some(log_cache_mib.saturating_mul(1 << 20)),
-                    // Hundreds of logs in one process: keep few decoded records each.
-                    recent_records: 64,
                     ..LogOptions::default()
                 },
             },

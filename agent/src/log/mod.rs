@@ -15,7 +15,6 @@
 mod codec;
 mod error;
 mod flusher;
-mod recent;
 mod release;
 mod snapshot;
 mod stored;
@@ -51,9 +50,6 @@ pub struct LogOptions {
     /// The storage's page cache, in bytes; `None`: sled's default (1 GiB, filled
     /// only as pages are read). Many logs in one process (`sim-fleet`) want less.
     pub cache_bytes: Option<u64>,
-    /// How many of the newest records are also kept in memory, decoded, for the
-    /// tasks that follow the log (see [`recent`]); 0 keeps none.
-    pub recent_records: usize,
 }
 
 impl LogOptions {
@@ -71,7 +67,6 @@ impl Default for LogOptions {
         LogOptions {
             snapshot_every: 1024,
             cache_bytes: None,
-            recent_records: 2048,
         }
     }
 }
@@ -93,8 +88,6 @@ pub struct Log {
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
-    /// The newest records, decoded.
-    recent: recent::Recent,
     /// Test seam: a reason here makes every flush fail with it.
     flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
@@ -209,7 +202,6 @@ impl Log {
             options,
             tail: Mutex::new(tail),
             flusher,
-            recent: recent::Recent::new(options.recent_records),
             flush_fault,
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
@@ -315,7 +307,6 @@ impl Log {
         let mut tail = self.tail.lock().expect("log lock");
         let at_ms = chrono::Utc::now().timestamp_millis();
         let mut writes = Vec::with_capacity(events.len());
-        let mut appended = Vec::with_capacity(events.len());
         let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
         for event in events {
             let (bytes, hash) =
@@ -328,12 +319,6 @@ impl Log {
                 index.push((false, index_key(&capstan_common::workload_key(ns, wl), seq)));
             }
             writes.push((seq, bytes, index));
-            appended.push(Record {
-                seq,
-                at_ms,
-                prev_hash: prev,
-                event: event.clone(),
-            });
             prev = hash;
             seq += 1;
         }
@@ -354,7 +339,6 @@ impl Log {
         for (event, (seq, ..)) in events.iter().zip(&writes) {
             tail.intent.apply(*seq, event);
         }
-        self.recent.push(appended);
         tail.next_seq = seq;
         tail.last_hash = prev;
         tail.since_snapshot += events.len() as u64;
@@ -407,9 +391,6 @@ impl Log {
 
     /// One record by seq.
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
-        if let Some(kept) = self.recent.get(seq) {
-            return Ok(Some(kept.record.clone()));
-        }
         match self.records.get(seq_key(seq)).map_err(LogError::Storage)? {
             Some(stored) => codec::open_record(seq, &stored)
                 .map(|(r, _)| Some(r))
@@ -419,17 +400,9 @@ impl Log {
     }
 
     /// Records with seq greater than `since`, in order. Each is checked against its
-    /// own hash (or is one this log appended and keeps in memory); use
-    /// [`Log::verify`] for the chain.
-    pub fn read_since(
-        &self,
-        since: u64,
-    ) -> Box<dyn Iterator<Item = Result<Record, LogError>> + '_> {
-        if let Some(kept) = self.recent.since(since) {
-            return Box::new(kept.into_iter().map(|k| Ok(k.record.clone())));
-        }
-        let stored = self
-            .records
+    /// own hash; use [`Log::verify`] for the chain.
+    pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
+        self.records
             .range(seq_key(since.saturating_add(1))..)
             .map(|entry| {
                 let (key, value) = entry.map_err(LogError::Storage)?;
@@ -437,46 +410,12 @@ impl Log {
                 codec::open_record(seq, &value)
                     .map(|(r, _)| r)
                     .map_err(LogError::Corrupt)
-            });
-        Box::new(stored)
-    }
-
-    /// Records with seq greater than `since`, in order, as their seq and
-    /// [`Record::to_json`] (made once for a record kept in memory, however many
-    /// readers publish it).
-    pub fn json_since(
-        &self,
-        since: u64,
-    ) -> Box<dyn Iterator<Item = Result<(u64, serde_json::Value), LogError>> + '_> {
-        if let Some(kept) = self.recent.since(since) {
-            return Box::new(
-                kept.into_iter()
-                    .map(|k| Ok((k.record.seq, k.json().clone()))),
-            );
-        }
-        Box::new(
-            self.read_since(since)
-                .map(|r| r.map(|r| (r.seq, r.to_json()))),
-        )
+            })
     }
 
     /// Every record that carries command id `id`, in order.
     pub fn for_command(&self, id: &str) -> Result<Vec<Record>, LogError> {
         self.indexed(&self.by_command, id)
-    }
-
-    /// [`Log::for_command`], as each record's seq and [`Record::to_json`] (see
-    /// [`Log::json_since`]).
-    pub fn command_json(&self, id: &str) -> Result<Vec<(u64, serde_json::Value)>, LogError> {
-        let mut out = Vec::new();
-        for seq in self.indexed_seqs(&self.by_command, id)? {
-            if let Some(kept) = self.recent.get(seq) {
-                out.push((seq, kept.json().clone()));
-            } else if let Some(r) = self.get(seq)? {
-                out.push((seq, r.to_json()));
-            }
-        }
-        Ok(out)
     }
 
     /// Every record about `namespace/workload`, in order.
@@ -488,24 +427,16 @@ impl Log {
     }
 
     fn indexed(&self, tree: &sled::Tree, prefix: &str) -> Result<Vec<Record>, LogError> {
-        let mut out = Vec::new();
-        for seq in self.indexed_seqs(tree, prefix)? {
-            if let Some(r) = self.get(seq)? {
-                out.push(r);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The seqs an index holds under `prefix`, in order.
-    fn indexed_seqs(&self, tree: &sled::Tree, prefix: &str) -> Result<Vec<u64>, LogError> {
         let mut p = prefix.as_bytes().to_vec();
         p.push(0);
         let mut out = Vec::new();
         for key in tree.scan_prefix(&p).keys() {
             let key = key.map_err(LogError::Storage)?;
-            if key.len() == p.len() + 8 {
-                out.push(seq_of_index(&key));
+            if key.len() != p.len() + 8 {
+                continue;
+            }
+            if let Some(r) = self.get(seq_of_index(&key))? {
+                out.push(r);
             }
         }
         Ok(out)

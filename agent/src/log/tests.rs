@@ -229,37 +229,3 @@ fn a_snapshot_of_another_version_is_ignored_for_an_older_one() {
     // Replayed from the older snapshot (seq 4): records 5 to 11.
     assert_eq!(log.tail.lock().unwrap().since_snapshot, 7);
 }
-
-#[test]
-fn records_kept_in_memory_read_the_same_as_stored_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        recent_records: 4,
-        ..LogOptions::default()
-    };
-    let events: Vec<Event> = (0..10).map(|i| ready(&format!("ns{i}"))).collect();
-    let (kept, kept_json, kept_command) = {
-        let log = Log::open(dir.path(), options).unwrap();
-        for pair in events.chunks(2) {
-            log.append(pair).unwrap();
-        }
-        let all: Vec<Record> = log.read_since(0).collect::<Result<_, _>>().unwrap();
-        // From seq 7 on, memory alone answers; before it, storage.
-        let json: Vec<(u64, serde_json::Value)> =
-            log.json_since(3).collect::<Result<_, _>>().unwrap();
-        assert_eq!(log.read_since(6).count(), 4);
-        (all, json, log.command_json("c-ns9").unwrap())
-    };
-    let log = Log::open(dir.path(), options).unwrap();
-    let stored: Vec<Record> = log.read_since(0).collect::<Result<_, _>>().unwrap();
-    assert_eq!(kept, stored);
-    assert_eq!(stored.len(), 10);
-    let json: Vec<(u64, serde_json::Value)> = stored
-        .iter()
-        .skip(3)
-        .map(|r| (r.seq, r.to_json()))
-        .collect();
-    assert_eq!(kept_json, json);
-    assert_eq!(kept_command, vec![(10, stored[9].to_json())]);
-    assert_eq!(log.command_json("c-ns9").unwrap(), kept_command);
-}

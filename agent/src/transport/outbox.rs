@@ -219,13 +219,14 @@ async fn publish_all(
         // crash would make the stream disagree with the log.
         log.durable(last).await.map_err(OutboxError::Log)?;
         let mut batch = Vec::with_capacity(BATCH);
-        for record in log.json_since(acked) {
-            let (seq, mut body) = record.map_err(OutboxError::Log)?;
-            if seq > last {
+        for record in log.read_since(acked) {
+            let record = record.map_err(OutboxError::Log)?;
+            if record.seq > last {
                 break;
             }
+            let mut body = record.to_json();
             body["host"] = host.into();
-            batch.push((seq, body.to_string()));
+            batch.push((record.seq, body.to_string()));
             if batch.len() == BATCH {
                 break;
             }

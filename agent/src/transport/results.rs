@@ -253,11 +253,12 @@ impl Results {
         for id in &self.pending {
             let events = self
                 .log
-                .command_json(id)
+                .for_command(id)
                 .map_err(ResultsError::Log)?
                 .into_iter()
-                .filter(|(seq, _)| *seq <= upto)
-                .map(|(_, mut json)| {
+                .filter(|r| r.seq <= upto)
+                .map(|r| {
+                    let mut json = r.to_json();
                     json["host"] = self.host.as_str().into();
                     json
                 })

@@ -2,7 +2,9 @@
 //! copy, a second witness) against the log the host holds now, record by record. A
 //! log rewritten, truncated or forked after publication shows as the first seq where
 //! the two differ; records the host has not published yet (its outbox's lag) are not
-//! a difference.
+//! a difference. A host that pruned its log (retention: the records up to its anchor
+//! were exported to files and removed) is compared from its anchor on; the first kept
+//! record's `prev_hash` ties the kept chain to the anchor's hash.
 //!
 //! Both sides are read through the coordinator's API a page at a time
 //! (`/v1/hosts/{host}/events` and the agent's own `/v1/hosts/{host}/log`); the
@@ -23,6 +25,9 @@ pub struct Verdict {
     pub host_seq: u64,
     /// The last seq published in `CAPSTAN_EVT`.
     pub published_seq: u64,
+    /// The host's anchor: it pruned records `1..=anchor_seq` (exported to files, see
+    /// `docs/retention.md`), so the comparison starts after it. `None`: nothing pruned.
+    pub anchor_seq: Option<u64>,
     /// Where the two first differ: the record on each side (`null` where that side has
     /// none).
     pub first_difference: Option<Difference>,
@@ -88,6 +93,7 @@ pub async fn verify(client: &Client, host: &str) -> Result<Verdict, VerifyError>
         compared: 0,
         host_seq: 0,
         published_seq: 0,
+        anchor_seq: None,
         first_difference: None,
     };
     let mut since = 0;
@@ -104,6 +110,12 @@ pub async fn verify(client: &Client, host: &str) -> Result<Verdict, VerifyError>
             return Err(VerifyError::Answer(format!("{mine} / {theirs}")));
         };
         verdict.host_seq = mine["last_seq"].as_u64().unwrap_or(verdict.host_seq);
+        // The host keeps nothing at or before its anchor: compare from there (once).
+        if let Some(anchor) = mine["anchor"]["seq"].as_u64().filter(|a| *a > since) {
+            verdict.anchor_seq = Some(anchor);
+            since = anchor;
+            continue;
+        }
         if let Some(last) = their_records.last().and_then(|r| r["seq"].as_u64()) {
             verdict.published_seq = last;
         }

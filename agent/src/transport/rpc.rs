@@ -5,7 +5,8 @@
 //!   writes, `degraded` (a bad record) or `log_failed` (a failed flush) says why;
 //! - `intent` → the running intent (`capstan-agent intent --json`);
 //! - `log` (body `{"since":N,"limit":M,"command","namespace","workload"}`, all
-//!   optional) → `{records:[…], last_seq}`.
+//!   optional) → `{records:[…], last_seq, anchor}` (`anchor`: `null`, or where a prune
+//!   cut the log: `{seq, hash, pruned, file}`).
 //!
 //! Errors are `{"error":{"code","message"}}`.
 
@@ -138,5 +139,11 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         Ok(records) => records.iter().map(Record::to_json).collect(),
         Err(e) => return error("log_unreadable", e.to_string()),
     };
-    json!({"records": out, "last_seq": log.last_seq()})
+    // After a prune the log starts past its anchor: a reader comparing logs (`capstan
+    // verify`) starts there too.
+    let anchor = match log.anchor() {
+        Ok(anchor) => anchor.map(|a| a.summary()),
+        Err(e) => return error("log_unreadable", e.to_string()),
+    };
+    json!({"records": out, "last_seq": log.last_seq(), "anchor": anchor})
 }

@@ -206,8 +206,12 @@ fn human_verdict(v: &Verdict) -> String {
     let (host, published) = (v.host_seq, v.published_seq);
     match (&v.result, &v.first_difference) {
         (Finding::Ok, _) => format!(
-            "ok: {} records of {} equal on the host and in CAPSTAN_EVT (host at seq {host}, published up to {published})\n",
-            v.compared, v.host
+            "ok: {} records of {} equal on the host and in CAPSTAN_EVT (host at seq {host}, published up to {published}{})\n",
+            v.compared,
+            v.host,
+            v.anchor_seq
+                .map(|a| format!("; compared after the host's anchor at seq {a}"))
+                .unwrap_or_default()
         ),
         (Finding::Truncated, d) => format!(
             "TRUNCATED at seq {}: the log of {} ends at seq {host}, CAPSTAN_EVT holds records up to {published}\n",

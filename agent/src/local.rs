@@ -310,6 +310,14 @@ mod tests {
         )
         .await;
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        // A filter this agent does not know is refused, not ignored: an answer that
+        // silently left it out would look like the filtered one.
+        let answer = raw(
+            &path,
+            b"{\"verb\":\"log\",\"body\":{\"since_host_boot\":true}}\n",
+        )
+        .await;
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
 
         let path2 = path.clone();
         let (intent, verified, one, (before, after)) = tokio::task::spawn_blocking(move || {

@@ -138,8 +138,11 @@ pub struct WorkloadCounts {
 /// optional. The filters narrow the records after `since`: `command` to one command's
 /// records, `namespace` and/or `workload` to what concerns them (by the log's indexes
 /// when given together), `since_time`/`until_time` (RFC 3339) to the records appended
-/// at or after / before those times (by the log's time index).
+/// at or after / before those times (by the log's time index). A field the agent does
+/// not know is refused (`invalid_request`), not ignored: an older agent must not answer
+/// a filter it cannot apply with the unfiltered records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LogRequest {
     #[serde(default)]
     pub since: u64,

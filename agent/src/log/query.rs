@@ -17,7 +17,6 @@
 use super::{codec, index_key, key_seq, seq_key, seq_of_index, Log, LogError};
 use crate::event::{Event, Record};
 use capstan_common::wire::LogRequest;
-use sled::transaction::{ConflictableTransactionError, Transactional};
 
 /// The key in `by_time` that says the index covers every record (any other key is 16
 /// bytes long).
@@ -38,8 +37,8 @@ fn seq_of_time_key(key: &[u8]) -> Option<u64> {
     (key.len() == 16).then(|| seq_of_index(key))
 }
 
-/// Every index key of one record: what [`Log::append`] writes with it and
-/// [`Log::unindex`] removes.
+/// Every index key of one record: what [`Log::append`] writes with it and a prune
+/// (`retention.rs`) removes.
 pub(super) struct IndexKeys {
     pub command: Option<Vec<u8>>,
     pub workload: Option<Vec<u8>>,
@@ -190,25 +189,6 @@ impl Log {
         }
         seqs.sort_unstable();
         Ok(seqs)
-    }
-
-    /// Removes `record`'s entries from every index (for pruning: the record itself is
-    /// removed by the caller). Removing what is not there is not an error.
-    pub fn unindex(&self, record: &Record) -> Result<(), LogError> {
-        let keys = IndexKeys::of(record.seq, record.at_ms, &record.event);
-        (&self.by_command, &self.by_workload, &self.by_time).transaction(
-            |(by_command, by_workload, by_time)| {
-                if let Some(k) = &keys.command {
-                    by_command.remove(k.as_slice())?;
-                }
-                if let Some(k) = &keys.workload {
-                    by_workload.remove(k.as_slice())?;
-                }
-                by_time.remove(&keys.time)?;
-                Ok::<_, ConflictableTransactionError<()>>(())
-            },
-        )?;
-        Ok(())
     }
 }
 

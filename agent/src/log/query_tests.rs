@@ -127,27 +127,3 @@ fn a_log_without_a_time_index_builds_it_on_open() {
         assert_eq!(seqs(&log, between(1500, 1800)), [6]);
     }
 }
-
-#[test]
-fn unindexed_records_are_no_longer_found_by_any_index() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = stepped_back(dir.path());
-    // When record 3 (web, c3, 2000) is unindexed
-    let three = log.get(3).unwrap().unwrap();
-    log.unindex(&three).unwrap();
-    // Then no index finds it; the others are still found
-    assert_eq!(seqs(&log, between(1500, 3500)), [2, 5]);
-    let web = LogRequest {
-        namespace: Some("ns".into()),
-        workload: Some("web".into()),
-        ..LogRequest::default()
-    };
-    assert_eq!(seqs(&log, web), [1, 4]);
-    let c3 = LogRequest {
-        command: Some("c3".into()),
-        ..LogRequest::default()
-    };
-    assert!(seqs(&log, c3).is_empty());
-    // and unindexing it again is not an error
-    log.unindex(&three).unwrap();
-}

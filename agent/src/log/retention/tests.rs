@@ -1,6 +1,7 @@
 use super::*;
 use crate::event::{Cause, Event};
 use crate::log::LogOptions;
+use capstan_common::wire::LogRequest;
 
 fn bounds() -> Bounds {
     Bounds {
@@ -190,6 +191,21 @@ fn a_prune_exports_first_then_anchors_and_the_log_reopens_to_the_same_intent() {
         assert_eq!(log.read_since(0).next().unwrap().unwrap().seq, 36);
         assert!(log.for_command("c-3").unwrap().is_empty());
         assert_eq!(log.for_command("c-40").unwrap().len(), 1);
+        // No index finds a pruned record: by workload, by time.
+        let seqs = |request: LogRequest| -> Vec<u64> {
+            log.query(&request).unwrap().iter().map(|r| r.seq).collect()
+        };
+        let w3 = seqs(LogRequest {
+            namespace: Some("ns".into()),
+            workload: Some("w3".into()),
+            ..LogRequest::default()
+        });
+        assert_eq!(w3, [38, 45, 52], "w3 is every 7th from 3, after 35");
+        let all_time = seqs(LogRequest {
+            since_time: Some(chrono::DateTime::UNIX_EPOCH),
+            ..LogRequest::default()
+        });
+        assert_eq!(all_time, (36..=55).collect::<Vec<_>>());
         assert_eq!(log.verify().unwrap(), 20, "verified from the anchor on");
         (log.intent(), pruned)
     };

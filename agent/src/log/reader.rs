@@ -67,13 +67,7 @@ impl LogReader {
         let (by_command, by_workload) = (index("by_command")?, index("by_workload")?);
         let by_time = match existing("by_time")? {
             Some(tree) if query::time_index_complete(&tree)? => Some(tree),
-            _ => {
-                tracing::warn!(
-                    "the log's time index is not complete (the agent builds it when it \
-                     next starts): time ranges are answered by reading every record"
-                );
-                None
-            }
+            _ => None,
         };
         let pruned_through = match existing(anchor::TREE)?.map(|t| anchor::read(&t)) {
             Some(Ok(Some(a))) => a.seq,
@@ -102,6 +96,13 @@ impl LogReader {
 
     /// The records `request` asks for, as [`super::Log::query`] answers them.
     pub fn query(&self, request: &LogRequest) -> Result<Vec<Record>, LogError> {
+        let timed = request.since_time.is_some() || request.until_time.is_some();
+        if timed && self.by_time.is_none() {
+            tracing::warn!(
+                "the log's time index is not complete (the agent builds it when it \
+                 next starts): the time range is answered by reading every record"
+            );
+        }
         let request = LogRequest {
             since: request.since.max(self.pruned_through),
             ..request.clone()

@@ -23,7 +23,8 @@ pub fn run(log: &Million) -> anyhow::Result<()> {
         opens.push(ms);
     }
     let (raw_ms, scanned) = raw_scan(log)?;
-    let open_ms = median(&mut opens);
+    // In the order they ran (the first pays sled's recovery of the build's writes).
+    let open_ms = median(&mut opens.clone());
     println!(
         "{}",
         json!({
@@ -32,7 +33,7 @@ pub fn run(log: &Million) -> anyhow::Result<()> {
             "workloads": log.workloads,
             "built_s": round(log.built_in.as_secs_f64()),
             "restart_to_ready_ms": round(open_ms),
-            "of": "the median of 3 opens",
+            "of": "the median of 3 opens (opens_ms: in order)",
             "opens_ms": opens.iter().map(|m| round(*m)).collect::<Vec<_>>(),
             "baseline": {"what": "raw sled open + scan of every record", "ms": round(raw_ms), "records": scanned},
             "ratio": round(open_ms / raw_ms),

@@ -68,6 +68,10 @@ pub enum LogError {
         #[source]
         source: sled::Error,
     },
+    /// The database holds records but not an index every log has: not a log this
+    /// build wrote.
+    #[error("the log at {path} has records but no {tree} index")]
+    MissingTree { path: PathBuf, tree: &'static str },
     /// The log failed verification (on open, or in the background); it refuses writes.
     #[error("the log is degraded and read-only")]
     Degraded(#[source] Corruption),

@@ -22,6 +22,7 @@ mod error;
 pub mod export;
 mod flusher;
 mod query;
+mod reader;
 mod release;
 pub mod retention;
 mod snapshot;
@@ -30,6 +31,7 @@ mod verify;
 
 pub use error::{Corruption, Defect, LogError};
 pub use query::uses_index;
+pub use reader::LogReader;
 /// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
 /// open a log's database raw).
 #[doc(hidden)]
@@ -438,26 +440,13 @@ impl Log {
 
     /// One record by seq.
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
-        match self.records.get(seq_key(seq)).map_err(LogError::Storage)? {
-            Some(stored) => codec::open_record(seq, &stored)
-                .map(|(r, _)| Some(r))
-                .map_err(LogError::Corrupt),
-            None => Ok(None),
-        }
+        get_record(&self.records, seq)
     }
 
     /// Records with seq greater than `since`, in order. Each is checked against its
     /// own hash; use [`Log::verify`] for the chain.
     pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
-        self.records
-            .range(seq_key(since.saturating_add(1))..)
-            .map(|entry| {
-                let (key, value) = entry.map_err(LogError::Storage)?;
-                let seq = key_seq(&key).unwrap_or(0);
-                codec::open_record(seq, &value)
-                    .map(|(r, _)| r)
-                    .map_err(LogError::Corrupt)
-            })
+        records_since(&self.records, since)
     }
 
     /// Every record that carries command id `id`, in order.
@@ -493,6 +482,33 @@ impl Log {
     pub fn flush(&self) -> Result<(), LogError> {
         self.db.flush().map(|_| ()).map_err(LogError::Storage)
     }
+}
+
+/// The record `seq` in `records`, checked against its own hash.
+fn get_record(records: &sled::Tree, seq: u64) -> Result<Option<Record>, LogError> {
+    match records.get(seq_key(seq)).map_err(LogError::Storage)? {
+        Some(stored) => codec::open_record(seq, &stored)
+            .map(|(r, _)| Some(r))
+            .map_err(LogError::Corrupt),
+        None => Ok(None),
+    }
+}
+
+/// The records in `records` with seq greater than `since`, in order, each checked
+/// against its own hash.
+fn records_since(
+    records: &sled::Tree,
+    since: u64,
+) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
+    records
+        .range(seq_key(since.saturating_add(1))..)
+        .map(|entry| {
+            let (key, value) = entry.map_err(LogError::Storage)?;
+            let seq = key_seq(&key).unwrap_or(0);
+            codec::open_record(seq, &value)
+                .map(|(r, _)| r)
+                .map_err(LogError::Corrupt)
+        })
 }
 
 enum ScanError {

@@ -6,8 +6,10 @@
 //! wall clock may step back), so a time range is answered from this index, never by
 //! bisecting seqs: the index holds each record under its own time, whatever came
 //! before. A log written before this index existed has no `by_time` tree (or one whose
-//! build was interrupted): opening builds it from the records, then writes the
-//! [`COMPLETE`] marker, so a crash mid-build only means building again.
+//! build was interrupted): [`Log::open`] builds it from the records, then writes the
+//! [`COMPLETE`] marker, so a crash mid-build only means building again. A
+//! [`super::LogReader`] never builds it: until it is complete, it answers a time
+//! range by a scan.
 //!
 //! A query picks one index: the command's or the workload's when it names one (their
 //! records are few; a time range then filters them), else the time index when it has a
@@ -62,7 +64,7 @@ impl IndexKeys {
 /// was interrupted.
 pub(super) fn open_time_index(db: &sled::Db, records: &sled::Tree) -> Result<sled::Tree, LogError> {
     let tree = db.open_tree("by_time").map_err(LogError::Storage)?;
-    if tree.contains_key(COMPLETE).map_err(LogError::Storage)? {
+    if time_index_complete(&tree)? {
         return Ok(tree);
     }
     let started = std::time::Instant::now();
@@ -106,38 +108,54 @@ pub fn uses_index(request: &LogRequest) -> bool {
         || request.until_time.is_some()
 }
 
-impl Log {
+/// The trees a query reads: an open log's (its time index always complete, see
+/// [`open_time_index`]) or a [`super::LogReader`]'s.
+pub(super) struct Indexes<'a> {
+    pub records: &'a sled::Tree,
+    pub by_command: &'a sled::Tree,
+    pub by_workload: &'a sled::Tree,
+    /// `None` while the time index is not complete: a time range is then answered
+    /// by a scan from `since`.
+    pub by_time: Option<&'a sled::Tree>,
+}
+
+impl Indexes<'_> {
     /// The records `request` asks for (see [`Record::matches`]), in seq order, at most
     /// `request.limit` of them, through the narrowest index (module docs). A record
     /// that fails its hash is an error.
     pub fn query(&self, request: &LogRequest) -> Result<Vec<Record>, LogError> {
         let limit = request.limit.unwrap_or(usize::MAX);
         let since = request.since;
-        let seqs: Box<dyn Iterator<Item = Result<u64, LogError>>> =
-            match (&request.command, &request.namespace, &request.workload) {
-                (Some(id), _, _) => Box::new(self.indexed_from(&self.by_command, id, since)),
-                (None, Some(ns), Some(wl)) => Box::new(self.indexed_from(
-                    &self.by_workload,
-                    &capstan_common::workload_key(ns, wl),
-                    since,
-                )),
-                _ if request.since_time.is_some() || request.until_time.is_some() => {
-                    Box::new(self.in_time_range(request)?.into_iter().map(Ok))
-                }
-                _ => {
-                    let scan = self.read_since(since).filter(|r| match r {
-                        Ok(r) => r.matches(request),
-                        Err(_) => true,
-                    });
-                    return scan.take(limit).collect();
-                }
-            };
+        let timed = request.since_time.is_some() || request.until_time.is_some();
+        let seqs: Box<dyn Iterator<Item = Result<u64, LogError>>> = match (
+            &request.command,
+            &request.namespace,
+            &request.workload,
+            self.by_time,
+        ) {
+            (Some(id), _, _, _) => Box::new(indexed_from(self.by_command, id, since)),
+            (None, Some(ns), Some(wl), _) => Box::new(indexed_from(
+                self.by_workload,
+                &capstan_common::workload_key(ns, wl),
+                since,
+            )),
+            (_, _, _, Some(by_time)) if timed => {
+                Box::new(in_time_range(by_time, request)?.into_iter().map(Ok))
+            }
+            _ => {
+                let scan = super::records_since(self.records, since).filter(|r| match r {
+                    Ok(r) => r.matches(request),
+                    Err(_) => true,
+                });
+                return scan.take(limit).collect();
+            }
+        };
         let mut out = Vec::new();
         for seq in seqs {
             if out.len() == limit {
                 break;
             }
-            if let Some(record) = self.get(seq?)? {
+            if let Some(record) = super::get_record(self.records, seq?)? {
                 if record.matches(request) {
                     out.push(record);
                 }
@@ -145,53 +163,70 @@ impl Log {
         }
         Ok(out)
     }
+}
 
-    /// The seqs after `since` under `prefix \0` in `tree`, in order, read lazily.
-    fn indexed_from<'a>(
-        &self,
-        tree: &'a sled::Tree,
-        prefix: &str,
-        since: u64,
-    ) -> impl Iterator<Item = Result<u64, LogError>> + 'a {
-        let start = index_key(prefix, since.saturating_add(1));
-        let mut end = prefix.as_bytes().to_vec();
-        end.push(1);
-        let len = prefix.len() + 9;
-        tree.range(start..end)
-            .keys()
-            .filter_map(move |key| match key {
-                Ok(key) if key.len() == len => Some(Ok(seq_of_index(&key))),
-                Ok(_) => None,
-                Err(e) => Some(Err(LogError::Storage(e))),
-            })
-    }
+/// The seqs after `since` under `prefix \0` in `tree`, in order, read lazily.
+fn indexed_from<'a>(
+    tree: &'a sled::Tree,
+    prefix: &str,
+    since: u64,
+) -> impl Iterator<Item = Result<u64, LogError>> + 'a {
+    let start = index_key(prefix, since.saturating_add(1));
+    let mut end = prefix.as_bytes().to_vec();
+    end.push(1);
+    let len = prefix.len() + 9;
+    tree.range(start..end)
+        .keys()
+        .filter_map(move |key| match key {
+            Ok(key) if key.len() == len => Some(Ok(seq_of_index(&key))),
+            Ok(_) => None,
+            Err(e) => Some(Err(LogError::Storage(e))),
+        })
+}
 
-    /// The seqs after `request.since` whose time is in the request's range, in seq
-    /// order (the index holds them in time order).
-    fn in_time_range(&self, request: &LogRequest) -> Result<Vec<u64>, LogError> {
-        let from = request
-            .since_time
-            .map_or(i64::MIN, |t| t.timestamp_millis());
-        let start = time_key(from, 0);
-        let keys = match request.until_time {
-            // Up to and including the until-time's millisecond; matches() is exact.
-            Some(t) if t.timestamp_millis() < i64::MAX => self
-                .by_time
-                .range(start..time_key(t.timestamp_millis() + 1, 0)),
-            _ => self.by_time.range(start..),
-        };
-        let mut seqs = Vec::new();
-        for key in keys.keys() {
-            let key = key.map_err(LogError::Storage)?;
-            if let Some(seq) = seq_of_time_key(&key).filter(|s| *s > request.since) {
-                seqs.push(seq);
-            }
+/// The seqs after `request.since` whose time is in the request's range, in seq
+/// order (the index holds them in time order).
+fn in_time_range(by_time: &sled::Tree, request: &LogRequest) -> Result<Vec<u64>, LogError> {
+    let from = request
+        .since_time
+        .map_or(i64::MIN, |t| t.timestamp_millis());
+    let start = time_key(from, 0);
+    let keys = match request.until_time {
+        // Up to and including the until-time's millisecond; matches() is exact.
+        Some(t) if t.timestamp_millis() < i64::MAX => {
+            by_time.range(start..time_key(t.timestamp_millis() + 1, 0))
         }
-        seqs.sort_unstable();
-        Ok(seqs)
+        _ => by_time.range(start..),
+    };
+    let mut seqs = Vec::new();
+    for key in keys.keys() {
+        let key = key.map_err(LogError::Storage)?;
+        if let Some(seq) = seq_of_time_key(&key).filter(|s| *s > request.since) {
+            seqs.push(seq);
+        }
+    }
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// Whether the time index `by_time` covers every record (its build finished).
+pub(super) fn time_index_complete(by_time: &sled::Tree) -> Result<bool, LogError> {
+    by_time.contains_key(COMPLETE).map_err(LogError::Storage)
+}
+
+impl Log {
+    /// The records `request` asks for: [`Indexes::query`] on this log's trees.
+    pub fn query(&self, request: &LogRequest) -> Result<Vec<Record>, LogError> {
+        Indexes {
+            records: &self.records,
+            by_command: &self.by_command,
+            by_workload: &self.by_workload,
+            by_time: Some(&self.by_time),
+        }
+        .query(request)
     }
 }
 
 #[cfg(test)]
 #[path = "query_tests.rs"]
-mod tests;
+pub(super) mod tests;

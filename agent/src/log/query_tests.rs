@@ -4,7 +4,7 @@ use capstan_common::wire::LogRequest;
 use chrono::{DateTime, Utc};
 use std::path::Path;
 
-fn started(workload: &str, command: &str) -> Event {
+pub(in crate::log) fn started(workload: &str, command: &str) -> Event {
     Event::WorkloadStarted {
         cause: Cause::Command(command.into()),
         namespace: "ns".into(),
@@ -14,7 +14,7 @@ fn started(workload: &str, command: &str) -> Event {
     }
 }
 
-fn at(ms: i64) -> Option<DateTime<Utc>> {
+pub(in crate::log) fn at(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(ms)
 }
 
@@ -24,7 +24,7 @@ fn seqs(log: &Log, request: LogRequest) -> Vec<u64> {
 
 /// A log whose clock stepped back: seq 1 `web` at 1000, 2 `db` at 3000, 3 `web` at
 /// 2000 (back by a second), 4 `web` at 4000, 5 `db` at 2500.
-fn stepped_back(dir: &Path) -> Log {
+pub(in crate::log) fn stepped_back(dir: &Path) -> Log {
     let log = Log::open(dir, LogOptions::default()).unwrap();
     for (ms, wl, cmd) in [
         (1000, "web", "c1"),
@@ -38,7 +38,7 @@ fn stepped_back(dir: &Path) -> Log {
     log
 }
 
-fn between(from: i64, until: i64) -> LogRequest {
+pub(in crate::log) fn between(from: i64, until: i64) -> LogRequest {
     LogRequest {
         since_time: at(from),
         until_time: at(until),

@@ -242,7 +242,10 @@ impl Bus {
     }
 
     /// Queues `verb` for `unit` (mode `replace`) and waits for its `JobRemoved`. The
-    /// signal stream is opened before the call, so a job that ends at once is seen.
+    /// signal stream is opened before the call, so a job that ends at once is seen,
+    /// and drained while the call's reply is awaited: zbus reads nothing more from the
+    /// socket (the reply included) while a stream's queue is full, so a burst of other
+    /// jobs' ends before the reply would otherwise block the connection for good.
     async fn job(&self, verb: &'static str, unit: &str) -> Result<(), BusError> {
         let mut removed = self
             .manager
@@ -250,21 +253,37 @@ impl Bus {
             .await
             .map_err(call("JobRemoved", unit))?;
         let (name, mode) = (unit.to_string(), "replace".to_string());
-        let job: OwnedObjectPath = match verb {
-            "start" => self.manager.start_unit(name, mode).await,
-            "restart" => self.manager.restart_unit(name, mode).await,
-            _ => match self.manager.stop_unit(name, mode).await {
-                // Not loaded: not running, so already stopped.
-                Err(e) if is_no_such_unit(&e) => return Ok(()),
-                other => other,
-            },
-        }
-        .map_err(call(verb_call(verb), unit))?;
+        let queued = async {
+            match verb {
+                "start" => self.manager.start_unit(name, mode).await,
+                "restart" => self.manager.restart_unit(name, mode).await,
+                _ => self.manager.stop_unit(name, mode).await,
+            }
+        };
+        tokio::pin!(queued);
+        let mut early = Vec::new();
+        let queued = loop {
+            tokio::select! {
+                queued = &mut queued => break queued,
+                Some(signal) = removed.next() => early.push(signal),
+            }
+        };
+        let job: OwnedObjectPath = match queued {
+            // Not loaded: not running, so already stopped.
+            Err(e) if verb == "stop" && is_no_such_unit(&e) => return Ok(()),
+            other => other.map_err(call(verb_call(verb), unit))?,
+        };
+        let ended = |signal: &zbus_systemd::systemd1::JobRemoved| {
+            let args = signal.args().ok()?;
+            (args.job.as_str() == job.as_str()).then(|| args.result.to_string())
+        };
         let wait = async {
+            if let Some(result) = early.iter().find_map(ended) {
+                return Some(result);
+            }
             while let Some(signal) = removed.next().await {
-                let Ok(args) = signal.args() else { continue };
-                if args.job.as_str() == job.as_str() {
-                    return Some(args.result.to_string());
+                if let Some(result) = ended(&signal) {
+                    return Some(result);
                 }
             }
             None
@@ -375,10 +394,31 @@ impl Bus {
             .path_namespace("/org/freedesktop/systemd1/unit")
             .build()
             .map_err(call("AddMatch", "PropertiesChanged"))?;
-        let stream = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
+        let mut stream = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
             .await
             .map_err(call("AddMatch", "PropertiesChanged"))?;
-        Ok(stream.filter_map(|message| async move { change(&message.ok()?) }))
+        // Drained by a task of its own into an unbounded queue: zbus reads nothing more
+        // from the socket (replies included) while a stream's queue is full, and a
+        // reload signals a change of every unit at once — the caller may be awaiting a
+        // call (e.g. `list_ours` right after this) instead of reading its stream.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    message = stream.next() => message,
+                    () = tx.closed() => return,
+                };
+                let Some(message) = message else { return };
+                if let Some(change) = message.ok().as_ref().and_then(change) {
+                    if tx.send(change).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|change| (change, rx))
+        }))
     }
 }
 

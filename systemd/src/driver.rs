@@ -78,6 +78,7 @@ impl SystemdDriver {
                 "the unit directory does not exist",
             ));
         }
+        sweep(&config.unit_dir).map_err(io(op, config.unit_dir.display()))?;
         let version = bus.version().await.map_err(backend(op, "systemd"))?;
         tracing::info!(%version, unit_dir = %config.unit_dir.display(), "connected to systemd");
         Ok(SystemdDriver {
@@ -422,6 +423,24 @@ impl SystemdDriver {
             }
         }
     }
+}
+
+/// Removes what a writer killed mid-write left (files.rs): temporaries of unit files
+/// in `unit_dir` and of env drop-ins in our units' drop-in dirs.
+fn sweep(unit_dir: &Path) -> std::io::Result<()> {
+    let mut removed = files::remove_temporaries(unit_dir, naming::PREFIX)?;
+    for entry in std::fs::read_dir(unit_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(naming::PREFIX) && name.ends_with(".d") && entry.file_type()?.is_dir() {
+            removed += files::remove_temporaries(&entry.path(), naming::ENV_DROPIN)?;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, "removed temporary unit files a killed write left");
+    }
+    Ok(())
 }
 
 /// Whether a unit going from `before` (its last state seen; `None`: never seen) to

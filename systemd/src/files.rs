@@ -44,6 +44,24 @@ pub fn remove_dir(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Removes the temporary files a writer killed between its write and its rename left
+/// in `dir` (`.<name>.<pid>.<n>.tmp` of names beginning with `prefix`); returns how
+/// many. Only while no write of this process is under way (at connect).
+pub fn remove_temporaries(dir: &Path, prefix: &str) -> std::io::Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        let ours = name
+            .strip_prefix('.')
+            .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".tmp"));
+        if ours && remove(&dir.join(&*name))? {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// A new file beside `path` (same file system, so the rename is atomic). The name
 /// starts with `.` so systemd never reads it as a unit.
 fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
@@ -89,6 +107,28 @@ mod tests {
         assert_eq!(names, ["a.service"]);
         assert!(remove(&path).unwrap());
         assert!(!remove(&path).unwrap());
+    }
+
+    #[test]
+    fn temporaries_left_by_a_killed_writer_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let keep = ["capstan-a.service", ".other.1.0.tmp", "capstan-b.tmp"];
+        for name in keep
+            .iter()
+            .chain(&[".capstan-a.service.7.0.tmp", ".capstan-x.slice.9.3.tmp"])
+        {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        assert_eq!(remove_temporaries(dir.path(), "capstan-").unwrap(), 2);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [".other.1.0.tmp", "capstan-a.service", "capstan-b.tmp"]
+        );
     }
 
     #[test]

@@ -26,7 +26,8 @@ fn commands_over_nats_complete_exactly_once_across_sigkills(engine: Engine) {
     // Namespaces (networks) named after the unique host: tests sharing the engine
     // never meet.
     let rounds = (kills / 4).max(3);
-    let (lines, starts, expected) = stream(&agent, rounds, &format!("{host}-"), serve);
+    let (lines, starts, expected) =
+        stream(&agent, rounds, &format!("{host}-"), |_, _, rev| serve(rev));
     kill_loop(coordinator, &agent, &lines, kills, MAX_LIFE_US);
 
     let daemon = agent.run();

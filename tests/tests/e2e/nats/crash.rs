@@ -19,14 +19,14 @@ const WORKLOADS: usize = 12;
 
 /// The stream: each workload's revisions prepared, activated and the previous one
 /// retired, round after round, and every second round stopped and started, in the
-/// namespaces `<prefix>ns0`… Each revision's spec is `spec(revision)` with env
-/// `ROUND`. Returns the commands, the ids that start a workload, and the expected
+/// namespaces `<prefix>ns0`… Each revision's spec is `spec(namespace, workload,
+/// revision)` with env `ROUND`. Returns the commands, the ids that start a workload, and the expected
 /// intent of each workload (`namespace/workload` → its answer in `intent --json`).
 pub(crate) fn stream(
     agent: &Agent,
     rounds: usize,
     prefix: &str,
-    spec: impl Fn(&str) -> Spec,
+    spec: impl Fn(&str, &str, &str) -> Spec,
 ) -> (Vec<Cmd>, Vec<String>, HashMap<String, Value>) {
     let mut lines = Vec::new();
     let mut starts = Vec::new();
@@ -37,10 +37,11 @@ pub(crate) fn stream(
     }
     for round in 1..=rounds {
         for w in 0..WORKLOADS {
-            let (c, wl) = (agent.commands(&namespace(w)), format!("w{w}"));
+            let (ns, wl) = (namespace(w), format!("w{w}"));
+            let c = agent.commands(&ns);
             let id = |what: &str| format!("{wl}.{round}.{what}");
             let rev = format!("r{round}");
-            let spec = spec(&rev).env("ROUND", &round.to_string());
+            let spec = spec(&ns, &wl, &rev).env("ROUND", &round.to_string());
             lines.push(c.prepare(&id("prepare"), &wl, &rev, spec));
             lines.push(c.activate(&id("activate"), &wl, &rev));
             starts.push(id("activate"));
@@ -96,7 +97,7 @@ fn commands_over_nats_complete_exactly_once_across_sigkills_of_the_agent() {
     let host = capstan_tests::unique("crashloop");
     let agent = fleet.agent(&host).build();
     // About 11 commands a kill (44 a round).
-    let (lines, starts, expected) = stream(&agent, (kills / 4).max(5), "", |_| Spec::sim());
+    let (lines, starts, expected) = stream(&agent, (kills / 4).max(5), "", |_, _, _| Spec::sim());
     kill_loop(coordinator, &agent, &lines, kills, MAX_LIFE_US);
 
     // Started once more, it works through what is left.

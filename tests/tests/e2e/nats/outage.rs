@@ -143,7 +143,7 @@ fn a_30_s_outage_under_load_runs_every_queued_command_once_and_loses_no_record()
     // `h1`, as `never_gone` expects (its own nats-server: no other test sees it).
     let host = "h1".to_string();
     let agent = fleet.agent(&host).build();
-    let (lines, starts, expected) = crash::stream(&agent, 5, "", |_| Spec::sim());
+    let (lines, starts, expected) = crash::stream(&agent, 5, "", |_, _, _| Spec::sim());
     let daemon = agent.run();
     crash::submit(&fleet.coordinator, 0, &lines);
     // Once a third of the stream is done, NATS goes away.

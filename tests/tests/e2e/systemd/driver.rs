@@ -340,6 +340,41 @@ fn a_unit_that_is_not_ours_is_never_touched() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), foreign);
 }
 
+/// A write killed before its rename leaves its temporary file (the crash loop found
+/// one): connecting removes those of our units, slices and env drop-ins, and nothing
+/// else.
+#[test]
+fn connecting_removes_the_temporary_files_a_killed_write_left() {
+    let host = SystemdHost::boot();
+    let (rt, d) = connect(&host, |_| {});
+    let r1 = rev("ns", "web", "r1");
+    up(&rt, &d, r1, &spec_running(&host, "ns", "web"), &launch(&[]));
+    drop(d);
+    let unit = naming::unit_name(r1);
+    let dropins = host.unit_dir().join(naming::dropin_dir(&unit));
+    let stale = [
+        host.unit_dir().join(format!(".{unit}.4242.0.tmp")),
+        host.unit_dir()
+            .join(format!(".{}.4242.1.tmp", naming::slice_name("ns"))),
+        dropins.join(format!(".{}.4242.0.tmp", naming::ENV_DROPIN)),
+    ];
+    let kept = [
+        host.unit_dir().join(".other.service.4242.0.tmp"),
+        dropins.join(naming::ENV_DROPIN),
+    ];
+    for path in &stale {
+        std::fs::write(path, "[Service]\n").unwrap();
+    }
+    std::fs::write(&kept[0], "").unwrap();
+    let (_rt, _d) = connect(&host, |_| {});
+    for path in &stale {
+        assert!(!path.exists(), "{} removed", path.display());
+    }
+    for path in &kept {
+        assert!(path.exists(), "{} kept", path.display());
+    }
+}
+
 #[test]
 fn concurrent_activations_share_their_reloads() {
     let host = SystemdHost::boot();

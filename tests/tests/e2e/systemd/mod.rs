@@ -2,6 +2,8 @@
 //! and the `capstan-envdump` workload in it.
 
 mod agent;
+mod bus;
+mod crash_loop;
 mod driver;
 mod service;
 mod smoke;

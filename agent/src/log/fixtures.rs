@@ -5,7 +5,8 @@
 //! and carry out new commands after it, in one chain of mixed format versions.
 //!
 //! Every later format adds its own fixture (made by a committed `make-log-vN.sh`); old
-//! fixtures stay for ever.
+//! fixtures stay for ever. `log-v2-pruned.tar.gz` is log-v2 after retention pruned it:
+//! its stored anchor (with the intent at the cut) and its export file.
 
 use super::{key_seq, stored, Log, LogOptions};
 use crate::executor::Executor;
@@ -172,9 +173,15 @@ fn takes_new_commands(fx: &Fixture, log: Log) -> Intent {
     let first = log.get(before + 1).unwrap().unwrap();
     assert_eq!(first.event.command_id(), Some("upgrade-prep"));
     assert!(log.last_seq() > before + 8);
-    assert_eq!(log.verify().unwrap(), log.last_seq(), "one intact chain");
+    // A pruned log verifies (and stores) the records after its anchor.
+    let anchored = log.anchor().unwrap().map_or(0, |a| a.seq);
+    assert_eq!(
+        log.verify().unwrap(),
+        log.last_seq() - anchored,
+        "one intact chain"
+    );
     let versions = versions(&log);
-    assert!(versions[before as usize..]
+    assert!(versions[(before - anchored) as usize..]
         .iter()
         .all(|v| *v == stored::CURRENT));
     log.intent()
@@ -225,4 +232,56 @@ fn a_format_2_log_opens_reads_and_grows() {
     let log = fx.open();
     assert_eq!(log.intent(), after);
     assert_eq!(replay(&log), after);
+}
+
+#[test]
+fn a_pruned_format_2_log_opens_from_its_anchor_reads_and_grows() {
+    // log-v2 after the first build with retention pruned it (make-log-v2-pruned.sh).
+    let fx = Fixture::unpack("log-v2-pruned.tar.gz");
+    let log = fx.open();
+    let anchor = log.anchor().unwrap().expect("the stored anchor");
+    let seq_of = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    };
+    let kept = fx.log_lines.len() as u64;
+    assert_eq!(seq_of(&fx.log_lines[0]), anchor.seq + 1);
+    assert_eq!(anchor.pruned, anchor.seq, "everything up to it was pruned");
+    assert!(
+        fx.verify
+            .starts_with(&format!("ok {kept} records from anchor seq {}", anchor.seq)),
+        "{}",
+        fx.verify
+    );
+    assert_eq!(log.verify().unwrap(), kept);
+    assert_eq!(log.last_seq(), anchor.seq + kept);
+    for (record, line) in log.read_since(0).zip(&fx.log_lines) {
+        let record = record.unwrap();
+        assert_eq!(&record.to_json().to_string(), line, "record {}", record.seq);
+    }
+    assert_eq!(log.read_since(0).count() as u64, kept);
+    assert_eq!(log.intent().to_json().to_string(), fx.intent);
+    // The export file is the pruned records, one chain ending at the anchor.
+    let export_dir = fx.data.with_file_name("export-files");
+    let mut files: Vec<_> = std::fs::read_dir(&export_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let text: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let chain = super::export::Chain::verify(text.lines())
+        .unwrap()
+        .expect("exported records");
+    assert_eq!((chain.first, chain.last), (1, anchor.seq));
+    assert_eq!(chain.first_prev, [0; 32]);
+    assert_eq!(chain.last_hash, anchor.hash);
+
+    let after = takes_new_commands(&fx, log);
+    let log = fx.open();
+    assert_eq!(log.intent(), after);
+    assert_eq!(log.verify().unwrap(), log.last_seq() - anchor.seq);
 }

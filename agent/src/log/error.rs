@@ -72,6 +72,18 @@ pub enum LogError {
     /// build wrote.
     #[error("the log at {path} has records but no {tree} index")]
     MissingTree { path: PathBuf, tree: &'static str },
+    /// A log in an earlier storage layout, which only the agent converts (once, when
+    /// it opens the log).
+    #[error("the log at {path} is in an earlier storage layout: start the agent once (it converts the log when it opens it), then read it")]
+    OldLayout { path: PathBuf },
+    /// Converting a log in an earlier layout failed on the file system (the copy
+    /// beside it, or the renames that put it in place).
+    #[error("cannot convert the log to the current storage layout at {path}")]
+    Convert {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The log failed verification (on open, or in the background); it refuses writes.
     #[error("the log is degraded and read-only")]
     Degraded(#[source] Corruption),

@@ -177,13 +177,17 @@ impl super::Log {
         limit: usize,
     ) -> Result<Vec<Value>, super::LogError> {
         let mut lines = Vec::new();
+        // Never a record at or below the anchor (a prune may still be removing them).
+        let since = since.max(self.pruned_through());
         if until <= since {
             return Ok(lines);
         }
-        let range = super::seq_key(since + 1)..=super::seq_key(until);
-        for entry in self.records.range(range).take(limit.min(MAX_LINES)) {
-            let (key, stored) = entry.map_err(super::LogError::Storage)?;
-            let seq = super::key_seq(&key).unwrap_or(0);
+        let in_range = self
+            .records
+            .range(since + 1)
+            .take_while(|e| !matches!(e, Ok((seq, _)) if *seq > until));
+        for entry in in_range.take(limit.min(MAX_LINES)) {
+            let (seq, stored) = entry?;
             let (record, _) = codec::open_record(seq, &stored).map_err(super::LogError::Corrupt)?;
             lines.push(line(&record, &stored));
         }

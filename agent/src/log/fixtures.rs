@@ -6,7 +6,9 @@
 //!
 //! Every later format adds its own fixture (made by a committed `make-log-vN.sh`); old
 //! fixtures stay for ever. `log-v2-pruned.tar.gz` is log-v2 after retention pruned it:
-//! its stored anchor (with the intent at the cut) and its export file.
+//! its stored anchor (with the intent at the cut) and its export file. The fixtures of
+//! builds before storage layout 2 are converted when opened (see [`super::layout`]);
+//! `log-v2-layout2.tar.gz` is the same history written in layout 2, opened as it is.
 
 use super::{key_seq, stored, Log, LogOptions};
 use crate::executor::Executor;
@@ -59,7 +61,7 @@ impl Fixture {
 
 /// The format version byte of every stored record, in seq order.
 fn versions(log: &Log) -> Vec<u8> {
-    log.records.iter().values().map(|v| v.unwrap()[0]).collect()
+    log.records.range(0).map(|e| e.unwrap().1[0]).collect()
 }
 
 /// The seq and format version of every stored snapshot.
@@ -80,6 +82,60 @@ fn replay(log: &Log) -> Intent {
     intent
 }
 
+/// Every query through an index answers what a scan of the records answers: each
+/// command id's records, each workload's, and the records of each minute and of
+/// a range cutting through minutes.
+fn indexes_agree(log: &Log) {
+    use capstan_common::wire::LogRequest;
+    use std::collections::BTreeSet;
+    let all: Vec<_> = log.read_since(0).map(|r| r.unwrap()).collect();
+    let scan = |request: &LogRequest| -> Vec<u64> {
+        all.iter()
+            .filter(|r| r.matches(request))
+            .map(|r| r.seq)
+            .collect()
+    };
+    let indexed = |request: &LogRequest| -> Vec<u64> {
+        assert!(super::uses_index(request));
+        log.query(request).unwrap().iter().map(|r| r.seq).collect()
+    };
+    let mut requests = BTreeSet::new();
+    for r in &all {
+        if let Some(id) = r.event.command_id() {
+            requests.insert((Some(id.to_string()), None, None));
+        }
+        if let (Some(ns), Some(wl)) = (r.event.namespace(), r.event.workload()) {
+            requests.insert((None, Some(ns.to_string()), Some(wl.to_string())));
+        }
+    }
+    assert!(requests.len() > 100, "a real history: {}", requests.len());
+    for (command, namespace, workload) in requests {
+        let request = LogRequest {
+            command,
+            namespace,
+            workload,
+            ..LogRequest::default()
+        };
+        let expected = scan(&request);
+        assert!(!expected.is_empty());
+        assert_eq!(indexed(&request), expected, "{request:?}");
+    }
+    let at = chrono::DateTime::from_timestamp_millis;
+    let (first, last) = (all[0].at_ms, all[all.len() - 1].at_ms);
+    for (from, until) in [
+        (first, last + 1),
+        (first + 1, first + 61_000),
+        ((first + last) / 2, last),
+    ] {
+        let request = LogRequest {
+            since_time: at(from),
+            until_time: at(until),
+            ..LogRequest::default()
+        };
+        assert_eq!(indexed(&request), scan(&request), "{from}..{until}");
+    }
+}
+
 /// Opens the fixture and checks every answer its build gave; returns the open log.
 fn reads_as_written(fx: &Fixture) -> Log {
     let log = fx.open();
@@ -96,6 +152,7 @@ fn reads_as_written(fx: &Fixture) -> Log {
     assert_eq!(shown, fx.log_lines.len());
     assert_eq!(log.intent().to_json().to_string(), fx.intent);
     assert_eq!(log.intent(), replay(&log));
+    indexes_agree(&log);
     log
 }
 
@@ -232,6 +289,31 @@ fn a_format_2_log_opens_reads_and_grows() {
     let log = fx.open();
     assert_eq!(log.intent(), after);
     assert_eq!(replay(&log), after);
+}
+
+#[test]
+fn a_layout_2_log_opens_as_it_is_reads_and_grows() {
+    // log-v2's history, written by the first build with storage layout 2
+    // (make-log-v2-layout2.sh).
+    let fx = Fixture::unpack("log-v2-layout2.tar.gz");
+    {
+        let db = sled::Config::new()
+            .path(fx.data.join("log"))
+            .open()
+            .unwrap();
+        assert_eq!(
+            super::layout::found(&db).unwrap(),
+            super::layout::Found::Current
+        );
+    }
+    super::release::wait_until_released(&fx.data.join("log/db"));
+    let log = reads_as_written(&fx);
+    assert!(versions(&log).iter().all(|v| *v == 2));
+    let after = takes_new_commands(&fx, log);
+    let log = fx.open();
+    assert_eq!(log.intent(), after);
+    assert_eq!(replay(&log), after);
+    indexes_agree(&log);
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! The durable, hash-chained event log: the agent's memory and the host's audit
 //! record. This module is the only one that names sled or bincode.
 //!
-//! Layout (one sled database under `<data-dir>/log`):
-//! - `records`: big-endian seq → sealed [`Record`] (see [`codec`]), in the stored
-//!   shape of its format version (see [`stored`]);
-//! - `by_command`: `id \0 seq` → ∅, every record that carries a command id;
-//! - `by_workload`: `namespace/workload \0 seq` → ∅, for audit queries;
-//! - `by_time`: `at_ms seq` → ∅, every record by time (see [`query`]);
+//! Layout (one sled database under `<data-dir>/log`; layout 2, see [`layout`] for the
+//! earlier one and the conversion):
+//! - `record_chunks`: the sealed [`Record`]s (see [`codec`]), in the stored shape of
+//!   their format version (see [`stored`]), eight to a key (see [`records`]);
+//! - `command_index`, `workload_index`, `time_index`: posting lists (see
+//!   [`postings`]) of the seqs of every record by command id, by
+//!   `namespace/workload`, and by minute (with each record's time), for audit queries
+//!   (see [`query`]);
 //! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
 //!   [`LogOptions::snapshot_every`] records, so opening replays only the tail;
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
@@ -21,8 +23,11 @@ mod combine;
 mod error;
 pub mod export;
 mod flusher;
+mod layout;
+mod postings;
 mod query;
 mod reader;
+mod records;
 mod release;
 pub mod retention;
 mod snapshot;
@@ -32,6 +37,9 @@ mod verify;
 pub use error::{Corruption, Defect, LogError};
 pub use query::uses_index;
 pub use reader::LogReader;
+/// The sled tree that holds the records (benchmarks that read a log's database raw).
+#[doc(hidden)]
+pub use records::TREE as RECORDS_TREE;
 /// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
 /// open a log's database raw).
 #[doc(hidden)]
@@ -53,6 +61,7 @@ mod fixtures;
 use crate::event::{Event, Record};
 use crate::intent::Intent;
 use codec::Hash;
+use records::Records;
 use sled::transaction::{ConflictableTransactionError, Transactional};
 use std::path::Path;
 use std::sync::Mutex;
@@ -96,7 +105,7 @@ struct Tail {
 /// An open log.
 pub struct Log {
     db: sled::Db,
-    records: sled::Tree,
+    records: Records,
     by_command: sled::Tree,
     by_workload: sled::Tree,
     by_time: sled::Tree,
@@ -111,6 +120,9 @@ pub struct Log {
     appended: tokio::sync::watch::Sender<u64>,
     /// Set on open, or later by the background verification; never cleared.
     degraded: std::sync::OnceLock<Corruption>,
+    /// The anchor's seq (0 before any prune): records at or below it are pruned, even
+    /// while a prune is still removing them, so reads start after it.
+    pruned_through: std::sync::atomic::AtomicU64,
     /// Last: dropped after every sled handle above, it waits until sled has let go of
     /// the database, so the log can be opened again as soon as this one is dropped.
     _released: release::Released,
@@ -118,20 +130,6 @@ pub struct Log {
 
 fn seq_key(seq: u64) -> [u8; 8] {
     seq.to_be_bytes()
-}
-
-fn index_key(prefix: &str, seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(prefix.len() + 9);
-    k.extend_from_slice(prefix.as_bytes());
-    k.push(0);
-    k.extend_from_slice(&seq_key(seq));
-    k
-}
-
-fn seq_of_index(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&key[key.len() - 8..]);
-    u64::from_be_bytes(b)
 }
 
 fn key_seq(key: &[u8]) -> Option<u64> {
@@ -143,6 +141,7 @@ impl Log {
     /// snapshot plus the records after it, and verifies that tail. A bad record
     /// leaves the log open but degraded: readable, and refusing appends.
     pub fn open(dir: &Path, options: LogOptions) -> Result<Log, LogError> {
+        layout::prepare(dir)?;
         let mut config = sled::Config::new().path(dir).flush_every_ms(None);
         if let Some(bytes) = options.cache_bytes {
             config = config.cache_capacity(bytes);
@@ -151,14 +150,12 @@ impl Log {
             path: dir.to_path_buf(),
             source,
         })?;
+        layout::mark_new(&db, dir)?;
         let tree = |name: &str| db.open_tree(name).map_err(LogError::Storage);
-        let (records, by_command, by_workload, snapshots) = (
-            tree("records")?,
-            tree("by_command")?,
-            tree("by_workload")?,
-            tree("snapshots")?,
-        );
-        let by_time = query::open_time_index(&db, &records)?;
+        let [records, by_command, by_workload, by_time] = layout::TREES.map(tree);
+        let (records, by_command, by_workload, by_time) =
+            (Records::new(records?), by_command?, by_workload?, by_time?);
+        let snapshots = tree("snapshots")?;
 
         let mut tail = Tail {
             next_seq: 1,
@@ -168,10 +165,7 @@ impl Log {
         };
         let mut degraded = None;
         // The newest usable snapshot, anchored to the record it names.
-        let anchor_of = |seq: u64| {
-            let stored = records.get(seq_key(seq))?;
-            Ok(stored.and_then(|s| codec::unseal(seq, &s).ok().map(|(_, hash)| hash)))
-        };
+        let anchor_of = |seq: u64| records.hash_of(seq);
         let mut start_after = 0;
         if let Some(snap) = snapshot::newest(&snapshots, anchor_of).map_err(LogError::Storage)? {
             start_after = snap.seq;
@@ -244,6 +238,7 @@ impl Log {
             flush_fault,
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
+            pruned_through: anchored.unwrap_or(0).into(),
             _released: release::Released::new(dir),
         };
         if let Some(seq) = anchored {
@@ -255,19 +250,18 @@ impl Log {
 
     /// Walks records after `after`, checking each one's hash, seq and link.
     fn scan(
-        records: &sled::Tree,
+        records: &Records,
         after: u64,
         mut expect_seq: u64,
         mut prev: Hash,
     ) -> impl Iterator<Item = Result<(Record, Hash), ScanError>> + '_ {
         let mut failed = false;
-        records.range(seq_key(after + 1)..).map_while(move |entry| {
+        records.range(after + 1).map_while(move |entry| {
             if failed {
                 return None;
             }
             let result = (|| {
-                let (key, value) = entry.map_err(ScanError::Storage)?;
-                let seq = key_seq(&key).unwrap_or(0);
+                let (seq, value) = entry?;
                 let corrupt = |defect| ScanError::Corrupt(Corruption { seq, defect });
                 if seq != expect_seq {
                     return Err(ScanError::Corrupt(Corruption {
@@ -364,24 +358,27 @@ impl Log {
             seq += 1;
         }
         let trees = (
-            &self.records,
+            self.records.tree(),
             &self.by_command,
             &self.by_workload,
             &self.by_time,
         );
-        trees.transaction(|(records, by_command, by_workload, by_time)| {
-            for (seq, bytes, index) in &writes {
-                records.insert(&seq_key(*seq), bytes.as_slice())?;
-                if let Some(key) = &index.command {
-                    by_command.insert(key.as_slice(), &[] as &[u8])?;
+        trees
+            .transaction(|(records, by_command, by_workload, by_time)| {
+                for (seq, bytes, index) in &writes {
+                    Records::push(records, *seq, bytes)?;
+                    let seq_bytes = seq.to_be_bytes();
+                    if let Some(key) = &index.command {
+                        postings::push(by_command, key, &seq_bytes)?;
+                    }
+                    if let Some(key) = &index.workload {
+                        postings::push(by_workload, key, &seq_bytes)?;
+                    }
+                    postings::push(by_time, &index.minute, &index.time_entry)?;
                 }
-                if let Some(key) = &index.workload {
-                    by_workload.insert(key.as_slice(), &[] as &[u8])?;
-                }
-                by_time.insert(&index.time, &[] as &[u8])?;
-            }
-            Ok::<_, ConflictableTransactionError<()>>(())
-        })?;
+                Ok::<_, ConflictableTransactionError<std::convert::Infallible>>(())
+            })
+            .map_err(records::storage)?;
         // Committed: fold in place (no copy of the intent on the write path).
         let last = seq - 1;
         for (event, (seq, ..)) in events.iter().zip(&writes) {
@@ -438,44 +435,54 @@ impl Log {
         self.flusher.flushes()
     }
 
-    /// One record by seq.
+    /// One record by seq (none at or below the anchor).
     pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
+        if seq <= self.pruned_through() {
+            return Ok(None);
+        }
         get_record(&self.records, seq)
+    }
+
+    /// The anchor's seq, 0 before any prune: every record at or below it is pruned.
+    fn pruned_through(&self) -> u64 {
+        self.pruned_through
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Every record as stored (seq, sealed bytes), in order: what a benchmark writes
+    /// raw as its baseline.
+    #[doc(hidden)]
+    pub fn stored_records(&self) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
+        self.records
+            .range(0)
+            .map(|e| {
+                e.map(|(seq, sealed)| (seq, sealed.to_vec()))
+                    .map_err(LogError::from)
+            })
+            .collect()
     }
 
     /// Records with seq greater than `since`, in order. Each is checked against its
     /// own hash; use [`Log::verify`] for the chain.
     pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
-        records_since(&self.records, since)
+        records_since(&self.records, since.max(self.pruned_through()))
     }
 
     /// Every record that carries command id `id`, in order.
     pub fn for_command(&self, id: &str) -> Result<Vec<Record>, LogError> {
-        self.indexed(&self.by_command, id)
+        self.query(&capstan_common::wire::LogRequest {
+            command: Some(id.to_string()),
+            ..Default::default()
+        })
     }
 
     /// Every record about `namespace/workload`, in order.
     pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
-        self.indexed(
-            &self.by_workload,
-            &capstan_common::workload_key(namespace, workload),
-        )
-    }
-
-    fn indexed(&self, tree: &sled::Tree, prefix: &str) -> Result<Vec<Record>, LogError> {
-        let mut p = prefix.as_bytes().to_vec();
-        p.push(0);
-        let mut out = Vec::new();
-        for key in tree.scan_prefix(&p).keys() {
-            let key = key.map_err(LogError::Storage)?;
-            if key.len() != p.len() + 8 {
-                continue;
-            }
-            if let Some(r) = self.get(seq_of_index(&key))? {
-                out.push(r);
-            }
-        }
-        Ok(out)
+        self.query(&capstan_common::wire::LogRequest {
+            namespace: Some(namespace.to_string()),
+            workload: Some(workload.to_string()),
+            ..Default::default()
+        })
     }
 
     /// Flushes everything written so far (used on orderly shutdown).
@@ -485,8 +492,8 @@ impl Log {
 }
 
 /// The record `seq` in `records`, checked against its own hash.
-fn get_record(records: &sled::Tree, seq: u64) -> Result<Option<Record>, LogError> {
-    match records.get(seq_key(seq)).map_err(LogError::Storage)? {
+fn get_record(records: &Records, seq: u64) -> Result<Option<Record>, LogError> {
+    match records.get(seq)? {
         Some(stored) => codec::open_record(seq, &stored)
             .map(|(r, _)| Some(r))
             .map_err(LogError::Corrupt),
@@ -497,29 +504,38 @@ fn get_record(records: &sled::Tree, seq: u64) -> Result<Option<Record>, LogError
 /// The records in `records` with seq greater than `since`, in order, each checked
 /// against its own hash.
 fn records_since(
-    records: &sled::Tree,
+    records: &Records,
     since: u64,
 ) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
-    records
-        .range(seq_key(since.saturating_add(1))..)
-        .map(|entry| {
-            let (key, value) = entry.map_err(LogError::Storage)?;
-            let seq = key_seq(&key).unwrap_or(0);
-            codec::open_record(seq, &value)
-                .map(|(r, _)| r)
-                .map_err(LogError::Corrupt)
-        })
+    records.range(since.saturating_add(1)).map(|entry| {
+        let (seq, value) = entry.map_err(LogError::from)?;
+        codec::open_record(seq, &value)
+            .map(|(r, _)| r)
+            .map_err(LogError::Corrupt)
+    })
 }
 
+/// Why reading the records stopped.
+#[derive(Debug)]
 enum ScanError {
     Corrupt(Corruption),
     Storage(sled::Error),
+}
+
+impl From<ScanError> for LogError {
+    fn from(e: ScanError) -> LogError {
+        match e {
+            ScanError::Corrupt(c) => LogError::Corrupt(c),
+            ScanError::Storage(e) => LogError::Storage(e),
+        }
+    }
 }
 
 /// Test support: flips one byte of a stored record in the log at `dir`, bypassing the
 /// chain, the way an attacker editing the database would. The log must not be open.
 #[doc(hidden)]
 pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogError> {
+    layout::prepare(dir)?;
     let db = sled::Config::new()
         .path(dir)
         .open()
@@ -527,18 +543,12 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
             path: dir.to_path_buf(),
             source,
         })?;
-    let records = db.open_tree("records").map_err(LogError::Storage)?;
-    let mut value = records
-        .get(seq_key(seq))
-        .map_err(LogError::Storage)?
-        .map(|v| v.to_vec())
-        .unwrap_or_default();
+    let records = Records::new(db.open_tree(records::TREE).map_err(LogError::Storage)?);
+    let mut value = records.get(seq)?.map(|v| v.to_vec()).unwrap_or_default();
     if let Some(byte) = value.get_mut(offset) {
         *byte ^= 0x01;
     }
-    records
-        .insert(seq_key(seq), value)
-        .map_err(LogError::Storage)?;
+    records.put_raw(seq, &value)?;
     db.flush().map_err(LogError::Storage)?;
     drop((records, db));
     release::wait_until_released(&dir.join("db"));

@@ -1,4 +1,4 @@
-use super::super::{release, Log, LogOptions};
+use super::super::{Log, LogOptions};
 use crate::event::{Cause, Event};
 use capstan_common::wire::LogRequest;
 use chrono::{DateTime, Utc};
@@ -96,34 +96,4 @@ fn a_time_range_combines_with_a_workload_a_command_and_paging() {
     assert_eq!(seqs(&log, next), [3]);
     let web_after_3 = LogRequest { since: 3, ..web };
     assert_eq!(seqs(&log, web_after_3), [4]);
-}
-
-#[test]
-fn a_log_without_a_time_index_builds_it_on_open() {
-    // Given a log written before `by_time` existed (the tree dropped), and one whose
-    // build was interrupted (entries, but no completion marker)
-    for partial in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        drop(stepped_back(dir.path()));
-        {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
-            db.drop_tree("by_time").unwrap();
-            if partial {
-                let tree = db.open_tree("by_time").unwrap();
-                tree.insert(super::time_key(3000, 2), &[] as &[u8]).unwrap();
-            }
-            db.flush().unwrap();
-        }
-        release::wait_until_released(&dir.path().join("db"));
-        // When it is opened, then time ranges answer as if it had always been there
-        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        assert_eq!(
-            seqs(&log, between(1500, 3500)),
-            [2, 3, 5],
-            "partial: {partial}"
-        );
-        // and new records are indexed as they are appended
-        log.append_at(&[started("web", "c5")], 1700).unwrap();
-        assert_eq!(seqs(&log, between(1500, 1800)), [6]);
-    }
 }

@@ -3,13 +3,17 @@
 //! read, and nothing else: no intent is rebuilt (no snapshot is loaded, no tail
 //! replayed), no index is built, no snapshot written, no interrupted prune finished.
 //! Nothing of the log is written through it. (The storage itself, sled, may still
-//! write its own recovery state when it opens: see `docs/benchmarks.md`.)
+//! write its own recovery state when it opens: see `docs/benchmarks.md`.) A log in an
+//! earlier layout (see [`super::layout`]) is not converted here: the reader refuses
+//! it, and the agent converts it when it next starts.
 //!
 //! Each record read is checked against its own hash; the chain is `log verify`'s.
 //! Records at or below the anchor (left by a prune that crashed before removing
 //! them) are not shown, as [`Log::open`] would have removed them.
 
-use super::query::{self, Indexes};
+use super::layout::{self, Found};
+use super::query::Indexes;
+use super::records::Records;
 use super::{anchor, records_since, release, LogError};
 use crate::event::Record;
 use capstan_common::wire::LogRequest;
@@ -17,12 +21,10 @@ use std::path::Path;
 
 /// A log opened for reading only.
 pub struct LogReader {
-    records: sled::Tree,
+    records: Records,
     by_command: sled::Tree,
     by_workload: sled::Tree,
-    /// `None` while the time index is not complete (a log written before it existed
-    /// whose writer has not opened it since, or a build cut short).
-    by_time: Option<sled::Tree>,
+    by_time: sled::Tree,
     /// The last pruned seq (the anchor's), 0 before any prune.
     pruned_through: u64,
     _db: sled::Db,
@@ -35,18 +37,26 @@ impl LogReader {
     /// ever written there). Fails while another process holds the log (a running
     /// agent: ask it instead, over its local socket).
     pub fn open(dir: &Path) -> Result<Option<LogReader>, LogError> {
-        // sled would create a missing database: look first.
+        // sled would create a missing database: look first. A converted copy without
+        // the log is a conversion the agent has not finished putting in place.
         if !dir.join("db").exists() {
+            if layout::sibling(dir, "converting").exists() {
+                return Err(LogError::OldLayout {
+                    path: dir.to_path_buf(),
+                });
+            }
             return Ok(None);
         }
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| LogError::Open {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+        let db = layout::open_raw(dir)?;
+        match layout::found(&db)? {
+            Found::Empty => return Ok(None),
+            Found::Old => {
+                return Err(LogError::OldLayout {
+                    path: dir.to_path_buf(),
+                })
+            }
+            Found::Current => {}
+        }
         // `open_tree` creates a missing tree: only existing ones are opened.
         let names = db.tree_names();
         let existing = |name: &str| -> Result<Option<sled::Tree>, LogError> {
@@ -55,20 +65,15 @@ impl LogReader {
             }
             db.open_tree(name).map(Some).map_err(LogError::Storage)
         };
-        let Some(records) = existing("records")? else {
-            return Ok(None);
-        };
-        let index = |name: &'static str| {
+        let tree = |name: &'static str| {
             existing(name)?.ok_or(LogError::MissingTree {
                 path: dir.to_path_buf(),
                 tree: name,
             })
         };
-        let (by_command, by_workload) = (index("by_command")?, index("by_workload")?);
-        let by_time = match existing("by_time")? {
-            Some(tree) if query::time_index_complete(&tree)? => Some(tree),
-            _ => None,
-        };
+        let [records, by_command, by_workload, by_time] = layout::TREES.map(tree);
+        let (records, by_command, by_workload, by_time) =
+            (Records::new(records?), by_command?, by_workload?, by_time?);
         let pruned_through = match existing(anchor::TREE)?.map(|t| anchor::read(&t)) {
             Some(Ok(Some(a))) => a.seq,
             Some(Ok(None)) | None => 0,
@@ -89,20 +94,8 @@ impl LogReader {
         }))
     }
 
-    /// Whether time ranges are answered from the time index (else by a scan).
-    pub fn time_indexed(&self) -> bool {
-        self.by_time.is_some()
-    }
-
     /// The records `request` asks for, as [`super::Log::query`] answers them.
     pub fn query(&self, request: &LogRequest) -> Result<Vec<Record>, LogError> {
-        let timed = request.since_time.is_some() || request.until_time.is_some();
-        if timed && self.by_time.is_none() {
-            tracing::warn!(
-                "the log's time index is not complete (the agent builds it when it \
-                 next starts): the time range is answered by reading every record"
-            );
-        }
         let request = LogRequest {
             since: request.since.max(self.pruned_through),
             ..request.clone()
@@ -111,7 +104,7 @@ impl LogReader {
             records: &self.records,
             by_command: &self.by_command,
             by_workload: &self.by_workload,
-            by_time: self.by_time.as_ref(),
+            by_time: &self.by_time,
         }
         .query(&request)
     }

@@ -64,8 +64,7 @@ fn a_reader_answers_as_the_open_log_does() {
     drop(log);
     // When it is read without being opened for writing
     let reader = LogReader::open(dir.path()).unwrap().unwrap();
-    // Then every query has the open log's answer, from the time index
-    assert!(reader.time_indexed());
+    // Then every query has the open log's answer
     for (request, expected) in requests.iter().zip(&expected) {
         assert_eq!(&reader.query(request).unwrap(), expected, "{request:?}");
     }
@@ -85,39 +84,38 @@ fn a_reader_answers_as_the_open_log_does() {
 }
 
 #[test]
-fn a_reader_of_a_log_mid_time_index_build_scans_and_writes_nothing() {
-    // Given logs whose time index is missing, or whose build was cut short (one
-    // entry, no completion marker)
-    for partial in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        drop(stepped_back(dir.path()));
-        raw(dir.path(), |db| {
-            db.drop_tree("by_time").unwrap();
-            if partial {
-                let tree = db.open_tree("by_time").unwrap();
-                tree.insert(super::super::query::time_key(3000, 2), &[] as &[u8])
-                    .unwrap();
-            }
-        });
-        let names = tree_names(dir.path());
-        // When read
-        let reader = LogReader::open(dir.path()).unwrap().unwrap();
-        // Then time ranges are still answered in full (by a scan), alone or combined
-        assert!(!reader.time_indexed(), "partial: {partial}");
-        assert_eq!(seqs(&reader, between(1500, 3500)), [2, 3, 5]);
-        let web_late = LogRequest {
-            since_time: between(1500, 3500).since_time,
-            ..web()
-        };
-        assert_eq!(seqs(&reader, web_late), [3, 4]);
-        drop(reader);
-        // and the reader built nothing: no tree created, the partial index untouched
-        assert_eq!(tree_names(dir.path()), names, "partial: {partial}");
-        raw(dir.path(), |db| {
-            let by_time = db.open_tree("by_time").unwrap();
-            assert_eq!(by_time.len(), usize::from(partial), "partial: {partial}");
-        });
-    }
+fn a_reader_refuses_a_log_in_an_earlier_layout_and_writes_nothing() {
+    // Given a log in layout 1 (as builds before 2026-12 wrote it)
+    let dir = tempfile::tempdir().unwrap();
+    let log = stepped_back(dir.path());
+    let expected = log.query(&web()).unwrap();
+    drop(log);
+    raw(dir.path(), super::super::layout::tests::to_layout_1);
+    let names = tree_names(dir.path());
+    // When read, then the reader says to start the agent once, and changes nothing
+    let err = LogReader::open(dir.path()).err().expect("refused");
+    assert!(matches!(err, LogError::OldLayout { .. }), "{err}");
+    assert!(err.to_string().contains("start the agent"), "{err}");
+    assert_eq!(tree_names(dir.path()), names);
+    // and once the log has been opened for writing, it answers as before
+    drop(Log::open(dir.path(), Default::default()).unwrap());
+    let reader = LogReader::open(dir.path()).unwrap().unwrap();
+    assert_eq!(reader.query(&web()).unwrap(), expected);
+}
+
+#[test]
+fn a_reader_refuses_a_log_whose_conversion_is_not_in_place_yet() {
+    // Given a conversion interrupted between its renames: no log, its copy beside
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    drop(stepped_back(&super::super::layout::sibling(
+        &dir,
+        "converting",
+    )));
+    // When read, then the reader says to start the agent, and creates no log
+    let err = LogReader::open(&dir).err().expect("refused");
+    assert!(matches!(err, LogError::OldLayout { .. }), "{err}");
+    assert!(!dir.exists());
 }
 
 #[test]
@@ -131,7 +129,7 @@ fn a_reader_of_no_log_creates_none() {
     assert!(LogReader::open(dir.path()).unwrap().is_none());
     assert!(!tree_names(dir.path())
         .iter()
-        .any(|n| n.as_ref() == b"records"));
+        .any(|n| n.as_ref() == super::super::records::TREE.as_bytes()));
 }
 
 #[test]

@@ -22,9 +22,10 @@
 
 use super::anchor::{self, Anchor};
 use super::export::{self, ExportError};
-use super::{key_seq, seq_key, snapshot, Log, LogError, ScanError};
+use super::{postings, seq_key, snapshot, Log, LogError, ScanError};
 use crate::intent::Intent;
 use serde::Deserialize;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,11 +163,7 @@ impl Log {
         let first = old.as_ref().map_or(1, |a| a.seq + 1);
         // What a crash after the last anchor left behind.
         self.remove_through(first - 1)?;
-        let anchor_of = |seq: u64| {
-            let stored = self.records.get(seq_key(seq))?;
-            Ok(stored.and_then(|s| super::codec::unseal(seq, &s).ok().map(|(_, h)| h)))
-        };
-        let snapshot = snapshot::newest(&self.snapshots, anchor_of)
+        let snapshot = snapshot::newest(&self.snapshots, |seq| self.records.hash_of(seq))
             .map_err(LogError::Storage)?
             .map(|s| s.seq);
         let last = self.last_seq();
@@ -201,11 +198,7 @@ impl Log {
                 Err(ScanError::Corrupt(c)) => return Err(LogError::Corrupt(c).into()),
                 Err(ScanError::Storage(e)) => return Err(LogError::Storage(e).into()),
             };
-            let stored = self
-                .records
-                .get(seq_key(record.seq))
-                .map_err(LogError::Storage)?
-                .unwrap_or_default();
+            let stored = self.records.get(record.seq)?.unwrap_or_default();
             lines.push(export::line(&record, &stored));
             intent.apply(record.seq, &record.event);
             hash = h;
@@ -229,6 +222,9 @@ impl Log {
             },
         )?;
         self.flush()?;
+        // From here on nothing at or below the anchor is read, while it is removed.
+        self.pruned_through
+            .fetch_max(upto, std::sync::atomic::Ordering::Release);
         self.remove_through(upto)?;
         Ok(Some(Pruned {
             first,
@@ -259,38 +255,38 @@ impl Log {
     /// Removes the records up to `seq`, their index entries, and the snapshots up to
     /// `seq` (the anchor covers them all).
     pub(super) fn remove_through(&self, seq: u64) -> Result<(), LogError> {
-        let (mut records, mut by_command, mut by_workload, mut by_time) = (
-            sled::Batch::default(),
-            sled::Batch::default(),
-            sled::Batch::default(),
-            sled::Batch::default(),
-        );
-        for entry in self.records.range(..=seq_key(seq)) {
-            let (key, value) = entry.map_err(LogError::Storage)?;
-            let at = key_seq(&key).unwrap_or(0);
+        // The lists the removed records are in.
+        let (mut commands, mut workloads, mut minutes) =
+            (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        for entry in self.records.range(0) {
+            let (at, value) = match entry {
+                Ok(ok) => ok,
+                // A chunk that does not parse names no index entries; it goes below.
+                Err(ScanError::Corrupt(_)) => continue,
+                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
+            };
+            if at > seq {
+                break;
+            }
             // A record that does not decode has no index entries we could name.
             if let Ok((record, _)) = super::codec::open_record(at, &value) {
                 let index = super::query::IndexKeys::of(at, record.at_ms, &record.event);
-                if let Some(key) = index.command {
-                    by_command.remove(key);
-                }
-                if let Some(key) = index.workload {
-                    by_workload.remove(key);
-                }
-                by_time.remove(&index.time);
+                commands.extend(index.command);
+                workloads.extend(index.workload);
+                minutes.insert(index.minute);
             }
-            records.remove(key);
         }
-        for (tree, batch) in [
-            (&self.by_command, by_command),
-            (&self.by_workload, by_workload),
-            (&self.by_time, by_time),
-        ] {
-            tree.apply_batch(batch).map_err(LogError::Storage)?;
+        let up_to = |e: &[u8]| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= seq;
+        for key in &commands {
+            postings::remove(&self.by_command, key, 8, up_to)?;
         }
-        self.records
-            .apply_batch(records)
-            .map_err(LogError::Storage)?;
+        for key in &workloads {
+            postings::remove(&self.by_workload, key, 8, up_to)?;
+        }
+        for key in &minutes {
+            postings::remove(&self.by_time, key, 16, up_to)?;
+        }
+        self.records.remove_through(seq)?;
         for key in self.snapshots.range(..=seq_key(seq)).keys() {
             self.snapshots
                 .remove(key.map_err(LogError::Storage)?)

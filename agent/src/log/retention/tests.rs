@@ -296,26 +296,39 @@ fn a_crash_between_export_and_prune_loses_and_duplicates_nothing() {
     std::fs::create_dir_all(&p.export_dir).unwrap();
     std::fs::write(&leftover, "partial").unwrap();
     let log = log_of(&db, 30);
-    let third = log.records.get(seq_key(3)).unwrap().unwrap();
+    let third = log.records.get(3).unwrap().unwrap();
     let pruned = log.prune(&p, 30, 0).unwrap().unwrap();
     assert_eq!((pruned.first, pruned.last), (1, 25));
     assert!(!leftover.exists(), "the interrupted export is replaced");
     let names = std::fs::read_dir(&p.export_dir).unwrap().count();
     assert_eq!(names, 1);
     // A crash after the anchor, before the records went: they come back on disk.
-    log.records.insert(seq_key(3), third).unwrap();
+    log.records.put_raw(3, &third).unwrap();
     log.by_command
-        .insert(super::super::index_key("c-3", 3), &[] as &[u8])
+        .transaction(|tx| {
+            super::super::postings::push(tx, b"c-3", &3u64.to_be_bytes())?;
+            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
+        })
         .unwrap();
+    // What a reader racing the removal sees too: records at or below the anchor are
+    // still stored, and no read shows them.
+    assert!(log.records.get(3).unwrap().is_some());
+    assert!(!super::super::postings::read(&log.by_command, b"c-3")
+        .unwrap()
+        .is_empty());
+    assert!(log.for_command("c-3").unwrap().is_empty());
+    assert_eq!(log.get(3).unwrap(), None);
+    assert_eq!(log.read_since(0).next().unwrap().unwrap().seq, 26);
+    let everything = capstan_common::wire::LogRequest::default();
+    assert!(log.query(&everything).unwrap().iter().all(|r| r.seq > 25));
+    let exported = log.export_lines(0, 30, 100).unwrap();
+    assert_eq!(exported.len(), 5, "26..=30");
     let intent = log.intent();
     drop(log);
     let log = Log::open(&db, LogOptions::snapshot_every(10)).unwrap();
     assert!(log.degraded().is_none());
     assert_eq!(log.intent(), intent);
-    assert!(
-        log.records.get(seq_key(3)).unwrap().is_none(),
-        "finished on open"
-    );
+    assert!(log.records.get(3).unwrap().is_none(), "finished on open");
     assert!(log.for_command("c-3").unwrap().is_empty());
     assert_eq!(log.verify().unwrap(), 5);
 }
@@ -368,7 +381,7 @@ fn a_prune_during_a_verification_is_no_defect_the_verification_goes_on_from_the_
     while !verifier.step(&log, 5).unwrap() {}
     assert_eq!(verifier.finish().unwrap(), 5 + 20);
     // A record missing without a prune is still a defect.
-    log.records.remove(seq_key(45)).unwrap();
+    log.records.remove_raw(45).unwrap();
     let err = log.verify().unwrap_err();
     assert!(
         matches!(

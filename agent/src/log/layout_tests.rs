@@ -1,0 +1,236 @@
+use super::super::query::tests::{at, started};
+use super::super::records::Records;
+use super::super::{release, seq_key, Log, LogOptions};
+use super::{found, sibling, Found, KEY, OLD_TREES, TREES};
+use capstan_common::wire::LogRequest;
+use std::path::{Path, PathBuf};
+
+/// Rewrites the closed layout-2 log in `db` as layout 1 wrote it: a key per record
+/// in `records`, the old index trees (their contents are never read), no marker.
+pub(in crate::log) fn to_layout_1(db: &sled::Db) {
+    let old = db.open_tree(OLD_TREES[0]).unwrap();
+    let records = Records::new(db.open_tree(TREES[0]).unwrap());
+    for item in records.range(0) {
+        let (seq, sealed) = item.unwrap();
+        old.insert(seq_key(seq), sealed).unwrap();
+    }
+    for name in &OLD_TREES[1..] {
+        db.open_tree(name).unwrap().insert(b"stale", b"").unwrap();
+    }
+    for name in TREES {
+        db.drop_tree(name).unwrap();
+    }
+    db.remove(KEY).unwrap();
+}
+
+/// Edits the closed log in `dir` with raw sled.
+fn raw(dir: &Path, edit: impl FnOnce(&sled::Db)) {
+    {
+        let db = sled::Config::new().path(dir).open().unwrap();
+        edit(&db);
+        db.flush().unwrap();
+    }
+    release::wait_until_released(&dir.join("db"));
+}
+
+/// 300 records: workloads `w0`..`w2`, commands `c0`..`c49`, 7 s apart (so the time
+/// index spans many minutes and the lists many blocks).
+fn written(dir: &Path) -> Log {
+    let log = Log::open(dir, LogOptions::snapshot_every(64)).unwrap();
+    for i in 0..300i64 {
+        let event = started(&format!("w{}", i % 3), &format!("c{}", i % 50));
+        log.append_at(&[event], 1_000_000 + i * 7_000).unwrap();
+    }
+    log
+}
+
+fn requests() -> Vec<LogRequest> {
+    let workload = |wl: &str| LogRequest {
+        namespace: Some("ns".into()),
+        workload: Some(wl.into()),
+        ..LogRequest::default()
+    };
+    let command = |id: &str| LogRequest {
+        command: Some(id.into()),
+        ..LogRequest::default()
+    };
+    let times = |from: i64, until: i64| LogRequest {
+        since_time: at(from),
+        until_time: at(until),
+        ..LogRequest::default()
+    };
+    vec![
+        workload("w0"),
+        workload("w2"),
+        LogRequest {
+            since: 150,
+            ..workload("w1")
+        },
+        command("c0"),
+        command("c49"),
+        command("none"),
+        times(1_100_000, 1_500_000),
+        times(0, i64::MAX / 2),
+        LogRequest {
+            since: 7,
+            limit: Some(20),
+            ..LogRequest::default()
+        },
+    ]
+}
+
+fn answers(log: &Log) -> Vec<Vec<u64>> {
+    requests()
+        .iter()
+        .map(|r| log.query(r).unwrap().iter().map(|r| r.seq).collect())
+        .collect()
+}
+
+fn tree_names(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    raw(dir, |db| {
+        names = db
+            .tree_names()
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect()
+    });
+    names
+}
+
+fn layout(dir: &Path) -> Found {
+    let mut layout = Found::Empty;
+    raw(dir, |db| layout = found(db).unwrap());
+    layout
+}
+
+/// The raw contents of `tree` in the closed log at `dir`.
+fn contents(dir: &Path, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    raw(dir, |db| {
+        out = db
+            .open_tree(tree)
+            .unwrap()
+            .iter()
+            .map(|e| e.unwrap())
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    });
+    out
+}
+
+/// A layout-1 log of [`written`]'s history at `dir`; its answers and intent.
+fn layout_1(dir: &Path) -> (Vec<Vec<u64>>, crate::intent::Intent) {
+    let log = written(dir);
+    let (expected, intent) = (answers(&log), log.intent());
+    drop(log);
+    raw(dir, to_layout_1);
+    assert_eq!(layout(dir), Found::Old);
+    (expected, intent)
+}
+
+fn leftovers(dir: &Path) -> Vec<PathBuf> {
+    ["converting", "layout1"]
+        .map(|what| sibling(dir, what))
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect()
+}
+
+#[test]
+fn a_layout_1_log_is_converted_on_open_and_answers_as_before() {
+    // Given a log in layout 1
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    let (expected, intent) = layout_1(&dir);
+    assert!(expected[..5].iter().all(|a| !a.is_empty()) && expected[5].is_empty());
+    let snapshots = contents(&dir, "snapshots");
+    assert!(!snapshots.is_empty());
+    // When it is opened
+    let log = Log::open(&dir, LogOptions::snapshot_every(64)).unwrap();
+    // Then it answers every query as before, verifies, and keeps its intent
+    assert_eq!(log.degraded(), None);
+    assert_eq!(answers(&log), expected);
+    assert_eq!(log.intent(), intent);
+    assert_eq!(log.verify().unwrap(), 300);
+    // and new records are stored and indexed in the new layout
+    log.append_at(&[started("w0", "c0")], 5_000_000).unwrap();
+    let c0 = LogRequest {
+        command: Some("c0".into()),
+        ..LogRequest::default()
+    };
+    assert_eq!(log.query(&c0).unwrap().last().unwrap().seq, 301);
+    drop(log);
+    // and the log is a new database: layout 2, none of layout 1's trees, the
+    // snapshots as they were, nothing left beside it
+    assert_eq!(layout(&dir), Found::Current);
+    let names = tree_names(&dir);
+    for old in OLD_TREES {
+        assert!(!names.iter().any(|n| n == old), "{old} in {names:?}");
+    }
+    assert_eq!(contents(&dir, "snapshots"), snapshots);
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn an_unfinished_copy_is_removed_and_the_conversion_done_again() {
+    // Given a layout-1 log and, beside it, the copy of a conversion cut short:
+    // partial and wrong contents, no marker
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    let (expected, _) = layout_1(&dir);
+    let converting = sibling(&dir, "converting");
+    raw(&converting, |db| {
+        let chunks = db.open_tree(TREES[0]).unwrap();
+        chunks
+            .insert(0u64.to_be_bytes(), b"garbage".to_vec())
+            .unwrap();
+        let commands = db.open_tree(TREES[1]).unwrap();
+        commands
+            .insert(b"c0\0", 0u32.to_be_bytes().to_vec())
+            .unwrap();
+    });
+    // When opened, then the conversion starts over and every answer is as before
+    let log = Log::open(&dir, LogOptions::snapshot_every(64)).unwrap();
+    assert_eq!(log.degraded(), None);
+    assert_eq!(answers(&log), expected);
+    assert_eq!(log.verify().unwrap(), 300);
+    drop(log);
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_conversion_stopped_between_its_renames_is_put_in_place() {
+    // Given the old log moved aside and the finished copy not yet renamed
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    let (expected, intent) = layout_1(&sibling(&dir, "layout1"));
+    drop(written(&sibling(&dir, "converting")));
+    assert!(!dir.exists());
+    // When opened, then the copy is the log, and the old one is gone
+    let log = Log::open(&dir, LogOptions::snapshot_every(64)).unwrap();
+    assert_eq!(answers(&log), expected);
+    assert_eq!(log.intent(), intent);
+    assert_eq!(log.verify().unwrap(), 300);
+    drop(log);
+    assert_eq!(layout(&dir), Found::Current);
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_conversion_stopped_after_its_swap_only_removes_the_old_copy() {
+    // Given a converted log and the old one still beside it
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    layout_1(&sibling(&dir, "layout1"));
+    let log = written(&dir);
+    let expected = answers(&log);
+    drop(log);
+    let names = tree_names(&dir);
+    // When opened, then the old copy goes, and nothing else changes
+    let log = Log::open(&dir, LogOptions::snapshot_every(64)).unwrap();
+    assert_eq!(answers(&log), expected);
+    drop(log);
+    assert_eq!(tree_names(&dir), names);
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
+}

@@ -1,0 +1,238 @@
+//! Posting lists: how the index trees hold, for each key (a command id, a workload, a
+//! minute), the entries of its records — fixed-width, in append order — [`BLOCK`] to
+//! a sled key rather than one key each (why: [`super::records`]).
+//!
+//! Layout for a key `k`: the head `k \0` holds `[full blocks: u32 BE]` and then the
+//! newest entries, fewer than [`BLOCK`]; when it fills, its entries move to the block
+//! `k \0 n` (`n`: u32 BE, 0 for the first) and it starts again empty. The head sorts
+//! before its blocks, which sort in order. Keys never contain `\0`: command ids and
+//! workload names are checked before they reach the log, and minutes are 8 bytes.
+//!
+//! Pushes happen in an append's transaction. A prune drops the entries it removed:
+//! whole blocks in a batch (a full block never changes), the head in a transaction.
+
+use super::records::storage;
+use super::LogError;
+use sled::transaction::{
+    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
+};
+use std::convert::Infallible;
+
+/// Entries a sled key.
+pub(super) const BLOCK: usize = 64;
+
+fn head_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 5);
+    k.extend_from_slice(key);
+    k.push(0);
+    k
+}
+
+fn block_key(key: &[u8], n: u32) -> Vec<u8> {
+    let mut k = head_key(key);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+fn blocks_of(head: &[u8]) -> u32 {
+    head.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_be_bytes)
+}
+
+/// Adds `entry` to the list of `key`, in a transaction (an append's).
+pub(super) fn push(
+    tx: &TransactionalTree,
+    key: &[u8],
+    entry: &[u8],
+) -> Result<(), UnabortableTransactionError> {
+    let head = head_key(key);
+    let mut value = tx
+        .get(&head)?
+        .map(|v| v.to_vec())
+        .unwrap_or_else(|| vec![0; 4]);
+    value.extend_from_slice(entry);
+    if (value.len() - 4) / entry.len() >= BLOCK {
+        let n = blocks_of(&value);
+        tx.insert(block_key(key, n), &value[4..])?;
+        value = (n + 1).to_be_bytes().to_vec();
+    }
+    tx.insert(head, value)?;
+    Ok(())
+}
+
+/// Every entry of `key`'s list (each `width` bytes), oldest first, concatenated.
+pub(super) fn read(tree: &sled::Tree, key: &[u8]) -> Result<Vec<u8>, LogError> {
+    let prefix = head_key(key);
+    let mut head = Vec::new();
+    let mut out = Vec::new();
+    for item in tree.scan_prefix(&prefix) {
+        let (k, v) = item.map_err(LogError::Storage)?;
+        match k.len() - prefix.len() {
+            0 => head = v.get(4..).unwrap_or_default().to_vec(),
+            4 => out.extend_from_slice(&v),
+            // Another key that shares this prefix (not one of ours).
+            _ => {}
+        }
+    }
+    out.extend_from_slice(&head);
+    Ok(out)
+}
+
+/// A list's key and its entries, concatenated, oldest first.
+pub(super) type List = (Vec<u8>, Vec<u8>);
+
+/// Every list whose key is in `from..until` (keys of `key_len` bytes).
+pub(super) fn read_range(
+    tree: &sled::Tree,
+    key_len: usize,
+    from: &[u8],
+    until: &[u8],
+) -> Result<Vec<List>, LogError> {
+    let mut out: Vec<List> = Vec::new();
+    let mut head = Vec::new();
+    for item in tree.range(from..until) {
+        let (k, v) = item.map_err(LogError::Storage)?;
+        if k.len() < key_len + 1 || k[key_len] != 0 {
+            continue;
+        }
+        let key = &k[..key_len];
+        if out.last().map(|(last, _)| last.as_slice()) != Some(key) {
+            if let Some((_, entries)) = out.last_mut() {
+                entries.append(&mut head);
+            }
+            out.push((key.to_vec(), Vec::new()));
+        }
+        match k.len() - key_len - 1 {
+            0 => head = v.get(4..).unwrap_or_default().to_vec(),
+            4 => out
+                .last_mut()
+                .expect("pushed above")
+                .1
+                .extend_from_slice(&v),
+            _ => {}
+        }
+    }
+    if let Some((_, entries)) = out.last_mut() {
+        entries.append(&mut head);
+    }
+    Ok(out)
+}
+
+/// Drops from `key`'s list every entry `pruned` names (entries are `width` bytes;
+/// `pruned` is true for a prefix of them, the oldest).
+pub(super) fn remove(
+    tree: &sled::Tree,
+    key: &[u8],
+    width: usize,
+    pruned: impl Fn(&[u8]) -> bool,
+) -> Result<(), LogError> {
+    let prefix = head_key(key);
+    let mut batch = sled::Batch::default();
+    for item in tree.scan_prefix(&prefix) {
+        let (k, v) = item.map_err(LogError::Storage)?;
+        if k.len() != prefix.len() + 4 {
+            continue;
+        }
+        let kept: Vec<u8> = v
+            .chunks_exact(width)
+            .filter(|e| !pruned(e))
+            .flatten()
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            batch.remove(k);
+        } else if kept.len() != v.len() {
+            batch.insert(k, kept);
+        }
+    }
+    tree.apply_batch(batch).map_err(LogError::Storage)?;
+    tree.transaction(|tx| {
+        let Some(head) = tx.get(&prefix)? else {
+            return Ok(());
+        };
+        let n = blocks_of(&head);
+        let kept: Vec<u8> = head
+            .get(4..)
+            .unwrap_or_default()
+            .chunks_exact(width)
+            .filter(|e| !pruned(e))
+            .flatten()
+            .copied()
+            .collect();
+        // An empty head goes when no block is left either (the newest goes last).
+        if kept.is_empty() && (n == 0 || tx.get(block_key(key, n - 1))?.is_none()) {
+            tx.remove(prefix.as_slice())?;
+        } else if kept.len() + 4 != head.len() {
+            let mut value = n.to_be_bytes().to_vec();
+            value.extend_from_slice(&kept);
+            tx.insert(prefix.as_slice(), value)?;
+        }
+        Ok::<_, ConflictableTransactionError<Infallible>>(())
+    })
+    .map_err(storage)
+}
+
+/// Builds posting lists in memory for a bulk write (converting a log), in about the
+/// order appends would have written them: full blocks go out as they fill, and a
+/// list's head once the list has been idle for a while (and again if it grows after),
+/// the rest at the end. Why not every head at the end: hundreds of thousands of
+/// inserts all over the tree after everything else leave sled with segments of
+/// garbage that nothing writes over, and sled rewrites every free segment on each
+/// open (docs/benchmarks.md).
+#[derive(Default)]
+pub(super) struct Builder {
+    heads: std::collections::HashMap<Vec<u8>, Head>,
+    batch: sled::Batch,
+}
+
+#[derive(Default)]
+struct Head {
+    blocks: u32,
+    entries: Vec<u8>,
+    /// The push (a running count) that last changed it.
+    last: u64,
+    /// Changed since it was last written.
+    dirty: bool,
+}
+
+impl Head {
+    fn value(&self) -> Vec<u8> {
+        let mut value = self.blocks.to_be_bytes().to_vec();
+        value.extend_from_slice(&self.entries);
+        value
+    }
+}
+
+impl Builder {
+    /// Adds `entry` to `key`'s list; `at` counts the pushes (a record's seq).
+    pub fn push(&mut self, key: &[u8], entry: &[u8], at: u64) {
+        let head = self.heads.entry(key.to_vec()).or_default();
+        head.entries.extend_from_slice(entry);
+        head.last = at;
+        head.dirty = true;
+        if head.entries.len() / entry.len() >= BLOCK {
+            self.batch.insert(
+                block_key(key, head.blocks),
+                std::mem::take(&mut head.entries),
+            );
+            head.blocks += 1;
+        }
+    }
+
+    /// The full blocks so far, and the heads last changed before `idle_before`.
+    pub fn take(&mut self, idle_before: u64) -> sled::Batch {
+        for (key, head) in &mut self.heads {
+            if head.dirty && head.last < idle_before {
+                self.batch.insert(head_key(key), head.value());
+                head.dirty = false;
+            }
+        }
+        std::mem::take(&mut self.batch)
+    }
+
+    /// The remaining blocks and every head not written yet.
+    pub fn finish(mut self) -> sled::Batch {
+        self.take(u64::MAX)
+    }
+}

@@ -13,7 +13,10 @@
 //! writer's events still contiguous and atomic), hands each writer its last seq, and
 //! goes on while more has queued (writers that arrived while it waited for the lock).
 //! A writer that cannot lead waits for its seq without holding a thread. After the
-//! leader lets go it looks once more, so nothing queued is left behind.
+//! leader lets go it looks once more, so nothing queued is left behind. Before each
+//! batch the leader waits for a running flush to end (its transaction could not
+//! commit before then anyway): everything that queued during the flush is then one
+//! transaction, not the first arrival's alone and then the rest.
 
 use super::{Log, LogError};
 use crate::event::Event;
@@ -54,6 +57,9 @@ impl Log {
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
             };
             loop {
+                // Wait out a running flush first (no transaction commits during one):
+                // then the writers that queued meanwhile commit with this one.
+                self.flusher.wait_while_flushing();
                 let entries =
                     std::mem::take(&mut *self.combiner.queue.lock().expect("combiner lock"));
                 if entries.is_empty() {

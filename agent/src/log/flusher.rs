@@ -28,11 +28,18 @@ struct State {
     flushes: u64,
     /// Set once a flush failed: nothing written after it is durable.
     failed: Option<String>,
+    /// A flush is running (the flusher is inside `flush`).
+    flushing: bool,
     stop: bool,
 }
 
+/// The state, the flusher thread's wake-up, and the end of each flush (for writers
+/// that wait for a flush to end: [`Flusher::wait_while_flushing`]; a condvar of its own,
+/// so that their wake-ups never take the flusher's).
+type Shared = (Mutex<State>, Condvar, Condvar);
+
 pub struct Flusher {
-    shared: Arc<(Mutex<State>, Condvar)>,
+    shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -57,6 +64,7 @@ impl Flusher {
                 flushed: durable_seq,
                 ..State::default()
             }),
+            Condvar::new(),
             Condvar::new(),
         ));
         let worker = Arc::clone(&shared);
@@ -87,10 +95,21 @@ impl Flusher {
         self.shared.0.lock().expect("flusher lock").flushes
     }
 
-    /// How many writers wait for a flush (for tests that line writers up).
+    /// Blocks until no flush is running. A transaction cannot commit while sled
+    /// flushes (see `combine.rs`), so a writer about to commit waits here instead,
+    /// and then commits what queued meanwhile together with its own.
+    pub fn wait_while_flushing(&self) {
+        let mut s = self.shared.0.lock().expect("flusher lock");
+        while s.flushing && !s.stop {
+            s = self.shared.2.wait(s).expect("flusher lock");
+        }
+    }
+
+    /// How many announced writers have not waited for durability yet (for tests that
+    /// line writers up).
     #[cfg(test)]
-    pub fn waiting(&self) -> usize {
-        self.shared.0.lock().expect("flusher lock").waiters.len()
+    pub fn announced(&self) -> usize {
+        self.shared.0.lock().expect("flusher lock").arriving
     }
 
     /// Why a flush failed, once one has: nothing written since is durable.
@@ -138,8 +157,8 @@ impl Drop for Arriving<'_> {
     }
 }
 
-fn run(shared: &(Mutex<State>, Condvar), linger: Duration, flush: impl Fn() -> Result<(), String>) {
-    let (lock, wake) = shared;
+fn run(shared: &Shared, linger: Duration, flush: impl Fn() -> Result<(), String>) {
+    let (lock, wake, flushed) = shared;
     loop {
         let target = {
             let mut s = lock.lock().expect("flusher lock");
@@ -158,10 +177,13 @@ fn run(shared: &(Mutex<State>, Condvar), linger: Duration, flush: impl Fn() -> R
                 }
                 s = wake.wait_timeout(s, left).expect("flusher lock").0;
             }
+            s.flushing = true;
             s.written
         };
         let result = flush();
         let mut s = lock.lock().expect("flusher lock");
+        s.flushing = false;
+        flushed.notify_all();
         s.flushes += 1;
         match result {
             Ok(()) => {
@@ -188,6 +210,7 @@ impl Drop for Flusher {
     fn drop(&mut self) {
         self.shared.0.lock().expect("flusher lock").stop = true;
         self.shared.1.notify_all();
+        self.shared.2.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -115,10 +115,11 @@ fn snapshots_bound_replay_and_agree_with_a_full_replay() {
 
 #[test]
 fn concurrent_writers_share_flushes() {
-    // Group commit's guarantee: every writer that waits while a flush runs is made
-    // durable by the next one. So: hold the first writer's flush (the log's own sled
-    // flush behind a gate) until 63 more writers wait, then let it go: exactly two
-    // flushes make all 64 appends durable.
+    // Group commit's guarantee: every writer that arrives while a flush runs is
+    // appended, with all the others, as that flush ends, and made durable by the next
+    // one. So: hold the first writer's flush (the log's own sled flush behind a gate)
+    // until 63 more writers have arrived, then let it go: exactly two flushes make
+    // all 64 appends durable.
     const WRITERS: usize = 64;
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), LogOptions::default()).unwrap();
@@ -153,14 +154,16 @@ fn concurrent_writers_share_flushes() {
             .expect("the first writer's flush to start");
         tasks.extend((1..WRITERS).map(spawn));
         let deadline = std::time::Instant::now() + bound;
-        while log.flusher.waiting() < WRITERS - 1 {
+        while log.flusher.announced() < WRITERS - 1 {
             assert!(
                 std::time::Instant::now() < deadline,
-                "only {} writers wait",
-                log.flusher.waiting()
+                "only {} writers arrived",
+                log.flusher.announced()
             );
             tokio::task::yield_now().await;
         }
+        // None of them has appended yet: a transaction waits for the flush to end.
+        assert_eq!(log.last_seq(), 1);
         release.send(()).unwrap(); // flush 1: the first writer's append only
         flush_started
             .recv_timeout(bound)

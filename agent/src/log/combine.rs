@@ -1,22 +1,20 @@
 //! Combining concurrent durable appends into one write.
 //!
-//! Why: sled's `flush` holds its global concurrency-control lock (shared) for the whole
-//! fsync, and every transaction — each append is one, records and indexes together —
-//! takes that lock exclusively. So no append can commit while a flush runs: with one
-//! transaction per writer, writers queued behind a flush commit one at a time after it
-//! (each blocking a runtime thread meanwhile), and appends and flushes alternate. Raw
-//! sled inserts take the lock shared and overlap the flush, which is the gap the
-//! `log-append` benchmark measured (docs/benchmarks.md, issue 14).
+//! Why: an append holds the log's tail (its next seq and last hash) while it seals
+//! its records and writes them. Writers that arrive meanwhile would each wait for the
+//! lock and then write alone, blocking a runtime thread apiece; combined, the one
+//! holding the tail writes everything queued at once, and the others wait without a
+//! thread. (Before storage layout 2's plain writes, each append was also a sled
+//! transaction, which cannot commit during a flush: docs/benchmarks.md, issue 11.)
 //!
 //! How: [`Log::append_combined`] queues the writer's events and tries to lead. The
-//! leader takes everything queued, appends it as **one** batch (one transaction, each
-//! writer's events still contiguous and atomic), hands each writer its last seq, and
-//! goes on while more has queued (writers that arrived while it waited for the lock).
-//! A writer that cannot lead waits for its seq without holding a thread. After the
-//! leader lets go it looks once more, so nothing queued is left behind. Before each
-//! batch the leader waits for a running flush to end (its transaction could not
-//! commit before then anyway): everything that queued during the flush is then one
-//! transaction, not the first arrival's alone and then the rest.
+//! leader takes everything queued, appends it as **one** batch (each writer's events
+//! still contiguous, and all or none of them recovered after a crash: see [`super`]),
+//! hands each writer its last seq, and goes on while more has queued (writers that
+//! arrived while it wrote). A writer that cannot lead waits for its seq without
+//! holding a thread. After the leader lets go it looks once more, so nothing queued
+//! is left behind. A running flush never holds an append up: what is appended during
+//! it is made durable by the next one.
 
 use super::{Log, LogError};
 use crate::event::Event;
@@ -57,9 +55,6 @@ impl Log {
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
             };
             loop {
-                // Wait out a running flush first (no transaction commits during one):
-                // then the writers that queued meanwhile commit with this one.
-                self.flusher.wait_while_flushing();
                 let entries =
                     std::mem::take(&mut *self.combiner.queue.lock().expect("combiner lock"));
                 if entries.is_empty() {

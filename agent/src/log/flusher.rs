@@ -28,18 +28,11 @@ struct State {
     flushes: u64,
     /// Set once a flush failed: nothing written after it is durable.
     failed: Option<String>,
-    /// A flush is running (the flusher is inside `flush`).
-    flushing: bool,
     stop: bool,
 }
 
-/// The state, the flusher thread's wake-up, and the end of each flush (for writers
-/// that wait for a flush to end: [`Flusher::wait_while_flushing`]; a condvar of its own,
-/// so that their wake-ups never take the flusher's).
-type Shared = (Mutex<State>, Condvar, Condvar);
-
 pub struct Flusher {
-    shared: Arc<Shared>,
+    shared: Arc<(Mutex<State>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -64,7 +57,6 @@ impl Flusher {
                 flushed: durable_seq,
                 ..State::default()
             }),
-            Condvar::new(),
             Condvar::new(),
         ));
         let worker = Arc::clone(&shared);
@@ -95,16 +87,6 @@ impl Flusher {
         self.shared.0.lock().expect("flusher lock").flushes
     }
 
-    /// Blocks until no flush is running. A transaction cannot commit while sled
-    /// flushes (see `combine.rs`), so a writer about to commit waits here instead,
-    /// and then commits what queued meanwhile together with its own.
-    pub fn wait_while_flushing(&self) {
-        let mut s = self.shared.0.lock().expect("flusher lock");
-        while s.flushing && !s.stop {
-            s = self.shared.2.wait(s).expect("flusher lock");
-        }
-    }
-
     /// How many announced writers have not waited for durability yet (for tests that
     /// line writers up).
     #[cfg(test)]
@@ -115,6 +97,14 @@ impl Flusher {
     /// Why a flush failed, once one has: nothing written since is durable.
     pub fn failed(&self) -> Option<String> {
         self.shared.0.lock().expect("flusher lock").failed.clone()
+    }
+
+    /// Marks the log failed without a flush failing: an append could not be written
+    /// whole. As after a failed flush, nothing written from now on is durable; writers
+    /// already waiting for whole appends are still served.
+    pub fn fail(&self, reason: String) {
+        let mut s = self.shared.0.lock().expect("flusher lock");
+        s.failed.get_or_insert(reason);
     }
 
     /// Waits until `seq` is durable. A writer announced by [`Flusher::arriving`] hands
@@ -157,8 +147,8 @@ impl Drop for Arriving<'_> {
     }
 }
 
-fn run(shared: &Shared, linger: Duration, flush: impl Fn() -> Result<(), String>) {
-    let (lock, wake, flushed) = shared;
+fn run(shared: &(Mutex<State>, Condvar), linger: Duration, flush: impl Fn() -> Result<(), String>) {
+    let (lock, wake) = shared;
     loop {
         let target = {
             let mut s = lock.lock().expect("flusher lock");
@@ -177,13 +167,10 @@ fn run(shared: &Shared, linger: Duration, flush: impl Fn() -> Result<(), String>
                 }
                 s = wake.wait_timeout(s, left).expect("flusher lock").0;
             }
-            s.flushing = true;
             s.written
         };
         let result = flush();
         let mut s = lock.lock().expect("flusher lock");
-        s.flushing = false;
-        flushed.notify_all();
         s.flushes += 1;
         match result {
             Ok(()) => {
@@ -210,7 +197,6 @@ impl Drop for Flusher {
     fn drop(&mut self) {
         self.shared.0.lock().expect("flusher lock").stop = true;
         self.shared.1.notify_all();
-        self.shared.2.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

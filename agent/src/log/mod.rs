@@ -14,8 +14,10 @@
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
 //!   [`retention`]).
 //!
-//! A batch of records and their index entries are written in one sled transaction; a
-//! due snapshot is written right after it. [`Log::durable`] waits for the group-commit flusher.
+//! A batch of records and their index entries are written as plain sled writes, then
+//! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
+//! (see [`tip`]). A due snapshot is written right after. [`Log::durable`] waits for
+//! the group-commit flusher.
 
 pub mod anchor;
 mod codec;
@@ -23,6 +25,7 @@ mod combine;
 mod error;
 pub mod export;
 mod flusher;
+mod kv;
 mod layout;
 mod postings;
 mod query;
@@ -32,6 +35,7 @@ mod release;
 pub mod retention;
 mod snapshot;
 mod stored;
+mod tip;
 mod verify;
 
 pub use error::{Corruption, Defect, LogError};
@@ -62,7 +66,6 @@ use crate::event::{Event, Record};
 use crate::intent::Intent;
 use codec::Hash;
 use records::Records;
-use sled::transaction::{ConflictableTransactionError, Transactional};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -156,6 +159,23 @@ impl Log {
         let (records, by_command, by_workload, by_time) =
             (Records::new(records?), by_command?, by_workload?, by_time?);
         let snapshots = tree("snapshots")?;
+        // An append a crash cut short: back to the tip, before anything reads.
+        if let Some(tip) = tip::read(&db)? {
+            let trees = tip::Trees {
+                records: &records,
+                by_command: &by_command,
+                by_workload: &by_workload,
+                by_time: &by_time,
+            };
+            let cut = tip::cut_after(&trees, tip)?;
+            if cut > 0 {
+                tracing::warn!(
+                    records = cut,
+                    tip,
+                    "dropped the records of an append the last run did not finish writing (never acknowledged)"
+                );
+            }
+        }
 
         let mut tail = Tail {
             next_seq: 1,
@@ -357,29 +377,31 @@ impl Log {
             prev = hash;
             seq += 1;
         }
-        let trees = (
-            self.records.tree(),
-            &self.by_command,
-            &self.by_workload,
-            &self.by_time,
-        );
-        trees
-            .transaction(|(records, by_command, by_workload, by_time)| {
-                for (seq, bytes, index) in &writes {
-                    Records::push(records, *seq, bytes)?;
-                    let seq_bytes = seq.to_be_bytes();
-                    if let Some(key) = &index.command {
-                        postings::push(by_command, key, &seq_bytes)?;
-                    }
-                    if let Some(key) = &index.workload {
-                        postings::push(by_workload, key, &seq_bytes)?;
-                    }
-                    postings::push(by_time, &index.minute, &index.time_entry)?;
+        // Plain writes, in order, the tip last (see [`tip`]): chunks, index entries.
+        let write = || -> Result<(), sled::Error> {
+            let chunks = self.records.tree();
+            for (seq, bytes, _) in &writes {
+                Records::push(chunks, *seq, bytes)?;
+            }
+            for (seq, _, index) in &writes {
+                let seq_bytes = seq.to_be_bytes();
+                if let Some(key) = &index.command {
+                    postings::push(&self.by_command, key, &seq_bytes)?;
                 }
-                Ok::<_, ConflictableTransactionError<std::convert::Infallible>>(())
-            })
-            .map_err(records::storage)?;
-        // Committed: fold in place (no copy of the intent on the write path).
+                if let Some(key) = &index.workload {
+                    postings::push(&self.by_workload, key, &seq_bytes)?;
+                }
+                postings::push(&self.by_time, &index.minute, &index.time_entry)?;
+            }
+            tip::write(&self.db, seq - 1)
+        };
+        if let Err(e) = write() {
+            // Part of the append may be written: nothing more is, until a restart
+            // cuts it back to the tip.
+            self.flusher.fail(format!("an append failed to write: {e}"));
+            return Err(LogError::Storage(e));
+        }
+        // Written: fold in place (no copy of the intent on the write path).
         let last = seq - 1;
         for (event, (seq, ..)) in events.iter().zip(&writes) {
             tail.intent.apply(*seq, event);
@@ -388,8 +410,8 @@ impl Log {
         tail.last_hash = prev;
         tail.since_snapshot += events.len() as u64;
         if tail.since_snapshot >= self.options.snapshot_every {
-            // Anchored to the batch's last record. Not part of the records'
-            // transaction: a snapshot lost to a crash only lengthens the next replay.
+            // Anchored to the batch's last record, after its tip: a snapshot lost to
+            // a crash only lengthens the next replay.
             snapshot::write(&self.snapshots, last, prev, &tail.intent)?;
             tail.since_snapshot = 0;
         }

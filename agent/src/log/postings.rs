@@ -8,14 +8,14 @@
 //! before its blocks, which sort in order. Keys never contain `\0`: command ids and
 //! workload names are checked before they reach the log, and minutes are 8 bytes.
 //!
-//! Pushes happen in an append's transaction. A prune drops the entries it removed:
-//! whole blocks in a batch (a full block never changes), the head in a transaction.
+//! Pushes are an append's plain writes (a block before the head that counts it: see
+//! [`super::tip`]). A prune drops the entries it removed: whole blocks in a batch (a
+//! full block never changes), the head in a transaction, while holding the log's tail
+//! so that no append pushes to it meanwhile.
 
 use super::records::storage;
 use super::LogError;
-use sled::transaction::{
-    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
-};
+use sled::transaction::ConflictableTransactionError;
 use std::convert::Infallible;
 
 /// Entries a sled key.
@@ -28,7 +28,7 @@ fn head_key(key: &[u8]) -> Vec<u8> {
     k
 }
 
-fn block_key(key: &[u8], n: u32) -> Vec<u8> {
+pub(super) fn block_key(key: &[u8], n: u32) -> Vec<u8> {
     let mut k = head_key(key);
     k.extend_from_slice(&n.to_be_bytes());
     k
@@ -40,24 +40,20 @@ fn blocks_of(head: &[u8]) -> u32 {
         .map_or(0, u32::from_be_bytes)
 }
 
-/// Adds `entry` to the list of `key`, in a transaction (an append's).
-pub(super) fn push(
-    tx: &TransactionalTree,
-    key: &[u8],
-    entry: &[u8],
-) -> Result<(), UnabortableTransactionError> {
+/// Adds `entry` to the list of `key` (an append's write).
+pub(super) fn push<T: super::kv::Kv>(tx: &T, key: &[u8], entry: &[u8]) -> Result<(), T::Error> {
     let head = head_key(key);
     let mut value = tx
-        .get(&head)?
+        .fetch(&head)?
         .map(|v| v.to_vec())
         .unwrap_or_else(|| vec![0; 4]);
     value.extend_from_slice(entry);
     if (value.len() - 4) / entry.len() >= BLOCK {
         let n = blocks_of(&value);
-        tx.insert(block_key(key, n), &value[4..])?;
+        tx.put(&block_key(key, n), value[4..].to_vec())?;
         value = (n + 1).to_be_bytes().to_vec();
     }
-    tx.insert(head, value)?;
+    tx.put(&head, value)?;
     Ok(())
 }
 
@@ -171,6 +167,59 @@ pub(super) fn remove(
         Ok::<_, ConflictableTransactionError<Infallible>>(())
     })
     .map_err(storage)
+}
+
+/// Drops from `key`'s list every entry whose seq (its first 8 bytes) is after `tip`:
+/// what a crash left of an append cut short ([`super::tip`]). Those entries are the
+/// newest, in the head or, when the append filled the head, in the blocks it wrote;
+/// a block the head does not count yet (written just before a head the crash lost)
+/// goes too.
+pub(super) fn truncate(
+    tree: &sled::Tree,
+    key: &[u8],
+    width: usize,
+    tip: u64,
+) -> Result<(), LogError> {
+    let kept = |v: &[u8]| -> Vec<u8> {
+        v.chunks_exact(width)
+            .filter(|e| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= tip)
+            .flatten()
+            .copied()
+            .collect()
+    };
+    let head = head_key(key);
+    let Some(value) = tree.get(&head).map_err(LogError::Storage)? else {
+        return Ok(());
+    };
+    let mut n = blocks_of(&value);
+    // Blocks past the head's count: written by the cut append before its head.
+    for item in tree.range(block_key(key, n)..block_key(key, u32::MAX)) {
+        let (k, _) = item.map_err(LogError::Storage)?;
+        tree.remove(k).map_err(LogError::Storage)?;
+    }
+    let mut entries = kept(value.get(4..).unwrap_or_default());
+    // An empty head: the cut append may have filled it into blocks.
+    while entries.is_empty() && n > 0 {
+        let block = block_key(key, n - 1);
+        let Some(full) = tree.get(&block).map_err(LogError::Storage)? else {
+            break;
+        };
+        let left = kept(&full);
+        if left.len() == full.len() {
+            break;
+        }
+        tree.remove(&block).map_err(LogError::Storage)?;
+        n -= 1;
+        entries = left;
+    }
+    if n == 0 && entries.is_empty() {
+        tree.remove(&head).map_err(LogError::Storage)?;
+    } else {
+        let mut value = n.to_be_bytes().to_vec();
+        value.extend_from_slice(&entries);
+        tree.insert(&head, value).map_err(LogError::Storage)?;
+    }
+    Ok(())
 }
 
 /// Builds posting lists in memory for a bulk write (converting a log), in about the

@@ -9,12 +9,13 @@
 //!
 //! Each record read is checked against its own hash; the chain is `log verify`'s.
 //! Records at or below the anchor (left by a prune that crashed before removing
-//! them) are not shown, as [`Log::open`] would have removed them.
+//! them), and records after the tip (left by an append a crash cut short: see
+//! [`super::tip`]), are not shown, as [`Log::open`] would have removed them.
 
 use super::layout::{self, Found};
 use super::query::Indexes;
 use super::records::Records;
-use super::{anchor, records_since, release, LogError};
+use super::{anchor, records_since, release, tip, LogError};
 use crate::event::Record;
 use capstan_common::wire::LogRequest;
 use std::path::Path;
@@ -27,6 +28,9 @@ pub struct LogReader {
     by_time: sled::Tree,
     /// The last pruned seq (the anchor's), 0 before any prune.
     pruned_through: u64,
+    /// The tip (see [`super::tip`]): records after it are what a crash left of an
+    /// append cut short, which the agent removes when it next opens the log.
+    tip: u64,
     _db: sled::Db,
     /// Last, as in [`super::Log`]: waits until sled has let go of the database.
     _released: release::Released,
@@ -83,7 +87,9 @@ impl LogReader {
                 0
             }
         };
+        let tip = tip::read(&db)?.unwrap_or(u64::MAX);
         Ok(Some(LogReader {
+            tip,
             records,
             by_command,
             by_workload,
@@ -100,19 +106,24 @@ impl LogReader {
             since: request.since.max(self.pruned_through),
             ..request.clone()
         };
-        Indexes {
+        let mut records = Indexes {
             records: &self.records,
             by_command: &self.by_command,
             by_workload: &self.by_workload,
             by_time: &self.by_time,
         }
-        .query(&request)
+        .query(&request)?;
+        // In seq order: what is after the tip is at the end.
+        records.retain(|r| r.seq <= self.tip);
+        Ok(records)
     }
 
     /// Records with seq greater than `since`, in order, each checked against its
     /// own hash.
     pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
+        let tip = self.tip;
         records_since(&self.records, since.max(self.pruned_through))
+            .take_while(move |r| !matches!(r, Ok(r) if r.seq > tip))
     }
 }
 

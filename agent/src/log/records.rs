@@ -8,16 +8,14 @@
 //! (docs/benchmarks.md). Eight records a key, and posting lists for the indexes (see
 //! [`super::postings`]), cut the keys about tenfold.
 //!
-//! An append rewrites the chunk it adds to, inside the append's transaction (the
-//! chunk is small: at most [`PER_CHUNK`] records). A prune removes whole chunks and
-//! rewrites the one it cuts through, in a transaction of its own, so it never loses an
-//! append racing it.
+//! An append rewrites the chunk it adds to (the chunk is small: at most
+//! [`PER_CHUNK`] records), a plain write (see [`super::tip`]). A prune removes whole
+//! chunks and rewrites the one it cuts through while holding the log's tail, so it
+//! never loses an append racing it.
 
 use super::codec::{self, Hash};
 use super::{Corruption, Defect, LogError, ScanError};
-use sled::transaction::{
-    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
-};
+use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::IVec;
 use std::convert::Infallible;
 
@@ -110,16 +108,12 @@ impl Records {
         &self.tree
     }
 
-    /// Adds record `seq` to its chunk, in a transaction (an append's).
-    pub fn push(
-        tx: &TransactionalTree,
-        seq: u64,
-        sealed: &[u8],
-    ) -> Result<(), UnabortableTransactionError> {
+    /// Adds record `seq` to its chunk (an append's write).
+    pub fn push<T: super::kv::Kv>(tx: &T, seq: u64, sealed: &[u8]) -> Result<(), T::Error> {
         let key = chunk_key(seq);
-        let mut chunk = tx.get(key)?.map(|v| v.to_vec()).unwrap_or_default();
+        let mut chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();
         chunk.extend_from_slice(&entry(seq, sealed));
-        tx.insert(&key, chunk)?;
+        tx.put(&key, chunk)?;
         Ok(())
     }
 
@@ -188,6 +182,24 @@ impl Records {
                 Ok::<_, ConflictableTransactionError<Infallible>>(())
             })
             .map_err(storage)
+    }
+
+    /// Removes every record after `seq` (what a crash left of an append cut short:
+    /// see [`super::tip`]).
+    pub fn remove_after(&self, seq: u64) -> Result<(), LogError> {
+        let from = seq.saturating_add(1);
+        let first = chunk_key(from);
+        for item in self.tree.range(first..) {
+            let (key, value) = item.map_err(LogError::Storage)?;
+            let chunk_no = super::key_seq(&key).unwrap_or(0);
+            let kept = rewrite(chunk_no, &value, |s| s > seq);
+            if kept.is_empty() {
+                self.tree.remove(key).map_err(LogError::Storage)?;
+            } else if kept.len() != value.len() {
+                self.tree.insert(key, kept).map_err(LogError::Storage)?;
+            }
+        }
+        Ok(())
     }
 
     /// Test and fixture support: stores `sealed` as record `seq`, in place of the one

@@ -98,11 +98,14 @@ pub async fn verify(client: &Client, host: &str) -> Result<Verdict, VerifyError>
     };
     let mut since = 0;
     loop {
-        let mine = client
-            .get(&format!("/v1/hosts/{host}/log?since={since}"))
-            .await?;
+        // The published side first: the host's log only grows, and holds every
+        // published record before it is published, so a record appended and
+        // published between the two reads can never look like a truncated host.
         let theirs = client
             .get(&format!("/v1/hosts/{host}/events?since={since}"))
+            .await?;
+        let mine = client
+            .get(&format!("/v1/hosts/{host}/log?since={since}"))
             .await?;
         let (Some(mine_records), Some(their_records)) =
             (mine["records"].as_array(), theirs["events"].as_array())

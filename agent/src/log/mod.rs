@@ -10,7 +10,8 @@
 //!   `namespace/workload`, and by minute (with each record's time), for audit queries
 //!   (see [`query`]);
 //! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
-//!   [`LogOptions::snapshot_every`] records, so opening replays only the tail;
+//!   [`LogOptions::snapshot_every`] records (more on a host with many workloads: see
+//!   [`LogOptions::snapshot_per_workload`]), so opening replays only the tail;
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
 //!   [`retention`]).
 //!
@@ -72,20 +73,32 @@ use std::sync::Mutex;
 /// How the log behaves; the defaults suit production.
 #[derive(Debug, Clone, Copy)]
 pub struct LogOptions {
-    /// Write a snapshot of the intent after this many records.
+    /// Write a snapshot of the intent after this many records at least…
     pub snapshot_every: u64,
+    /// …and at least this many records for each workload the intent holds: a
+    /// snapshot costs as much as the intent is large, so on a host with many
+    /// workloads this keeps snapshots a bounded share of the appends (and the replay
+    /// they save no longer than loading one). 0: `snapshot_every` alone.
+    pub snapshot_per_workload: u64,
     /// The storage's page cache, in bytes; `None`: sled's default (1 GiB, filled
     /// only as pages are read). Many logs in one process (`sim-fleet`) want less.
     pub cache_bytes: Option<u64>,
 }
 
 impl LogOptions {
-    /// The defaults, with a snapshot every `records` records.
+    /// The defaults, with a snapshot every `records` records exactly.
     pub fn snapshot_every(records: u64) -> LogOptions {
         LogOptions {
             snapshot_every: records,
+            snapshot_per_workload: 0,
             ..LogOptions::default()
         }
+    }
+
+    /// Whether a snapshot is due after `since` records, with `intent` folded.
+    fn snapshot_due(&self, since: u64, intent: &Intent) -> bool {
+        let scaled = (intent.workloads.len() as u64).saturating_mul(self.snapshot_per_workload);
+        since >= self.snapshot_every.max(scaled)
     }
 }
 
@@ -93,6 +106,7 @@ impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             snapshot_every: 1024,
+            snapshot_per_workload: 1,
             cache_bytes: None,
         }
     }
@@ -240,7 +254,7 @@ impl Log {
         let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
         // A long replay (no usable snapshot: a new snapshot format, or none yet) is
         // not repeated on the next open.
-        if degraded.is_none() && tail.since_snapshot >= options.snapshot_every {
+        if degraded.is_none() && options.snapshot_due(tail.since_snapshot, &tail.intent) {
             snapshot::write(&snapshots, tail.next_seq - 1, tail.last_hash, &tail.intent)?;
             tail.since_snapshot = 0;
         }
@@ -378,21 +392,27 @@ impl Log {
             seq += 1;
         }
         // Plain writes, in order, the tip last (see [`tip`]): chunks, index entries.
+        // Each chunk and each list is read and written once, however many of the
+        // batch's records it takes.
         let write = || -> Result<(), sled::Error> {
             let chunks = self.records.tree();
-            for (seq, bytes, _) in &writes {
-                Records::push(chunks, *seq, bytes)?;
-            }
+            Records::push(chunks, writes.iter().map(|(s, b, _)| (*s, b.as_slice())))?;
+            let mut by_command = postings::Entries::new(8);
+            let mut by_workload = postings::Entries::new(8);
+            let mut by_time = postings::Entries::new(16);
             for (seq, _, index) in &writes {
                 let seq_bytes = seq.to_be_bytes();
                 if let Some(key) = &index.command {
-                    postings::push(&self.by_command, key, &seq_bytes)?;
+                    by_command.add(key, &seq_bytes);
                 }
                 if let Some(key) = &index.workload {
-                    postings::push(&self.by_workload, key, &seq_bytes)?;
+                    by_workload.add(key, &seq_bytes);
                 }
-                postings::push(&self.by_time, &index.minute, &index.time_entry)?;
+                by_time.add(&index.minute, &index.time_entry);
             }
+            by_command.push(&self.by_command)?;
+            by_workload.push(&self.by_workload)?;
+            by_time.push(&self.by_time)?;
             tip::write(&self.db, seq - 1)
         };
         if let Err(e) = write() {
@@ -409,7 +429,7 @@ impl Log {
         tail.next_seq = seq;
         tail.last_hash = prev;
         tail.since_snapshot += events.len() as u64;
-        if tail.since_snapshot >= self.options.snapshot_every {
+        if self.options.snapshot_due(tail.since_snapshot, &tail.intent) {
             // Anchored to the batch's last record, after its tip: a snapshot lost to
             // a crash only lengthens the next replay.
             snapshot::write(&self.snapshots, last, prev, &tail.intent)?;

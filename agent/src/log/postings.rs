@@ -40,21 +40,60 @@ fn blocks_of(head: &[u8]) -> u32 {
         .map_or(0, u32::from_be_bytes)
 }
 
-/// Adds `entry` to the list of `key` (an append's write).
-pub(super) fn push<T: super::kv::Kv>(tx: &T, key: &[u8], entry: &[u8]) -> Result<(), T::Error> {
+/// Adds `entries` (concatenated, each `width` bytes, in order) to the list of `key`
+/// (an append's writes): one read of its head, a write of each block the entries fill
+/// (before the head that counts it), then one write of the head, however many entries.
+pub(super) fn push<T: super::kv::Kv>(
+    tx: &T,
+    key: &[u8],
+    entries: &[u8],
+    width: usize,
+) -> Result<(), T::Error> {
     let head = head_key(key);
     let mut value = tx
         .fetch(&head)?
         .map(|v| v.to_vec())
         .unwrap_or_else(|| vec![0; 4]);
-    value.extend_from_slice(entry);
-    if (value.len() - 4) / entry.len() >= BLOCK {
-        let n = blocks_of(&value);
-        tx.put(&block_key(key, n), value[4..].to_vec())?;
-        value = (n + 1).to_be_bytes().to_vec();
+    for entry in entries.chunks_exact(width) {
+        value.extend_from_slice(entry);
+        if (value.len() - 4) / width >= BLOCK {
+            let n = blocks_of(&value);
+            tx.put(&block_key(key, n), value[4..].to_vec())?;
+            value = (n + 1).to_be_bytes().to_vec();
+        }
     }
     tx.put(&head, value)?;
     Ok(())
+}
+
+/// One append's entries for one index, by list key, each list's in append order: so
+/// that [`push`] reads and writes each list once.
+pub(super) struct Entries<'a> {
+    width: usize,
+    lists: std::collections::BTreeMap<&'a [u8], Vec<u8>>,
+}
+
+impl<'a> Entries<'a> {
+    /// Entries of `width` bytes each.
+    pub fn new(width: usize) -> Entries<'a> {
+        Entries {
+            width,
+            lists: std::collections::BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, key: &'a [u8], entry: &[u8]) {
+        debug_assert_eq!(entry.len(), self.width);
+        self.lists.entry(key).or_default().extend_from_slice(entry);
+    }
+
+    /// Pushes every list's entries to `tx`.
+    pub fn push<T: super::kv::Kv>(&self, tx: &T) -> Result<(), T::Error> {
+        for (key, entries) in &self.lists {
+            push(tx, key, entries, self.width)?;
+        }
+        Ok(())
+    }
 }
 
 /// Every entry of `key`'s list (each `width` bytes), oldest first, concatenated.

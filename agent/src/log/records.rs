@@ -108,12 +108,31 @@ impl Records {
         &self.tree
     }
 
-    /// Adds record `seq` to its chunk (an append's write).
-    pub fn push<T: super::kv::Kv>(tx: &T, seq: u64, sealed: &[u8]) -> Result<(), T::Error> {
-        let key = chunk_key(seq);
-        let mut chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();
-        chunk.extend_from_slice(&entry(seq, sealed));
-        tx.put(&key, chunk)?;
+    /// Adds records (consecutive seqs, in order, each with its sealed bytes) to their
+    /// chunks (an append's writes): one read and one write a chunk, however many of
+    /// the records it takes.
+    pub fn push<'a, T: super::kv::Kv>(
+        tx: &T,
+        records: impl IntoIterator<Item = (u64, &'a [u8])>,
+    ) -> Result<(), T::Error> {
+        let mut open: Option<([u8; 8], Vec<u8>)> = None;
+        for (seq, sealed) in records {
+            let key = chunk_key(seq);
+            let chunk = match &mut open {
+                Some((k, chunk)) if *k == key => chunk,
+                _ => {
+                    if let Some((k, chunk)) = open.take() {
+                        tx.put(&k, chunk)?;
+                    }
+                    let chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();
+                    &mut open.insert((key, chunk)).1
+                }
+            };
+            chunk.extend_from_slice(&entry(seq, sealed));
+        }
+        if let Some((k, chunk)) = open {
+            tx.put(&k, chunk)?;
+        }
         Ok(())
     }
 

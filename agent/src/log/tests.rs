@@ -231,3 +231,81 @@ fn a_snapshot_of_another_version_is_ignored_for_an_older_one() {
     // Replayed from the older snapshot (seq 4): records 5 to 11.
     assert_eq!(log.tail.lock().unwrap().since_snapshot, 7);
 }
+
+/// Every key and value of one of the log's trees.
+fn tree_dump(tree: &sled::Tree) -> Vec<(Vec<u8>, Vec<u8>)> {
+    tree.iter()
+        .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect()
+}
+
+#[test]
+fn one_append_of_many_records_stores_what_one_at_a_time_does() {
+    // 150 records of one command and one workload in the same minute: they span 19
+    // chunks and fill each of their lists' heads into two blocks.
+    let events: Vec<Event> = (0..150)
+        .map(|i| Event::WorkloadStarted {
+            cause: Cause::Command("c-9".into()),
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: format!("r{i}"),
+            previous: None,
+        })
+        .collect();
+    let at_ms = 1_780_000_000_000;
+    let (one, each) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let batched = Log::open(one.path(), LogOptions::default()).unwrap();
+    // Two appends, so the second adds to a chunk and to heads the first left open.
+    batched.append_at(&events[..5], at_ms).unwrap();
+    batched.append_at(&events[5..], at_ms).unwrap();
+    let single = Log::open(each.path(), LogOptions::default()).unwrap();
+    for event in &events {
+        single
+            .append_at(std::slice::from_ref(event), at_ms)
+            .unwrap();
+    }
+    for (a, b) in [
+        (batched.records.tree(), single.records.tree()),
+        (&batched.by_command, &single.by_command),
+        (&batched.by_workload, &single.by_workload),
+        (&batched.by_time, &single.by_time),
+    ] {
+        assert_eq!(tree_dump(a), tree_dump(b));
+    }
+    let seqs = |records: Vec<Record>| records.iter().map(|r| r.seq).collect::<Vec<_>>();
+    let all: Vec<u64> = (1..=150).collect();
+    assert_eq!(seqs(batched.for_command("c-9").unwrap()), all);
+    assert_eq!(seqs(batched.for_workload("ns", "web").unwrap()), all);
+    assert_eq!(batched.verify().unwrap(), 150);
+}
+
+#[test]
+fn snapshots_come_no_more_often_than_the_intent_has_workloads() {
+    let prepared = |i: usize| Event::RevisionPrepared {
+        command_id: format!("c-{i}"),
+        namespace: "ns".into(),
+        workload: format!("w{i}"),
+        revision: "r1".into(),
+        spec: crate::testkit::spec(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LogOptions {
+        snapshot_every: 4,
+        snapshot_per_workload: 2,
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), opts).unwrap();
+    // Two workloads: still every 4 records.
+    log.append(&[ready("ns"), prepared(0), prepared(1), ready("a")])
+        .unwrap();
+    assert_eq!(log.snapshots.len(), 1);
+    // Now 5 workloads: the next snapshot after 10 records, not 4.
+    log.append(&[prepared(2), prepared(3), prepared(4)])
+        .unwrap();
+    for i in 0..6 {
+        log.append(&[ready(&format!("n{i}"))]).unwrap();
+        assert_eq!(log.snapshots.len(), 1, "after {} records", 4 + i);
+    }
+    log.append(&[ready("n6")]).unwrap();
+    assert_eq!(log.snapshots.len(), 2);
+}

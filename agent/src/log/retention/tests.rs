@@ -306,7 +306,7 @@ fn a_crash_between_export_and_prune_loses_and_duplicates_nothing() {
     log.records.put_raw(3, &third).unwrap();
     log.by_command
         .transaction(|tx| {
-            super::super::postings::push(tx, b"c-3", &3u64.to_be_bytes())?;
+            super::super::postings::push(tx, b"c-3", &3u64.to_be_bytes(), 8)?;
             Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
         })
         .unwrap();

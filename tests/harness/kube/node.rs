@@ -134,7 +134,10 @@ pub async fn run(client: Client) {
         .default_backoff()
         .applied_objects();
     futures::pin_mut!(events);
+    // The writes in progress, aborted with this task.
+    let mut writes = tokio::task::JoinSet::new();
     while let Some(pod) = events.next().await {
+        while writes.try_join_next().is_some() {}
         // Errors are retried by the watcher's backoff (the apiserver may be restarting).
         let Ok(pod) = pod else { continue };
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -143,14 +146,29 @@ pub async fn run(client: Client) {
         };
         let Some(ns) = pod.namespace() else { continue };
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        // A pod deleted meanwhile, or a conflict with the controllers: the next event
-        // for it brings it back here.
-        let _ = api
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(status),
-            )
-            .await;
+        // Retried on its own task: a pod gets no new event when the write is lost to
+        // an apiserver going away, so the stand-in must not leave it unwritten.
+        writes.spawn(write_status(api, pod.name_any(), status));
+    }
+}
+
+/// Writes `status` to pod `name`, retrying (0.1 s doubling to 2 s) while the
+/// apiserver cannot take it; stops when the pod is gone or the apiserver refuses the
+/// write itself (a conflict with the controllers: the next event for the pod brings
+/// it back to [`run`]).
+async fn write_status(api: Api<Pod>, name: String, status: Value) {
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code < 500 && e.code != 429 => return,
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+        }
     }
 }

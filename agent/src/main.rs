@@ -172,11 +172,22 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format);
     match real_main(cli) {
         Ok(code) => code,
+        // The reader went away (`capstan-agent log | head`): nothing is wrong.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("capstan-agent: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` is a write to a closed stdout.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn init_tracing(format: LogFormat) {
@@ -514,11 +525,19 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
         };
         return Ok(match verdict {
             Ok((n, anchor)) => {
-                println!("ok {n} records{}", log_export_cli::anchor_words(&anchor));
+                writeln!(
+                    std::io::stdout(),
+                    "ok {n} records{}",
+                    log_export_cli::anchor_words(&anchor)
+                )?;
                 ExitCode::SUCCESS
             }
             Err((seq, defect)) => {
-                println!("bad record {seq}: {}", defect.as_str().unwrap_or_default());
+                writeln!(
+                    std::io::stdout(),
+                    "bad record {seq}: {}",
+                    defect.as_str().unwrap_or_default()
+                )?;
                 ExitCode::from(1)
             }
         });
@@ -666,8 +685,9 @@ fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     if intent.get("error").is_some() || !intent["applied_seq"].is_u64() {
         anyhow::bail!("the running agent's answer is not an intent: {intent}");
     }
+    let mut out = std::io::stdout().lock();
     if json {
-        println!("{intent}");
+        writeln!(out, "{intent}")?;
         return Ok(ExitCode::SUCCESS);
     }
     let keys = |v: &serde_json::Value| {
@@ -675,24 +695,25 @@ fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
             .map(|o| o.keys().cloned().collect::<Vec<_>>())
             .unwrap_or_default()
     };
-    println!("applied_seq {}", intent["applied_seq"]);
+    writeln!(out, "applied_seq {}", intent["applied_seq"])?;
     for ns in keys(&intent["namespaces"]) {
-        println!("namespace {ns}");
+        writeln!(out, "namespace {ns}")?;
     }
     for (key, w) in intent["workloads"].as_object().into_iter().flatten() {
         let text = |k: &str| w[k].as_str().map(str::to_string);
-        println!(
+        writeln!(
+            out,
             "workload {key:<32} intent={:<8} active={}{}",
             text("intent").unwrap_or_default(),
             text("active_revision").as_deref().unwrap_or("-"),
             text("failed")
                 .map(|c| format!(" failed={c}"))
                 .unwrap_or_default()
-        );
+        )?;
     }
     let in_flight = keys(&intent["in_flight"]);
     if !in_flight.is_empty() {
-        println!("in flight: {}", in_flight.join(", "));
+        writeln!(out, "in flight: {}", in_flight.join(", "))?;
     }
     Ok(ExitCode::SUCCESS)
 }

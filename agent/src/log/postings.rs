@@ -154,20 +154,27 @@ pub(super) fn read_range(
     Ok(out)
 }
 
-/// Drops from `key`'s list every entry `pruned` names (entries are `width` bytes;
-/// `pruned` is true for a prefix of them, the oldest).
+/// Drops from `key`'s list every entry of a record up to `through` (entries are
+/// `width` bytes, each starting with its seq, BE). Entries are in seq order, so the
+/// scan stops at the first block that starts after `through`: a prune costs the
+/// blocks it cuts, not the list's whole history.
 pub(super) fn remove(
     tree: &sled::Tree,
     key: &[u8],
     width: usize,
-    pruned: impl Fn(&[u8]) -> bool,
+    through: u64,
 ) -> Result<(), LogError> {
+    let pruned = |e: &[u8]| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= through;
     let prefix = head_key(key);
     let mut batch = sled::Batch::default();
     for item in tree.scan_prefix(&prefix) {
         let (k, v) = item.map_err(LogError::Storage)?;
         if k.len() != prefix.len() + 4 {
             continue;
+        }
+        if v.get(..width).is_some_and(|first| !pruned(first)) {
+            // This block and everything after it (later blocks, the head) is newer.
+            return tree.apply_batch(batch).map_err(LogError::Storage);
         }
         let kept: Vec<u8> = v
             .chunks_exact(width)
@@ -322,5 +329,46 @@ impl Builder {
     /// The remaining blocks and every head not written yet.
     pub fn finish(mut self) -> sled::Batch {
         self.take(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seqs(from: u64, to: u64) -> Vec<u8> {
+        (from..=to).flat_map(u64::to_be_bytes).collect()
+    }
+
+    #[test]
+    fn a_prune_cuts_the_old_blocks_and_stops_at_the_first_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = sled::open(dir.path()).unwrap().open_tree("t").unwrap();
+        // Seqs 1..=200: blocks 0..=2 (1–64, 65–128, 129–192), the head 193–200.
+        push(&tree, b"k", &seqs(1, 200), 8).unwrap();
+        // A block past the head's count, of entries the prune would cut if it read
+        // it: only a scan past the first newer block (block 2, from 129) reaches it.
+        let planted = seqs(1, 2);
+        tree.insert(block_key(b"k", 9), planted.clone()).unwrap();
+        remove(&tree, b"k", 8, 70).unwrap();
+        assert!(tree.get(block_key(b"k", 0)).unwrap().is_none());
+        assert_eq!(
+            tree.get(block_key(b"k", 1)).unwrap().unwrap(),
+            seqs(71, 128)
+        );
+        assert_eq!(
+            tree.get(block_key(b"k", 2)).unwrap().unwrap(),
+            seqs(129, 192)
+        );
+        assert_eq!(tree.get(block_key(b"k", 9)).unwrap().unwrap(), planted);
+        tree.remove(block_key(b"k", 9)).unwrap();
+        assert_eq!(read(&tree, b"k").unwrap(), seqs(71, 200));
+        // A second prune starts at block 1 and stops at block 2.
+        remove(&tree, b"k", 8, 150).unwrap();
+        assert_eq!(read(&tree, b"k").unwrap(), seqs(151, 200));
+        // Through everything: the list is gone.
+        remove(&tree, b"k", 8, 200).unwrap();
+        assert!(read(&tree, b"k").unwrap().is_empty());
+        assert_eq!(tree.len(), 0);
     }
 }

@@ -276,22 +276,21 @@ impl Log {
                 minutes.insert(index.minute);
             }
         }
-        let up_to = |e: &[u8]| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= seq;
         // An append writes a list's head or the newest chunk without a transaction
         // (see `tip.rs`): each one is rewritten here while holding the tail, so that
         // no append writes it in between.
         let held = || self.tail.lock().expect("log lock");
         for key in &commands {
             let _tail = held();
-            postings::remove(&self.by_command, key, 8, up_to)?;
+            postings::remove(&self.by_command, key, 8, seq)?;
         }
         for key in &workloads {
             let _tail = held();
-            postings::remove(&self.by_workload, key, 8, up_to)?;
+            postings::remove(&self.by_workload, key, 8, seq)?;
         }
         for key in &minutes {
             let _tail = held();
-            postings::remove(&self.by_time, key, 16, up_to)?;
+            postings::remove(&self.by_time, key, 16, seq)?;
         }
         {
             let _tail = held();

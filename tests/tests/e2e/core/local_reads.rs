@@ -76,3 +76,40 @@ fn log_and_intent_are_read_from_the_running_agent_as_from_the_files() {
         assert_eq!(live, files, "capstan-agent {what}");
     }
 }
+
+#[test]
+fn a_read_whose_reader_went_away_ends_quietly() {
+    let a = Agent::builder(&unique("epipe")).build();
+    let c = a.commands("ns");
+    let mut lines = c.rollout(&["web"], "r1", |_| Spec::sim());
+    lines.extend((0..50).map(|i| c.in_ns(&format!("n{i}")).ensure_namespace(&format!("n{i}"))));
+    a.apply_ok(&lines);
+    for args in [
+        &["intent", "--json"][..],
+        &["intent"],
+        &["log"],
+        &["log", "--json"],
+        &["log", "verify"],
+    ] {
+        // The read end closed before the agent writes: every write is EPIPE
+        // (`capstan-agent log | head`, after `head` exited).
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = a
+            .command()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run capstan-agent");
+        assert!(out.status.success(), "{args:?}: {}", out.status);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains(" INFO "))
+                .collect::<Vec<_>>(),
+            Vec::<&str>::new(),
+            "{args:?}"
+        );
+    }
+}

@@ -181,13 +181,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether `e` is a write to a closed stdout.
+/// Whether `e` is a write to a closed stdout: a bare I/O error, as the output's
+/// `writeln!(…)?` passes it up (the local socket's errors come wrapped, with the
+/// socket's path, and are reported).
 fn broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn init_tracing(format: LogFormat) {

@@ -396,7 +396,8 @@ impl Log {
         // batch's records it takes.
         let write = || -> Result<(), sled::Error> {
             let chunks = self.records.tree();
-            Records::push(chunks, writes.iter().map(|(s, b, _)| (*s, b.as_slice())))?;
+            let sealed: Vec<(u64, &[u8])> = writes.iter().map(|(s, b, _)| (*s, &b[..])).collect();
+            Records::push(chunks, &sealed)?;
             let mut by_command = postings::Entries::new(8);
             let mut by_workload = postings::Entries::new(8);
             let mut by_time = postings::Entries::new(16);

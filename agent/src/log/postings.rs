@@ -154,60 +154,68 @@ pub(super) fn read_range(
     Ok(out)
 }
 
+/// The seq an entry starts with (BE).
+fn seq_of(entry: &[u8]) -> u64 {
+    u64::from_be_bytes(entry[..8].try_into().expect("entries start with a seq"))
+}
+
+/// The entries of `value` (each `width` bytes) whose seq `keep` accepts, concatenated.
+fn kept(value: &[u8], width: usize, keep: impl Fn(u64) -> bool) -> Vec<u8> {
+    value
+        .chunks_exact(width)
+        .filter(|e| keep(seq_of(e)))
+        .flatten()
+        .copied()
+        .collect()
+}
+
 /// Drops from `key`'s list every entry of a record up to `through` (entries are
-/// `width` bytes, each starting with its seq, BE). Entries are in seq order, so the
-/// scan stops at the first block that starts after `through`: a prune costs the
-/// blocks it cuts, not the list's whole history.
+/// `width` bytes, each starting with its seq). Entries are in seq order, so the scan
+/// stops at the first block that starts after `through`: a prune costs the blocks it
+/// cuts, not the list's whole history.
 pub(super) fn remove(
     tree: &sled::Tree,
     key: &[u8],
     width: usize,
     through: u64,
 ) -> Result<(), LogError> {
-    let pruned = |e: &[u8]| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= through;
+    let newer = |seq: u64| seq > through;
     let prefix = head_key(key);
     let mut batch = sled::Batch::default();
+    let mut head_is_newer = false;
     for item in tree.scan_prefix(&prefix) {
         let (k, v) = item.map_err(LogError::Storage)?;
         if k.len() != prefix.len() + 4 {
             continue;
         }
-        if v.get(..width).is_some_and(|first| !pruned(first)) {
+        if v.get(..width).is_some_and(|first| newer(seq_of(first))) {
             // This block and everything after it (later blocks, the head) is newer.
-            return tree.apply_batch(batch).map_err(LogError::Storage);
+            head_is_newer = true;
+            break;
         }
-        let kept: Vec<u8> = v
-            .chunks_exact(width)
-            .filter(|e| !pruned(e))
-            .flatten()
-            .copied()
-            .collect();
-        if kept.is_empty() {
+        let left = kept(&v, width, newer);
+        if left.is_empty() {
             batch.remove(k);
-        } else if kept.len() != v.len() {
-            batch.insert(k, kept);
+        } else if left.len() != v.len() {
+            batch.insert(k, left);
         }
     }
     tree.apply_batch(batch).map_err(LogError::Storage)?;
+    if head_is_newer {
+        return Ok(());
+    }
     tree.transaction(|tx| {
         let Some(head) = tx.get(&prefix)? else {
             return Ok(());
         };
         let n = blocks_of(&head);
-        let kept: Vec<u8> = head
-            .get(4..)
-            .unwrap_or_default()
-            .chunks_exact(width)
-            .filter(|e| !pruned(e))
-            .flatten()
-            .copied()
-            .collect();
+        let left = kept(head.get(4..).unwrap_or_default(), width, newer);
         // An empty head goes when no block is left either (the newest goes last).
-        if kept.is_empty() && (n == 0 || tx.get(block_key(key, n - 1))?.is_none()) {
+        if left.is_empty() && (n == 0 || tx.get(block_key(key, n - 1))?.is_none()) {
             tx.remove(prefix.as_slice())?;
-        } else if kept.len() + 4 != head.len() {
+        } else if left.len() + 4 != head.len() {
             let mut value = n.to_be_bytes().to_vec();
-            value.extend_from_slice(&kept);
+            value.extend_from_slice(&left);
             tx.insert(prefix.as_slice(), value)?;
         }
         Ok::<_, ConflictableTransactionError<Infallible>>(())
@@ -226,13 +234,7 @@ pub(super) fn truncate(
     width: usize,
     tip: u64,
 ) -> Result<(), LogError> {
-    let kept = |v: &[u8]| -> Vec<u8> {
-        v.chunks_exact(width)
-            .filter(|e| u64::from_be_bytes(e[..8].try_into().expect("8 bytes")) <= tip)
-            .flatten()
-            .copied()
-            .collect()
-    };
+    let recorded = |seq: u64| seq <= tip;
     let head = head_key(key);
     let Some(value) = tree.get(&head).map_err(LogError::Storage)? else {
         return Ok(());
@@ -243,14 +245,14 @@ pub(super) fn truncate(
         let (k, _) = item.map_err(LogError::Storage)?;
         tree.remove(k).map_err(LogError::Storage)?;
     }
-    let mut entries = kept(value.get(4..).unwrap_or_default());
+    let mut entries = kept(value.get(4..).unwrap_or_default(), width, recorded);
     // An empty head: the cut append may have filled it into blocks.
     while entries.is_empty() && n > 0 {
         let block = block_key(key, n - 1);
         let Some(full) = tree.get(&block).map_err(LogError::Storage)? else {
             break;
         };
-        let left = kept(&full);
+        let left = kept(&full, width, recorded);
         if left.len() == full.len() {
             break;
         }

@@ -111,27 +111,14 @@ impl Records {
     /// Adds records (consecutive seqs, in order, each with its sealed bytes) to their
     /// chunks (an append's writes): one read and one write a chunk, however many of
     /// the records it takes.
-    pub fn push<'a, T: super::kv::Kv>(
-        tx: &T,
-        records: impl IntoIterator<Item = (u64, &'a [u8])>,
-    ) -> Result<(), T::Error> {
-        let mut open: Option<([u8; 8], Vec<u8>)> = None;
-        for (seq, sealed) in records {
-            let key = chunk_key(seq);
-            let chunk = match &mut open {
-                Some((k, chunk)) if *k == key => chunk,
-                _ => {
-                    if let Some((k, chunk)) = open.take() {
-                        tx.put(&k, chunk)?;
-                    }
-                    let chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();
-                    &mut open.insert((key, chunk)).1
-                }
-            };
-            chunk.extend_from_slice(&entry(seq, sealed));
-        }
-        if let Some((k, chunk)) = open {
-            tx.put(&k, chunk)?;
+    pub fn push<T: super::kv::Kv>(tx: &T, records: &[(u64, &[u8])]) -> Result<(), T::Error> {
+        for same_chunk in records.chunk_by(|a, b| chunk_key(a.0) == chunk_key(b.0)) {
+            let key = chunk_key(same_chunk[0].0);
+            let mut chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();
+            for (seq, sealed) in same_chunk {
+                chunk.extend_from_slice(&entry(*seq, sealed));
+            }
+            tx.put(&key, chunk)?;
         }
         Ok(())
     }

@@ -122,6 +122,9 @@ pub struct AgentConfig {
     pub hook_owners: Vec<HookOwner>,
     /// The NATS transport: when set, `run` takes commands from NATS and reports there.
     pub nats: Option<capstan_common::nats::NatsConfig>,
+    /// The host's signing key (made on first use; default `<data_dir>/host.key`):
+    /// it signs everything the agent publishes on NATS.
+    pub host_key_file: Option<PathBuf>,
     /// How many commands from NATS may be delivered and not yet finished (1 to 1024,
     /// default 32). Commands for one namespace always run one at a time, in order;
     /// this bounds how many namespaces run at once. 1: one command at a time.

@@ -81,6 +81,8 @@ pub struct NatsSettings {
     pub config: NatsConfig,
     pub policy: Policy,
     pub info: HostInfo,
+    /// The host's key ([`crate::host_key`]): it signs what the agent publishes.
+    pub key: Arc<capstan_common::signing::Signer>,
     /// How many commands may be in flight (`commands_in_flight`).
     pub in_flight: usize,
 }
@@ -116,6 +118,8 @@ pub enum DaemonError {
     Driver(#[from] OpenError),
     #[error("cannot serve the local socket")]
     Local(#[from] local::LocalError),
+    #[error(transparent)]
+    HostKey(#[from] crate::host_key::HostKeyError),
 }
 
 /// One host's agent as `run` builds it: the log under `<data_dir>/log`, the
@@ -126,6 +130,8 @@ pub struct HostSetup<'a> {
     pub config: &'a AgentConfig,
     pub host: &'a str,
     pub data_dir: &'a Path,
+    /// The host's key file ([`crate::host_key`]), read (or made) when NATS is on.
+    pub host_key: &'a Path,
     pub log: LogOptions,
 }
 
@@ -181,6 +187,7 @@ impl HostSetup<'_> {
                 config: config.clone(),
                 policy,
                 info: info.clone(),
+                key: Arc::new(crate::host_key::load_or_create(self.host_key)?),
                 in_flight: self.config.commands_in_flight(),
             }),
             _ => None,
@@ -300,6 +307,7 @@ impl Daemon {
                     Arc::clone(&executor),
                     n.info,
                     n.in_flight,
+                    n.key,
                 )
                 .await?,
             ),

@@ -11,6 +11,7 @@ pub mod drivers;
 pub mod event;
 pub mod executor;
 pub mod hooks;
+pub mod host_key;
 pub mod intent;
 pub mod local;
 pub mod log;

@@ -109,6 +109,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print this host's public key (64 hex digits), for `capstan register`; the key
+    /// (`host_key_file`, default `<data-dir>/host.key`) is made first if there is none.
+    HostKey,
 }
 
 #[derive(clap::Args)]
@@ -165,6 +168,8 @@ struct Context {
     config: AgentConfig,
     data_dir: PathBuf,
     host: String,
+    /// `host_key_file`, or `<data_dir>/host.key`.
+    host_key: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -226,10 +231,15 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(h) => bail!("host name {h:?} must be a DNS label (1-63 of [a-z0-9-])"),
         None => bail!("cannot tell this host's name: pass --host or set `host` in the config"),
     };
+    let host_key = config
+        .host_key_file
+        .clone()
+        .unwrap_or_else(|| data_dir.join(capstan_agent::host_key::FILE));
     let ctx = Context {
         config,
         data_dir,
         host,
+        host_key,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -255,6 +265,11 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         )),
         Cmd::Log(args) => show_log(&ctx, &args),
         Cmd::Intent { json } => show_intent(&ctx, json),
+        Cmd::HostKey => {
+            let key = capstan_agent::host_key::load_or_create(&ctx.host_key)?;
+            println!("{}", key.public_hex());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -280,6 +295,7 @@ fn setup(ctx: &Context) -> HostSetup<'_> {
         config: &ctx.config,
         host: &ctx.host,
         data_dir: &ctx.data_dir,
+        host_key: &ctx.host_key,
         log: LogOptions::default(),
     }
 }

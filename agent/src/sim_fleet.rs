@@ -46,6 +46,12 @@ pub enum FleetError {
     NoHosts,
     #[error("host name {0:?} (from --prefix) must be a DNS label (1-63 of [a-z0-9-])")]
     Name(String),
+    #[error("cannot write {}", path.display())]
+    Keys {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot start host {host}")]
     Host {
         host: String,
@@ -53,6 +59,9 @@ pub enum FleetError {
         source: DaemonError,
     },
 }
+
+/// The file in the fleet's dir listing each host's public key (`HOST KEY` lines).
+pub const KEYS_FILE: &str = "host-keys";
 
 /// Host `i` (from 1) of the fleet: `<prefix>-0001`.
 pub fn host_name(prefix: &str, i: usize) -> String {
@@ -96,10 +105,13 @@ pub async fn run<S>(
     let mut signalled = false;
     for name in &names {
         let data_dir = options.data_dir.join(name);
+        // Each host its own key, beside its log (`host_key_file` is not used).
+        let host_key = data_dir.join(crate::host_key::FILE);
         let setup = HostSetup {
             config,
             host: name,
             data_dir: &data_dir,
+            host_key: &host_key,
             log: options.log,
         };
         let started = setup
@@ -134,7 +146,20 @@ pub async fn run<S>(
         }
     }
     if !signalled {
-        tracing::info!(hosts = daemons.len(), "sim fleet ready");
+        // Every host's public key, for `capstan register --file`.
+        let path = options.data_dir.join(KEYS_FILE);
+        let mut lines = String::new();
+        for (name, _) in &daemons {
+            let key = options.data_dir.join(name).join(crate::host_key::FILE);
+            if let Ok(key) = crate::host_key::load_or_create(&key) {
+                lines.push_str(&format!("{name} {}\n", key.public_hex()));
+            }
+        }
+        if let Err(source) = std::fs::write(&path, lines) {
+            stop_all(daemons).await;
+            return Err(FleetError::Keys { path, source });
+        }
+        tracing::info!(hosts = daemons.len(), keys = %path.display(), "sim fleet ready");
         stopped.await;
     }
     Ok(stop_all(daemons).await)

@@ -12,6 +12,7 @@ mod error;
 pub mod nats;
 mod outcome;
 mod phase;
+pub mod published;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod signing;

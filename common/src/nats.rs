@@ -39,6 +39,11 @@ pub struct NatsConfig {
     /// Refuse to talk to the server without TLS.
     #[serde(default)]
     pub require_tls: bool,
+    /// The fleet runs on per-host accounts (`capstan-coordinator nats-config`): an
+    /// agent reaches the JetStream API under [`wire::HOST_API_PREFIX`], a coordinator
+    /// each host's storage under [`wire::store_api_prefix`] (`docs/nats.md`).
+    #[serde(default)]
+    pub host_accounts: bool,
 }
 
 fn default_url() -> String {
@@ -105,6 +110,7 @@ impl Default for NatsConfig {
             tls_cert_file: None,
             tls_key_file: None,
             require_tls: false,
+            host_accounts: false,
         }
     }
 }
@@ -339,6 +345,13 @@ pub const EVT_MAX_BYTES: i64 = 4 << 30;
 pub const EVT_MAX_PER_HOST: i64 = 1_000_000;
 /// The most bytes `CAPSTAN_CMD` keeps (pending commands).
 pub const CMD_MAX_BYTES: i64 = 1 << 30;
+/// The most commands `CAPSTAN_CMD` keeps pending for one host; more for that host
+/// are refused (discard new, per subject), other hosts' still go in.
+pub const CMD_MAX_PER_HOST: i64 = 10_000;
+/// How long a command waits in `CAPSTAN_CMD` for its host at most: the coordinators'
+/// `commands_max_age` (its binding and result are gone by then; the agent would
+/// refuse it `expired` anyway, signatures are good for `max_age_secs`).
+pub const CMD_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The largest value of a KV bucket entry (a heartbeat, a command binding).
 pub const MAX_VALUE_BYTES: i32 = 64 * 1024;
 
@@ -351,6 +364,19 @@ pub const RESULTS_MAX_BYTES: i64 = 1 << 30;
 
 /// Sets the limits and denials of one stream of the layout on its config.
 type Harden = fn(&mut stream::Config);
+
+/// Where a host's event stream and results bucket live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One stream and one bucket for every host, bounded as a whole
+    /// ([`EVT_MAX_BYTES`], [`RESULTS_MAX_BYTES`]): one account for the whole fleet.
+    Shared,
+    /// The host's own, in its storage account (`[nats] host_accounts`), bounded by
+    /// that account's JetStream quota instead: a stream's `max_bytes` is reserved
+    /// from the server's store when the stream is made, which thousands of hosts'
+    /// streams would exhaust; an account's quota is not.
+    Host,
+}
 
 /// Gets the stream `config.name`, creating it with `config`, `replicas` and the
 /// fields `harden` sets (limits; rollups, purges and deletes denied) when missing. An
@@ -375,16 +401,42 @@ async fn ensure_stream(
 /// `harden_*` function sets (limits, denials) is set, and `replicas` (the server
 /// scales the stream up or down; 2.9.10 and 2.15.2 both do, `nats::cluster` tests
 /// it), everything else is kept (a bucket keeps its max age). Only what differs is
-/// updated, so a second call does nothing.
-/// Needs the permission to update streams (the coordinator's).
-pub async fn migrate(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
-    let layout: [(String, Harden); 5] = [
+/// updated, so a second call does nothing. With [`Scope::Host`] the event stream and
+/// the results bucket are not the fleet's (each host's is migrated by
+/// [`migrate_host`]). Needs the permission to update streams (the coordinator's).
+pub async fn migrate(
+    js: &jetstream::Context,
+    replicas: usize,
+    scope: Scope,
+) -> Result<(), NatsError> {
+    let mut layout: Vec<(String, Harden)> = vec![
         (wire::CMD_STREAM.into(), harden_cmd),
-        (wire::EVT_STREAM.into(), harden_evt),
         (format!("KV_{}", wire::HOSTS_BUCKET), harden_bucket),
         (format!("KV_{}", wire::COMMANDS_BUCKET), harden_bucket),
-        (format!("KV_{}", wire::RESULTS_BUCKET), harden_results),
+        (format!("KV_{}", wire::HOST_KEYS_BUCKET), harden_bucket),
     ];
+    if scope == Scope::Shared {
+        layout.push((wire::EVT_STREAM.into(), harden_evt));
+        layout.push((format!("KV_{}", wire::RESULTS_BUCKET), harden_results));
+    }
+    migrate_streams(js, replicas, layout).await
+}
+
+/// [`migrate`] for one host's own event stream and results bucket ([`Scope::Host`]),
+/// `js` being the coordinator's view of that host's storage account.
+pub async fn migrate_host(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
+    let layout: Vec<(String, Harden)> = vec![
+        (wire::EVT_STREAM.into(), harden_host_evt),
+        (format!("KV_{}", wire::RESULTS_BUCKET), harden_host_results),
+    ];
+    migrate_streams(js, replicas, layout).await
+}
+
+async fn migrate_streams(
+    js: &jetstream::Context,
+    replicas: usize,
+    layout: Vec<(String, Harden)>,
+) -> Result<(), NatsError> {
     for (name, harden) in layout {
         let current = js
             .get_stream(&name)
@@ -421,6 +473,9 @@ pub async fn migrate(js: &jetstream::Context, replicas: usize) -> Result<(), Nat
 fn harden_cmd(c: &mut stream::Config) {
     c.max_bytes = CMD_MAX_BYTES;
     c.discard = stream::DiscardPolicy::New;
+    c.max_messages_per_subject = CMD_MAX_PER_HOST;
+    c.discard_new_per_subject = true;
+    c.max_age = CMD_MAX_AGE;
     c.max_message_size = MAX_MESSAGE_BYTES;
     c.allow_rollup = false;
 }
@@ -431,6 +486,16 @@ fn deny_removal(c: &mut stream::Config) {
     c.allow_rollup = false;
     c.deny_purge = true;
     c.deny_delete = true;
+}
+
+/// The JetStream context an agent of `config` uses: on per-host accounts the API
+/// under [`wire::HOST_API_PREFIX`], else the account's own.
+pub fn agent_context(client: async_nats::Client, config: &NatsConfig) -> jetstream::Context {
+    if config.host_accounts {
+        jetstream::with_prefix(client, wire::HOST_API_PREFIX)
+    } else {
+        jetstream::new(client)
+    }
 }
 
 /// Whether the server takes atomic batch publishes (nats-server 2.12 and later).
@@ -459,6 +524,12 @@ fn harden_evt(c: &mut stream::Config) {
     deny_removal(c);
 }
 
+/// [`harden_evt`] for a host's own stream ([`Scope::Host`]).
+fn harden_host_evt(c: &mut stream::Config) {
+    harden_evt(c);
+    c.max_bytes = -1;
+}
+
 fn harden_bucket(c: &mut stream::Config) {
     c.max_message_size = MAX_VALUE_BYTES;
     deny_removal(c);
@@ -468,6 +539,12 @@ fn harden_results(c: &mut stream::Config) {
     c.max_message_size = RESULT_MAX_BYTES;
     c.max_bytes = RESULTS_MAX_BYTES;
     deny_removal(c);
+}
+
+/// [`harden_results`] for a host's own bucket ([`Scope::Host`]).
+fn harden_host_results(c: &mut stream::Config) {
+    harden_results(c);
+    c.max_bytes = -1;
 }
 
 /// The command stream: work-queue retention, so a command stays until its host acks it.
@@ -487,11 +564,13 @@ pub async fn cmd_stream(
 }
 
 /// The event stream: every host's log records, kept (limits retention, bounded by
-/// [`EVT_MAX_BYTES`] and [`EVT_MAX_PER_HOST`]). No duplicate window is relied on: the
-/// outbox publishes with `Nats-Expected-Last-Subject-Sequence` and no `Nats-Msg-Id`.
+/// [`EVT_MAX_BYTES`] and [`EVT_MAX_PER_HOST`], or with [`Scope::Host`] by the host's
+/// storage quota). No duplicate window is relied on: the outbox publishes with
+/// `Nats-Expected-Last-Subject-Sequence` and no `Nats-Msg-Id`.
 pub async fn evt_stream(
     js: &jetstream::Context,
     replicas: usize,
+    scope: Scope,
 ) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
         name: wire::EVT_STREAM.into(),
@@ -501,7 +580,11 @@ pub async fn evt_stream(
         allow_direct: true,
         ..Default::default()
     };
-    ensure_stream(js, config, harden_evt, replicas).await
+    let harden = match scope {
+        Scope::Shared => harden_evt,
+        Scope::Host => harden_host_evt,
+    };
+    ensure_stream(js, config, harden, replicas).await
 }
 
 /// A KV bucket, created through its backing stream: the stream config below is what
@@ -523,6 +606,31 @@ pub async fn bucket(
     } else {
         harden_bucket
     };
+    bucket_with(js, name, max_age, replicas, harden).await
+}
+
+/// The results bucket; with [`Scope::Host`] a host's own, bounded by its storage
+/// quota rather than [`RESULTS_MAX_BYTES`].
+pub async fn results_bucket(
+    js: &jetstream::Context,
+    max_age: Duration,
+    replicas: usize,
+    scope: Scope,
+) -> Result<kv::Store, NatsError> {
+    let harden = match scope {
+        Scope::Shared => harden_results,
+        Scope::Host => harden_host_results,
+    };
+    bucket_with(js, wire::RESULTS_BUCKET, max_age, replicas, harden).await
+}
+
+async fn bucket_with(
+    js: &jetstream::Context,
+    name: &str,
+    max_age: Duration,
+    replicas: usize,
+    harden: Harden,
+) -> Result<kv::Store, NatsError> {
     let config = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
@@ -534,9 +642,14 @@ pub async fn bucket(
         ..Default::default()
     };
     ensure_stream(js, config, harden, replicas).await?;
-    js.get_key_value(name)
+    let mut store = js
+        .get_key_value(name)
         .await
-        .map_err(|e| setup_error(name)(e.into()))
+        .map_err(|e| setup_error(name)(e.into()))?;
+    // Puts go to `$KV.<bucket>.<key>` whatever the API prefix: on per-host accounts
+    // the API is imported under a prefix, the bucket's subjects as they are.
+    store.use_jetstream_prefix = false;
+    Ok(store)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Command signatures (ed25519).
+//! Command signatures (ed25519); the same keys sign what hosts publish
+//! ([`crate::published`]).
 //!
 //! The coordinator signs every command it publishes; agents verify before acting.
 //! The signed bytes are [`canonical_bytes`]: the ASCII prefix `capstan-command-v1\n`
@@ -41,7 +42,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn from_hex<const N: usize>(text: &str) -> Result<[u8; N], KeyError> {
+pub(crate) fn from_hex<const N: usize>(text: &str) -> Result<[u8; N], KeyError> {
     let text = text.trim();
     if text.len() != N * 2 {
         return Err(KeyError::Length(text.len()));
@@ -88,7 +89,12 @@ impl Signer {
 
     /// The signature over `command`, hex.
     pub fn sign(&self, command: &Command) -> String {
-        to_hex(&self.key.sign(&canonical_bytes(command)).to_bytes())
+        self.sign_bytes(&canonical_bytes(command))
+    }
+
+    /// The signature over `bytes`, hex.
+    pub(crate) fn sign_bytes(&self, bytes: &[u8]) -> String {
+        to_hex(&self.key.sign(bytes).to_bytes())
     }
 
     /// The command's wire form: its canonical JSON with `sig` added.

@@ -15,6 +15,9 @@ pub const COMMANDS_BUCKET: &str = "capstan_commands";
 /// The KV bucket of command results: what happened to each command, written by its
 /// host's agent (key [`result_key`]), read by the coordinators in one get.
 pub const RESULTS_BUCKET: &str = "capstan_results";
+/// The KV bucket of the hosts' registered public keys (`capstan_host_keys`, key =
+/// host): written by the coordinators only, what host signatures are checked against.
+pub const HOST_KEYS_BUCKET: &str = "capstan_host_keys";
 /// How often an agent refreshes its registry entry.
 pub const HEARTBEAT_SECS: u64 = 5;
 
@@ -47,6 +50,29 @@ pub fn result_key(host: &str, id: &str) -> String {
 /// The subject a put of [`result_key`] is published on (and can be subscribed to).
 pub fn result_subject(host: &str, id: &str) -> String {
     format!("$KV.{RESULTS_BUCKET}.{}", result_key(host, id))
+}
+
+/// `capstan.v1.res.<host>.<hex of the id>`: a notice of each result put, carrying the
+/// same bytes and signature, for a coordinator's `wait` to follow (on per-host
+/// accounts a put into the host's storage is not seen by a subscription of the
+/// coordinator's account; a plain publish of the host's is).
+pub fn result_notice_subject(host: &str, id: &str) -> String {
+    format!(
+        "capstan.v1.res.{host}.{}",
+        crate::signing::to_hex(id.as_bytes())
+    )
+}
+
+/// On per-host accounts (`[nats] host_accounts`), the prefix of the JetStream API an
+/// agent uses: its account imports the API subjects it may use from the fleet's
+/// account and its storage account under this prefix (its own account has no
+/// JetStream, and the server answers `$JS.API` there with "not enabled").
+pub const HOST_API_PREFIX: &str = "capstan.js.API";
+
+/// On per-host accounts, the prefix under which the coordinators' account imports
+/// the JetStream API of host `host`'s storage account (its event stream and results).
+pub fn store_api_prefix(host: &str) -> String {
+    format!("capstan.store.{host}.API")
 }
 
 /// The inbox prefix an agent uses for its own requests, so that permissions can give

@@ -15,7 +15,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use capstan_common::wire::ErrorReply;
 use serde_json::{json, Value};
@@ -69,6 +69,10 @@ impl From<FleetError> for ApiError {
             FleetError::NatsUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "nats_unavailable"),
             FleetError::HostUnreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "host_unreachable"),
             FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "host_timeout"),
+            FleetError::NoHostAccount(_) => (StatusCode::NOT_FOUND, "host_not_found"),
+            FleetError::KeyNotFound(_) => (StatusCode::NOT_FOUND, "key_not_found"),
+            FleetError::Unverified { .. } => (StatusCode::BAD_GATEWAY, "unverified"),
+            FleetError::Unreadable(_) => (StatusCode::BAD_GATEWAY, "result_unreadable"),
             FleetError::Nats(_) | FleetError::Setup(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "nats_error")
             }
@@ -110,6 +114,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/hosts/{host}/status", get(status))
         .route("/v1/hosts/{host}/events", get(events))
         .route("/v1/hosts/{host}/log", get(host_log))
+        .route("/v1/hosts/{host}/keys", get(host_keys).put(register))
+        .route("/v1/hosts/{host}/keys/{key}", delete(unregister))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -334,6 +340,52 @@ async fn host_log(
     ok(StatusCode::OK, answer)
 }
 
+/// The body of `PUT /v1/hosts/{host}/keys`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Registration {
+    public_key: String,
+}
+
+/// Registers a public key for the host (what its publications are checked against).
+async fn register(
+    State(state): Shared,
+    Path(host): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    if !is_json(&headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be `Content-Type: application/json`",
+        ));
+    }
+    let registration: Registration = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the body is `{{\"public_key\": \"<64 hex digits>\"}}`: {e}"),
+        )
+    })?;
+    let entry = state
+        .fleet
+        .register(&host, &registration.public_key)
+        .await?;
+    tracing::info!(%host, key = %registration.public_key.trim(), "host key registered");
+    ok(StatusCode::OK, entry)
+}
+
+async fn host_keys(State(state): Shared, Path(host): Path<String>) -> ApiResult {
+    ok(StatusCode::OK, state.fleet.host_keys(&host).await?)
+}
+
+async fn unregister(State(state): Shared, Path((host, key)): Path<(String, String)>) -> ApiResult {
+    let entry = state.fleet.unregister(&host, &key).await?;
+    tracing::info!(%host, %key, "host key removed");
+    ok(StatusCode::OK, entry)
+}
+
 /// This API's OpenAPI 3.1 description (`openapi.json`, kept in step with the routes
 /// by a test; schemathesis checks the answers against it: `nats::openapi`).
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -409,14 +461,27 @@ mod tests {
         // The routes as this file declares them, in its calls of `route` with a path and
         // `get` or `post`.
         let source = include_str!("api.rs");
+        // A route's methods: `get(a)`, or chained as `get(a).put(b)`.
         let mut served: Vec<String> = source
             .split(".route(\"")
             .skip(1)
             .filter_map(|rest| {
                 let (path, rest) = rest.split_once('"')?;
-                let method = rest.trim_start_matches(", ").split('(').next()?;
-                Some(format!("{} {path}", method.to_uppercase()))
+                let call = rest.trim_start_matches(", ").split(')').collect::<Vec<_>>();
+                let methods: Vec<String> = call
+                    .iter()
+                    .take_while(|part| {
+                        let name = part.trim_start_matches('.').split('(').next().unwrap_or("");
+                        ["get", "post", "put", "delete"].contains(&name)
+                    })
+                    .map(|part| {
+                        let name = part.trim_start_matches('.').split('(').next().unwrap_or("");
+                        format!("{} {path}", name.to_uppercase())
+                    })
+                    .collect();
+                Some(methods)
             })
+            .flatten()
             .collect();
         described.sort();
         served.sort();

@@ -65,8 +65,25 @@ impl Client {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.with_body(reqwest::Method::POST, path, body).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.with_body(reqwest::Method::PUT, path, body).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.send(self.request(reqwest::Method::DELETE, path)).await
+    }
+
+    async fn with_body(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
         let request = self
-            .request(reqwest::Method::POST, path)
+            .request(method, path)
             .header("content-type", "application/json")
             .body(body.to_string());
         self.send(request).await

@@ -26,6 +26,10 @@ pub struct CoordinatorConfig {
     /// a host silent this long is `gone`.
     #[serde(default = "default_hosts_max_age")]
     pub hosts_max_age_secs: u64,
+    /// Take what a host without a registered key publishes unchecked (development
+    /// only; a host with a key is always checked).
+    #[serde(default)]
+    pub allow_unregistered_hosts: bool,
     #[serde(default)]
     pub nats: NatsConfig,
 }

@@ -1,13 +1,17 @@
 //! The coordinator's view of the fleet, read from NATS on every request: commands go
 //! out on `CAPSTAN_CMD`; what happened to each comes back as its entry in the
 //! `capstan_results` bucket (written by its host's agent, read in one get) and as the
-//! host's records in `CAPSTAN_EVT`; hosts from the `capstan_hosts` bucket. The only
-//! other state is `capstan_commands` (id → host and a hash of the content the id is
-//! bound to), also in NATS, so any number of coordinators can serve the same fleet.
+//! host's records in `CAPSTAN_EVT` (both shared, or each host's own on per-host
+//! accounts: [`storage`]); hosts from the `capstan_hosts` bucket. Everything a host
+//! wrote is taken only with its signature checked against the host's registered
+//! keys ([`keys`]). The only other state is `capstan_commands` (id → host and a hash
+//! of the content the id is bound to) and `capstan_host_keys`, also in NATS, so any
+//! number of coordinators can serve the same fleet.
 
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
-use capstan_common::nats::{self as cnats, NatsError, Retention};
+use capstan_common::nats::{self as cnats, NatsError, Retention, Scope};
+use capstan_common::published::{self, Publication, Unverified};
 use capstan_common::signing::Signer;
 pub use capstan_common::status::CommandStatus;
 use capstan_common::wire::{self, HostBeat};
@@ -18,9 +22,15 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
+pub mod keys;
 mod position;
 mod read;
+mod storage;
 use read::read_subject;
+
+/// The most records the coordinator reads for one result whose host left its events
+/// out (`events_truncated`): a host's `first_seq`/`last_seq` bound no read beyond it.
+pub const MAX_TRUNCATED_RECORDS: u64 = 10_000;
 
 /// What can go wrong serving a request; each maps to one HTTP status and code.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +49,18 @@ pub enum FleetError {
     HostUnreachable(String),
     #[error("host {0} did not answer in time")]
     HostTimeout(String),
+    #[error("host {0} has no account on the NATS server (capstan-coordinator nats-config)")]
+    NoHostAccount(String),
+    #[error("host {0} has no such key registered")]
+    KeyNotFound(String),
+    #[error("{what} of host {host} is refused: {why}")]
+    Unverified {
+        host: String,
+        what: String,
+        why: Unverified,
+    },
+    #[error("{0}")]
+    Unreadable(String),
     #[error("NATS request failed: {0}")]
     Nats(String),
     #[error(transparent)]
@@ -49,6 +71,13 @@ impl FleetError {
     fn nats(e: impl std::fmt::Display) -> FleetError {
         FleetError::Nats(e.to_string())
     }
+}
+
+/// The value of a message's signature header, if it has one.
+fn sig_of(headers: Option<&HeaderMap>) -> Option<&str> {
+    headers
+        .and_then(|h| h.get(published::HEADER))
+        .map(|v| v.as_str())
 }
 
 /// Where a command went (`capstan_commands`, key = hex of the id).
@@ -74,10 +103,22 @@ fn content_hash(command: &Command) -> String {
 pub struct HostStatus {
     pub host: String,
     /// `alive` (beat within `stale_after`), `stale` (older beat still in the
-    /// bucket) or `gone` (no beat left, but the host has events).
+    /// bucket), `gone` (no beat left, but the host has events or a registered key),
+    /// or `unverified` (its beat is not signed by a key registered for it).
     pub status: &'static str,
     pub beat: Option<HostBeat>,
     pub age_secs: Option<i64>,
+}
+
+/// How a coordinator trusts hosts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trust {
+    /// `[nats] host_accounts`: each host's records and results in its own storage
+    /// account.
+    pub host_accounts: bool,
+    /// `allow_unregistered_hosts`: take what a host without a registered key
+    /// publishes unchecked (development; a host with a key is always checked).
+    pub allow_unregistered: bool,
 }
 
 pub struct Fleet {
@@ -86,14 +127,17 @@ pub struct Fleet {
     signer: Signer,
     stale_after: Duration,
     retention: Retention,
+    trust: Trust,
+    stores: storage::Stores,
     layout: OnceCell<Layout>,
 }
 
 struct Layout {
-    evt: stream::Stream,
     hosts: kv::Store,
+    /// The hosts bucket's stream, for direct gets that keep the beat's signature.
+    hosts_stream: stream::Stream,
     commands: kv::Store,
-    results: kv::Store,
+    keys: keys::Registry,
 }
 
 fn key(id: &str) -> String {
@@ -123,13 +167,16 @@ impl Fleet {
         signer: Signer,
         stale_after: Duration,
         retention: Retention,
+        trust: Trust,
     ) -> Fleet {
         Fleet {
             js: jetstream::new(client.clone()),
+            stores: storage::Stores::new(client.clone(), retention, trust.host_accounts),
             client,
             signer,
             stale_after,
             retention,
+            trust,
             layout: OnceCell::new(),
         }
     }
@@ -146,35 +193,90 @@ impl Fleet {
             .get_or_try_init(|| async {
                 let replicas = self.retention.replicas;
                 cnats::cmd_stream(&self.js, replicas).await?;
-                let layout = Layout {
-                    evt: cnats::evt_stream(&self.js, replicas).await?,
-                    hosts: cnats::bucket(
-                        &self.js,
-                        wire::HOSTS_BUCKET,
-                        self.retention.hosts_max_age,
-                        replicas,
-                    )
-                    .await?,
-                    commands: cnats::bucket(
-                        &self.js,
-                        wire::COMMANDS_BUCKET,
-                        self.retention.commands_max_age,
-                        replicas,
-                    )
-                    .await?,
-                    results: cnats::bucket(
-                        &self.js,
-                        wire::RESULTS_BUCKET,
-                        self.retention.commands_max_age,
-                        self.retention.replicas,
-                    )
-                    .await?,
-                };
+                let bucket = |name, max_age| cnats::bucket(&self.js, name, max_age, replicas);
+                let hosts = bucket(wire::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
+                let commands =
+                    bucket(wire::COMMANDS_BUCKET, self.retention.commands_max_age).await?;
+                // Keys are kept until removed.
+                let keys = bucket(wire::HOST_KEYS_BUCKET, Duration::ZERO).await?;
+                if self.stores.scope() == Scope::Shared {
+                    self.stores.shared().await?;
+                }
                 // Streams and buckets an older version made get today's limits.
-                cnats::migrate(&self.js, replicas).await?;
-                Ok::<_, FleetError>(layout)
+                cnats::migrate(&self.js, replicas, self.stores.scope()).await?;
+                let hosts_stream = self
+                    .js
+                    .get_stream(format!("KV_{}", wire::HOSTS_BUCKET))
+                    .await
+                    .map_err(FleetError::nats)?;
+                let keys = keys::Registry::open(keys, self.trust.allow_unregistered).await?;
+                Ok::<_, FleetError>(Layout {
+                    hosts,
+                    hosts_stream,
+                    commands,
+                    keys,
+                })
             })
             .await
+    }
+
+    /// Checks that `payload` (with signature `sig`) is a publication `what` of `host`.
+    async fn check(
+        &self,
+        host: &str,
+        what: Publication<'_>,
+        payload: &[u8],
+        sig: Option<&str>,
+    ) -> Result<(), FleetError> {
+        let layout = self.layout().await?;
+        layout
+            .keys
+            .check(host, what, payload, sig)
+            .map_err(|why| FleetError::Unverified {
+                host: host.to_string(),
+                what: match what {
+                    Publication::Record => "a record",
+                    Publication::Beat => "the heartbeat",
+                    Publication::Result => "a command result",
+                    Publication::Answer { .. } => "the answer",
+                }
+                .to_string(),
+                why,
+            })
+    }
+
+    /// Registers `public_key` (64 hex digits) for `host` and, on per-host accounts,
+    /// makes the host's stream and bucket if they are not there yet.
+    pub async fn register(&self, host: &str, public_key: &str) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        if self.trust.host_accounts {
+            self.stores.of(host).await?;
+        }
+        layout.keys.add(host, public_key).await
+    }
+
+    /// The keys registered for `host`.
+    pub async fn host_keys(&self, host: &str) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        layout
+            .keys
+            .entry(host)
+            .await?
+            .filter(|e| !e.public_keys.is_empty())
+            .ok_or_else(|| FleetError::KeyNotFound(host.to_string()))
+    }
+
+    /// Removes one of `host`'s keys.
+    pub async fn unregister(
+        &self,
+        host: &str,
+        public_key: &str,
+    ) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        layout.keys.remove(host, public_key).await
     }
 
     /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
@@ -197,6 +299,11 @@ impl Fleet {
             .or_insert_with(|| json!(chrono::Utc::now()));
         let command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
         let layout = self.layout().await?;
+        if self.trust.host_accounts {
+            // The host needs its stream and bucket to report; a host the server has
+            // no account for could never take the command.
+            self.stores.of(&command.host).await?;
+        }
         let submission = Submission {
             id: command.id.clone(),
             host: command.host.clone(),
@@ -268,20 +375,32 @@ impl Fleet {
     }
 
     async fn status_of(&self, s: &Submission) -> Result<CommandStatus, FleetError> {
-        let layout = self.layout().await?;
-        let entry = layout
+        let storage = self.stores.of(&s.host).await?;
+        let entry = storage
             .results
-            .get(wire::result_key(&s.host, &s.id))
-            .await
-            .map_err(FleetError::nats)?;
+            .direct_get_last_for_subject(wire::result_subject(&s.host, &s.id))
+            .await;
         match entry {
-            None => Ok(CommandStatus::pending(&s.id, &s.host)),
-            Some(bytes) => self.whole(s, &bytes).await,
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {
+                Ok(CommandStatus::pending(&s.id, &s.host))
+            }
+            Err(e) => Err(FleetError::nats(e)),
+            Ok(m) => {
+                self.check(
+                    &s.host,
+                    Publication::Result,
+                    &m.payload,
+                    sig_of(Some(&m.headers)),
+                )
+                .await?;
+                self.whole(s, &m.payload).await
+            }
         }
     }
 
     /// A result entry as an answer: checked against the submission (the host wrote
-    /// it), with its events read from `CAPSTAN_EVT` when the entry left them out.
+    /// it), with its events read from `CAPSTAN_EVT` when the entry left them out
+    /// (at most [`MAX_TRUNCATED_RECORDS`], each signed by the host).
     async fn whole(&self, s: &Submission, bytes: &[u8]) -> Result<CommandStatus, FleetError> {
         let mut status: CommandStatus = serde_json::from_slice(bytes).map_err(|e| {
             FleetError::Nats(format!("the result entry of {} is not a status: {e}", s.id))
@@ -293,18 +412,25 @@ impl Fleet {
             )));
         }
         if status.events_truncated {
-            let layout = self.layout().await?;
+            let (first, last) = (status.first_seq, status.last_seq);
+            if first == 0 || last < first || last - first >= MAX_TRUNCATED_RECORDS {
+                return Err(FleetError::Unreadable(format!(
+                    "the result of {} says its events are records {first}..={last} of host {}: \
+                     more than the {MAX_TRUNCATED_RECORDS} records a result may span",
+                    s.id, s.host
+                )));
+            }
+            let storage = self.stores.of(&s.host).await?;
             let subject = wire::evt_subject(&s.host);
-            let since = status.first_seq.saturating_sub(1);
-            let from = position::start_of(&layout.evt, &subject, since).await?;
-            let last = status.last_seq;
+            let from = position::start_of(&storage.evt, &subject, first - 1).await?;
             status.events = read_subject(
-                &layout.evt,
+                &storage.evt,
                 &subject,
                 from,
                 |e| e["command_id"].as_str() == Some(s.id.as_str()),
-                |e| e["seq"].as_u64().is_some_and(|seq| seq >= last),
-                usize::MAX,
+                |e| e["seq"].as_u64().is_none_or(|seq| seq >= last),
+                usize::try_from(MAX_TRUNCATED_RECORDS).unwrap_or(usize::MAX),
+                self.record_check(&s.host).await?,
             )
             .await?;
             status.events_truncated = false;
@@ -312,17 +438,44 @@ impl Fleet {
         Ok(status)
     }
 
+    /// The check every record of `host` read from its event stream must pass.
+    async fn record_check(
+        &self,
+        host: &str,
+    ) -> Result<impl Fn(&[u8], Option<&str>) -> Result<(), FleetError> + '_, FleetError> {
+        let keys = &self.layout().await?.keys;
+        let host = host.to_string();
+        Ok(move |payload: &[u8], sig: Option<&str>| {
+            keys.check(&host, Publication::Record, payload, sig)
+                .map_err(|why| FleetError::Unverified {
+                    host: host.clone(),
+                    what: format!(
+                        "record {}",
+                        serde_json::from_slice::<Value>(payload)
+                            .ok()
+                            .and_then(|v| v["seq"].as_u64())
+                            .map_or_else(|| "(without seq)".to_string(), |s| s.to_string())
+                    ),
+                    why,
+                })
+        })
+    }
+
     /// Waits until the command is done or `timeout` passes; returns its status then.
-    /// Follows the result entry's subject, and re-reads the entry after 25 ms, then
-    /// doubling to every 2 s: a put the subscription cannot have seen — routed just
-    /// before the subscription began but stored just after the first read, or lost
-    /// across a reconnect — is found that way.
+    /// Follows the host's notices of the command's result puts
+    /// ([`wire::result_notice_subject`]; one not signed by the host is ignored), and
+    /// re-reads the entry after 25 ms, then doubling to every 2 s: a put whose notice
+    /// was lost (across a reconnect, or sent just before the subscription began) is
+    /// found that way.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
         // Subscribe before looking, so that nothing put in between is missed.
         let mut live = self
             .client
-            .subscribe(wire::result_subject(&submission.host, &submission.id))
+            .subscribe(wire::result_notice_subject(
+                &submission.host,
+                &submission.id,
+            ))
             .await
             .map_err(FleetError::nats)?;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -336,7 +489,18 @@ impl Fleet {
             pause = (pause * 2).min(Duration::from_secs(2));
             tokio::select! {
                 m = live.next() => status = match m {
-                    Some(m) => self.whole(&submission, &m.payload).await?,
+                    Some(m) => {
+                        let signed = self
+                            .check(&submission.host, Publication::Result, &m.payload, sig_of(m.headers.as_ref()))
+                            .await;
+                        match signed {
+                            Ok(()) => self.whole(&submission, &m.payload).await?,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "ignoring a result notice");
+                                status
+                            }
+                        }
+                    }
                     None => self.status_of(&submission).await?,
                 },
                 _ = recheck => status = self.status_of(&submission).await?,
@@ -345,8 +509,9 @@ impl Fleet {
         }
     }
 
-    /// Every host in the registry, and the hosts with events but no beat left.
-    /// Fails (rather than calling anyone gone) when NATS is not reachable.
+    /// Every host in the registry (its beat checked against its keys), and the hosts
+    /// with events or a registered key but no beat left. Fails (rather than calling
+    /// anyone gone) when NATS is not reachable.
     pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
         let layout = self.layout().await?;
         let mut keys = layout.hosts.keys().await.map_err(FleetError::nats)?;
@@ -354,10 +519,30 @@ impl Fleet {
         let mut out = Vec::new();
         while let Some(k) = keys.next().await {
             let k = k.map_err(FleetError::nats)?;
-            let Some(bytes) = layout.hosts.get(&k).await.map_err(FleetError::nats)? else {
-                continue;
+            let subject = format!("$KV.{}.{k}", wire::HOSTS_BUCKET);
+            let m = match layout
+                .hosts_stream
+                .direct_get_last_for_subject(subject)
+                .await
+            {
+                Ok(m) => m,
+                Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => continue,
+                Err(e) => return Err(FleetError::nats(e)),
             };
-            let Ok(beat) = serde_json::from_slice::<HostBeat>(&bytes) else {
+            if let Err(e) = self
+                .check(&k, Publication::Beat, &m.payload, sig_of(Some(&m.headers)))
+                .await
+            {
+                tracing::warn!(error = %e, "a heartbeat not signed by its host");
+                out.push(HostStatus {
+                    host: k.clone(),
+                    status: "unverified",
+                    beat: None,
+                    age_secs: None,
+                });
+                continue;
+            }
+            let Ok(beat) = serde_json::from_slice::<HostBeat>(&m.payload) else {
                 continue;
             };
             // The key is the host: only it may write it (permissions); the body is
@@ -375,14 +560,19 @@ impl Fleet {
                 beat: Some(beat),
             });
         }
-        let mut subjects = layout
-            .evt
-            .info_with_subjects("capstan.v1.evt.*")
-            .await
-            .map_err(FleetError::nats)?;
-        while let Some(s) = subjects.next().await {
-            let (subject, _count) = s.map_err(FleetError::nats)?;
-            let host = subject.rsplit('.').next().unwrap_or_default().to_string();
+        let mut known: Vec<String> = layout.keys.hosts();
+        if !self.trust.host_accounts {
+            let evt = &self.stores.shared().await?.evt;
+            let mut subjects = evt
+                .info_with_subjects("capstan.v1.evt.*")
+                .await
+                .map_err(FleetError::nats)?;
+            while let Some(s) = subjects.next().await {
+                let (subject, _count) = s.map_err(FleetError::nats)?;
+                known.push(subject.rsplit('.').next().unwrap_or_default().to_string());
+            }
+        }
+        for host in known {
             if !out.iter().any(|h| h.host == host) {
                 out.push(HostStatus {
                     host,
@@ -414,12 +604,22 @@ impl Fleet {
                 Err(FleetError::HostTimeout(host.into()))
             }
             Ok(Err(e)) => Err(FleetError::nats(e)),
-            Ok(Ok(reply)) => serde_json::from_slice(&reply.payload).map_err(FleetError::nats),
+            Ok(Ok(reply)) => {
+                let subject = wire::rpc_subject(host, verb);
+                self.check(
+                    host,
+                    Publication::Answer { subject: &subject },
+                    &reply.payload,
+                    sig_of(reply.headers.as_ref()),
+                )
+                .await?;
+                serde_json::from_slice(&reply.payload).map_err(FleetError::nats)
+            }
         }
     }
 
     /// The host's records with seq > `since`, from `CAPSTAN_EVT` (the central copy:
-    /// available when the host is not). Where they begin in the stream is found by
+    /// available when the host is not), each signed by the host. Where they begin in the stream is found by
     /// bisection ([`position::start_of`]), not by reading what comes before.
     pub async fn events(
         &self,
@@ -428,16 +628,17 @@ impl Fleet {
         limit: usize,
     ) -> Result<Vec<Value>, FleetError> {
         check_host(host)?;
-        let layout = self.layout().await?;
+        let storage = self.stores.of(host).await?;
         let subject = wire::evt_subject(host);
-        let from = position::start_of(&layout.evt, &subject, since).await?;
+        let from = position::start_of(&storage.evt, &subject, since).await?;
         read_subject(
-            &layout.evt,
+            &storage.evt,
             &subject,
             from,
             |e| e["seq"].as_u64().is_some_and(|s| s > since),
             |_| false,
             limit,
+            self.record_check(host).await?,
         )
         .await
     }

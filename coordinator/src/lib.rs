@@ -9,4 +9,5 @@ pub mod config;
 pub mod fleet;
 pub mod install;
 pub mod metrics;
+pub mod natsconf;
 pub mod verify;

@@ -8,7 +8,7 @@ use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
 use capstan_coordinator::config::CoordinatorConfig;
-use capstan_coordinator::fleet::Fleet;
+use capstan_coordinator::fleet::{Fleet, Trust};
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -34,6 +34,27 @@ enum Cmd {
     Keygen {
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Write the nats-server config that gives each host an account of its own
+    /// (`OUT/nats-server.conf`), with an nkey per host and one for the coordinators in
+    /// `OUT/credentials/` (made where missing, kept where present: run it again with
+    /// more hosts to add them). Prints each host's credentials file.
+    NatsConfig {
+        /// A host name; repeat for more.
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
+        /// A file of hosts, one a line (`#` comments; `user@host[:port]` gives `host`).
+        #[arg(long)]
+        hosts_file: Option<PathBuf>,
+        /// Where to write the config and the credentials.
+        #[arg(long)]
+        out: PathBuf,
+        /// Each host's storage quota: its event stream and results together.
+        #[arg(long, default_value = "2G")]
+        host_quota: String,
+        /// The coordinators' account's quota: the command stream and the buckets.
+        #[arg(long, default_value = "8G")]
+        fleet_quota: String,
     },
     /// Make an API token. Prints the tokens-file line (`ROLE SHA256 [NAME]`), then the
     /// token itself; with `--append-to FILE`, appends the line to FILE (created mode
@@ -61,6 +82,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Keygen { out } => keygen(&out),
+        Cmd::NatsConfig {
+            hosts,
+            hosts_file,
+            out,
+            host_quota,
+            fleet_quota,
+        } => nats_config(hosts, hosts_file, &out, &host_quota, &fleet_quota),
         Cmd::Token {
             role,
             name,
@@ -79,6 +107,32 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(2)
         }
     }
+}
+
+fn nats_config(
+    mut hosts: Vec<String>,
+    hosts_file: Option<PathBuf>,
+    out: &std::path::Path,
+    host_quota: &str,
+    fleet_quota: &str,
+) -> anyhow::Result<()> {
+    use capstan_coordinator::natsconf;
+    if let Some(file) = hosts_file {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        hosts.extend(natsconf::hosts_of(&text));
+    }
+    let accounts = natsconf::generate(out, &hosts, host_quota, fleet_quota)?;
+    let creds = natsconf::credentials_dir(out);
+    println!("{}", out.join("nats-server.conf").display());
+    println!(
+        "coordinator {}  # [nats] nkey_seed_file, host_accounts = true",
+        creds.join("coordinator.nk").display()
+    );
+    for (host, _) in &accounts.hosts {
+        println!("{host} {}", creds.join(format!("{host}.nk")).display());
+    }
+    Ok(())
 }
 
 fn keygen(out: &PathBuf) -> anyhow::Result<()> {
@@ -157,6 +211,10 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
             hosts_max_age: Duration::from_secs(config.hosts_max_age_secs),
             replicas: config.nats.replicas,
             ..Retention::default()
+        },
+        Trust {
+            host_accounts: config.nats.host_accounts,
+            allow_unregistered: config.allow_unregistered_hosts,
         },
     );
     let state = Arc::new(AppState {

@@ -122,6 +122,19 @@ pub async fn verify(client: &Client, host: &str) -> Result<Verdict, VerifyError>
         if let Some(last) = their_records.last().and_then(|r| r["seq"].as_u64()) {
             verdict.published_seq = last;
         }
+        // The host's page may end early (its answers are bounded in bytes, to fit in a
+        // NATS message) while its log goes on: compare only as far as it went.
+        let mine_last = mine_records.last().and_then(|r| r["seq"].as_u64());
+        let their_records: &[Value] = match mine_last {
+            Some(m) if m < verdict.host_seq => {
+                let upto = their_records
+                    .iter()
+                    .take_while(|r| r["seq"].as_u64().is_some_and(|s| s <= m))
+                    .count();
+                &their_records[..upto]
+            }
+            _ => their_records,
+        };
         let (equal, difference) = compare(mine_records, their_records);
         verdict.compared += equal;
         if let Some(d) = difference {

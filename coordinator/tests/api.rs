@@ -5,7 +5,7 @@ use capstan_common::nats::Retention;
 use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
-use capstan_coordinator::fleet::Fleet;
+use capstan_coordinator::fleet::{Fleet, Trust};
 use capstan_testsupport::NatsServer;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -26,6 +26,7 @@ async fn api(tokens: Option<Tokens>) -> Api {
         Signer::generate().expect("key"),
         Duration::from_secs(15),
         Retention::default(),
+        Trust::default(),
     );
     let state = Arc::new(AppState {
         fleet,

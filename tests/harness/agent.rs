@@ -67,6 +67,9 @@ pub struct AgentBuilder {
     metrics: Option<String>,
     /// More config sections, appended last (`[log.retention]`, …).
     extra: String,
+    /// A coordinator (its URL and a `submit` token) to register the host's key with
+    /// when the agent is built.
+    register: Option<(String, String)>,
 }
 
 impl AgentBuilder {
@@ -187,6 +190,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Registers the host's key (made when the agent is built, as its first start
+    /// would) with the coordinator at `url`, with the `submit` token `token`: what a
+    /// coordinator checks everything the host publishes against.
+    pub fn registered_with(mut self, url: &str, token: &str) -> AgentBuilder {
+        self.register = Some((url.to_string(), token.to_string()));
+        self
+    }
+
     /// `[metrics] listen = addr`, or with `None`, `enabled = false`.
     pub fn metrics(mut self, listen: Option<&str>) -> AgentBuilder {
         self.metrics = listen.map(Into::into);
@@ -215,6 +226,9 @@ impl AgentBuilder {
             inputs: Cell::new(0),
         };
         agent.write_config();
+        if let Some((url, token)) = &self.register {
+            agent.register(url, token);
+        }
         agent
     }
 
@@ -308,7 +322,42 @@ impl Agent {
             signing: None,
             metrics: Some("127.0.0.1:0".into()),
             extra: String::new(),
+            register: None,
         }
+    }
+
+    /// The host's public key: `capstan-agent host-key` (which makes the key first,
+    /// in the data dir, when there is none).
+    pub fn host_key(&self) -> String {
+        let out = self
+            .command()
+            .arg("host-key")
+            .output()
+            .expect("run host-key");
+        assert!(
+            out.status.success(),
+            "host-key: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Registers [`Agent::host_key`] with the coordinator at `url` (`capstan register`).
+    pub fn register(&self, url: &str, token: &str) {
+        let key = self.host_key();
+        let out = Command::new(crate::binary("capstan"))
+            .args(["--coordinator", url, "register", &self.host, &key])
+            .env("CAPSTAN_TOKEN", token)
+            .env_remove("CAPSTAN_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run capstan register");
+        assert!(
+            out.status.success(),
+            "capstan register {}: {}",
+            self.host,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The engine of an agent on the docker driver (panics for another driver).

@@ -22,7 +22,7 @@
 //! When the log cannot record a command, the command's lane retries it (with a
 //! pause) instead of handing it back, so nothing later in its namespace overtakes it.
 
-use super::{auth, pause, with_cause};
+use super::{auth, pause, with_cause, Link};
 use crate::event::Event;
 use crate::executor::Executor;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -47,16 +47,24 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
 
 /// Gets the host's consumer; with `fresh`, deletes it first (see the module doc).
+/// On per-host accounts the stream is taken without reading its info: the host may
+/// not read the fleet's command stream (its info lists every host's subject).
 async fn consumer(
-    js: &jetstream::Context,
-    replicas: usize,
+    link: &Link,
     host: &str,
     in_flight: usize,
     fresh: bool,
 ) -> Result<jetstream::consumer::PullConsumer, String> {
-    let stream = capstan_common::nats::cmd_stream(js, replicas)
+    if !link.host_accounts {
+        capstan_common::nats::cmd_stream(&link.js, link.replicas)
+            .await
+            .map_err(|e| with_cause(&e))?;
+    }
+    let stream = link
+        .js
+        .get_stream_no_info(wire::CMD_STREAM)
         .await
-        .map_err(|e| with_cause(&e))?;
+        .map_err(|e| format!("cannot reach {}: {e}", wire::CMD_STREAM))?;
     let name = wire::consumer_name(host);
     if fresh {
         match stream.delete_consumer(&name).await {
@@ -104,9 +112,8 @@ struct Handler {
 /// carried out when `stop` arrives are finished (and acked) first; those still
 /// waiting in a lane are left unacked for the next start. `replicas`: for the command
 /// stream, if this agent is the first to need it.
-pub async fn run(
-    js: jetstream::Context,
-    replicas: usize,
+pub(crate) async fn run(
+    link: Link,
     executor: Arc<Executor>,
     policy: Policy,
     host: String,
@@ -123,7 +130,7 @@ pub async fn run(
     let mut retry = Duration::from_millis(200);
     let mut fresh = true;
     'setup: loop {
-        let consumer = match consumer(&js, replicas, &host, in_flight, fresh).await {
+        let consumer = match consumer(&link, &host, in_flight, fresh).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "command consumer not ready; retrying");

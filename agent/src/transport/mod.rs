@@ -20,8 +20,10 @@ pub mod results;
 pub mod rpc;
 
 use crate::executor::Executor;
-use capstan_common::nats::{NatsConfig, NatsError};
-use capstan_common::signing::Policy;
+use async_nats::jetstream;
+use capstan_common::nats::{self as cnats, NatsConfig, NatsError, Scope};
+use capstan_common::published::{self, Publication};
+use capstan_common::signing::{Policy, Signer};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -52,6 +54,59 @@ impl OutboxAlarm {
 
     pub fn get(&self) -> Option<String> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What every task needs of NATS.
+#[derive(Clone)]
+pub(crate) struct Link {
+    /// JetStream: on per-host accounts the API under the host prefix
+    /// ([`cnats::agent_context`]).
+    pub js: jetstream::Context,
+    /// Replicas of what this agent creates when it is the first to need it (only
+    /// without per-host accounts: there the agent may create nothing).
+    pub replicas: usize,
+    /// `[nats] host_accounts`.
+    pub host_accounts: bool,
+    /// Signs everything published.
+    pub key: Arc<Signer>,
+}
+
+impl Link {
+    /// Where the host's event stream and results bucket are.
+    pub fn scope(&self) -> Scope {
+        if self.host_accounts {
+            Scope::Host
+        } else {
+            Scope::Shared
+        }
+    }
+
+    /// `headers` with the host's signature of `payload` as `what`.
+    pub fn sign(
+        &self,
+        mut headers: async_nats::HeaderMap,
+        what: Publication<'_>,
+        payload: &[u8],
+    ) -> async_nats::HeaderMap {
+        headers.insert(
+            published::HEADER,
+            self.key.sign_publication(what, payload).as_str(),
+        );
+        headers
+    }
+
+    /// A JetStream publish of `payload` on `subject`, signed as `what`.
+    pub async fn publish_signed(
+        &self,
+        subject: String,
+        what: Publication<'_>,
+        payload: Vec<u8>,
+    ) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
+        let headers = self.sign(async_nats::HeaderMap::new(), what, &payload);
+        self.js
+            .publish_with_headers(subject, headers, payload.into())
+            .await
     }
 }
 
@@ -89,13 +144,14 @@ pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, delay: Duration) -> 
 impl Transport {
     /// Connects (in the background, retrying for ever) and starts the five tasks.
     /// `in_flight`: how many commands may be delivered and not yet acked
-    /// (`commands_in_flight`).
+    /// (`commands_in_flight`); `key`: the host's key, which signs what it publishes.
     pub async fn start(
         nats: &NatsConfig,
         policy: Policy,
         executor: Arc<Executor>,
         info: HostInfo,
         in_flight: usize,
+        key: Arc<Signer>,
     ) -> Result<Transport, NatsError> {
         let client = nats
             .connect(
@@ -103,16 +159,19 @@ impl Transport {
                 Some(capstan_common::wire::inbox_prefix(&info.host)),
             )
             .await?;
-        let js = async_nats::jetstream::new(client.clone());
+        let link = Link {
+            js: cnats::agent_context(client.clone(), nats),
+            replicas: nats.replicas,
+            host_accounts: nats.host_accounts,
+            key,
+        };
         let (stop_commands, commands_rx) = watch::channel(false);
         let (stop_rest, rest_rx) = watch::channel(false);
         let (published_tx, published) = watch::channel(0);
         // Each task keeps the caller's span (`sim-fleet` tags every host's logs).
-        let replicas = nats.replicas;
         let commands = tokio::spawn(
             commands::run(
-                js.clone(),
-                replicas,
+                link.clone(),
                 Arc::clone(&executor),
                 policy,
                 info.host.clone(),
@@ -123,8 +182,7 @@ impl Transport {
         );
         let outbox = tokio::spawn(
             outbox::run(
-                js.clone(),
-                replicas,
+                link.clone(),
                 Arc::clone(executor.log()),
                 info.host.clone(),
                 published_tx,
@@ -136,8 +194,7 @@ impl Transport {
         let others = vec![
             tokio::spawn(
                 results::run(
-                    js.clone(),
-                    replicas,
+                    link.clone(),
                     Arc::clone(executor.log()),
                     info.host.clone(),
                     published.clone(),
@@ -148,6 +205,7 @@ impl Transport {
             tokio::spawn(
                 rpc::run(
                     client.clone(),
+                    Arc::clone(&link.key),
                     Arc::clone(&executor),
                     info.clone(),
                     published.clone(),
@@ -157,8 +215,7 @@ impl Transport {
             ),
             tokio::spawn(
                 registry::run(
-                    js,
-                    replicas,
+                    link,
                     Arc::clone(&executor),
                     info,
                     published.clone(),

@@ -33,10 +33,11 @@
 //! record was not stored: it is an alarm (an error log and `outbox_alarm` in the
 //! heartbeat and `status`), and the record is published again after a re-read.
 
-use super::{pause, with_cause, OutboxAlarm};
+use super::{pause, with_cause, Link, OutboxAlarm};
 use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use capstan_common::published::Publication;
 use capstan_common::wire;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,9 +122,8 @@ async fn last_published(stream: &stream::Stream, subject: &str) -> Result<(u64, 
 
 /// Publishes records until `stop`; `published` carries the last acknowledged seq.
 /// `replicas`: for the event stream, if this agent is the first to need it.
-pub async fn run(
-    js: jetstream::Context,
-    replicas: usize,
+pub(crate) async fn run(
+    link: Link,
     log: Arc<Log>,
     host: String,
     published: watch::Sender<u64>,
@@ -134,17 +134,7 @@ pub async fn run(
     let mut atomic = Atomic::default();
     loop {
         let before = *published.borrow();
-        match publish_all(
-            &js,
-            replicas,
-            &log,
-            &host,
-            &published,
-            &mut atomic,
-            &mut stop,
-        )
-        .await
-        {
+        match publish_all(&link, &log, &host, &published, &mut atomic, &mut stop).await {
             Ok(()) => return,
             Err(e) => {
                 if *published.borrow() > before {
@@ -176,8 +166,7 @@ pub async fn run(
 }
 
 async fn publish_all(
-    js: &jetstream::Context,
-    replicas: usize,
+    link: &Link,
     log: &Log,
     host: &str,
     published: &watch::Sender<u64>,
@@ -185,7 +174,7 @@ async fn publish_all(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), OutboxError> {
     let subject = wire::evt_subject(host);
-    let stream = capstan_common::nats::evt_stream(js, replicas)
+    let stream = capstan_common::nats::evt_stream(&link.js, link.replicas, link.scope())
         .await
         .map_err(OutboxError::Stream)?;
     atomic.allowed = stream.cached_info().config.allow_atomic_publish;
@@ -232,7 +221,7 @@ async fn publish_all(
             }
         }
         if batch.len() >= BATCH_MIN && atomic.ready() {
-            let sent = send_batch(js, &subject, batch, last_stream_seq).await;
+            let sent = send_batch(link, &subject, batch, last_stream_seq).await;
             if let Err(OutboxError::Batch { .. }) = &sent {
                 atomic.fail();
             }
@@ -242,7 +231,7 @@ async fn publish_all(
             // One at a time, every record read (none is read and encoded twice).
             for (seq, body) in batch {
                 (acked, last_stream_seq) =
-                    send_one(js, &subject, seq, body, last_stream_seq).await?;
+                    send_one(link, &subject, seq, body, last_stream_seq).await?;
                 published.send_replace(acked);
             }
         }
@@ -251,13 +240,19 @@ async fn publish_all(
 
 /// Publishes one record; its seq and stream sequence.
 async fn send_one(
-    js: &jetstream::Context,
+    link: &Link,
     subject: &str,
     seq: u64,
     body: String,
     last_stream_seq: u64,
 ) -> Result<(u64, u64), OutboxError> {
+    let headers = link.sign(
+        async_nats::HeaderMap::new(),
+        Publication::Record,
+        body.as_bytes(),
+    );
     let message = jetstream::message::PublishMessage::build()
+        .headers(headers)
         .payload(body.into())
         .expected_last_subject_sequence(last_stream_seq);
     let publish_error = |e: jetstream::context::PublishError| {
@@ -273,7 +268,8 @@ async fn send_one(
             }
         }
     };
-    let ack = js
+    let ack = link
+        .js
         .send_publish(subject.to_string(), message)
         .await
         .map_err(publish_error)?
@@ -294,7 +290,7 @@ async fn send_one(
 /// `first - 1`, in one piece. The batch id is random, so no other host can join or
 /// break it. The last record's seq and stream sequence.
 async fn send_batch(
-    js: &jetstream::Context,
+    link: &Link,
     subject: &str,
     batch: Vec<(u64, String)>,
     last_stream_seq: u64,
@@ -306,10 +302,15 @@ async fn send_batch(
         source,
     };
     let id = batch_id().map_err(|e| failed(e.into()))?;
+    let js = &link.js;
     let client = js.client();
     let mut commit = None;
     for (i, (_, body)) in batch.into_iter().enumerate() {
-        let mut headers = async_nats::HeaderMap::new();
+        let mut headers = link.sign(
+            async_nats::HeaderMap::new(),
+            Publication::Record,
+            body.as_bytes(),
+        );
         headers.insert(header::NATS_BATCH_ID, id.as_str());
         headers.insert(header::NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
         if i == 0 {

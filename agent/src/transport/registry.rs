@@ -2,10 +2,10 @@
 //! growing) the agent puts a [`HostBeat`] under its host name in the `capstan_hosts`
 //! bucket. The bucket's max age removes the entries of hosts that stopped beating.
 
-use super::{pause, HostInfo};
+use super::{pause, HostInfo, Link};
 use crate::executor::Executor;
-use async_nats::jetstream;
 use capstan_common::nats::Retention;
+use capstan_common::published::Publication;
 use capstan_common::wire::{self, HostBeat};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,30 +14,33 @@ use tokio::sync::watch;
 /// How soon a beat follows new log records (so `last_seq` stays fresh).
 pub const FRESH: Duration = Duration::from_millis(250);
 
-/// Beats until `stop`. Failures are logged when they start and when they end.
-pub async fn run(
-    js: jetstream::Context,
-    replicas: usize,
+/// Beats until `stop`. Failures are logged when they start and when they end. Each
+/// beat is a signed put of `$KV.capstan_hosts.<host>`. Without per-host accounts the
+/// bucket is made first if no coordinator has made it yet; on them the host may not
+/// read the bucket (its info names every host) and only puts.
+pub(crate) async fn run(
+    link: Link,
     executor: Arc<Executor>,
     info: HostInfo,
     published: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
 ) {
     let log = executor.log();
-    let mut bucket = None;
+    let mut bucket = link.host_accounts.then_some(());
     let mut failing = false;
     let mut appended = log.subscribe();
+    let subject = format!("$KV.{}.{}", wire::HOSTS_BUCKET, info.host);
     loop {
         if bucket.is_none() {
             match capstan_common::nats::bucket(
-                &js,
+                &link.js,
                 wire::HOSTS_BUCKET,
                 Retention::default().hosts_max_age,
-                replicas,
+                link.replicas,
             )
             .await
             {
-                Ok(b) => bucket = Some(b),
+                Ok(_) => bucket = Some(()),
                 Err(e) if !failing => {
                     failing = true;
                     tracing::warn!(error = %e, "host registry not reachable");
@@ -47,12 +50,17 @@ pub async fn run(
         }
         // The seq the beat reported, when one was sent.
         let mut sent = None;
-        if let Some(b) = &bucket {
+        if bucket.is_some() {
             let sent_seq = *appended.borrow_and_update();
             sent = Some(sent_seq);
             let beat = beat(&info, &executor, sent_seq, *published.borrow());
             let body = serde_json::to_vec(&beat).expect("beats serialise");
-            match b.put(info.host.as_str(), body.into()).await {
+            let put = async {
+                link.publish_signed(subject.clone(), Publication::Beat, body)
+                    .await?
+                    .await
+            };
+            match put.await {
                 Ok(_) if failing => {
                     failing = false;
                     tracing::info!("host registry heartbeat resumed");

@@ -21,10 +21,11 @@
 //! The bucket being unreachable (no coordinator created it yet, or an outage) delays
 //! results, never the outbox.
 
-use super::{pause, with_cause};
+use super::{pause, with_cause, Link};
 use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention};
+use capstan_common::published::Publication;
 use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
 use capstan_common::wire;
 use std::collections::BTreeSet;
@@ -58,9 +59,8 @@ fn progress_key(host: &str) -> String {
 
 /// Puts results until `stop`, following `published` (the outbox's last acknowledged
 /// seq). `replicas`: for the bucket, if this agent is the first to need it.
-pub async fn run(
-    js: jetstream::Context,
-    replicas: usize,
+pub(crate) async fn run(
+    link: Link,
     log: Arc<Log>,
     host: String,
     mut published: watch::Receiver<u64>,
@@ -69,8 +69,7 @@ pub async fn run(
     let mut retry = Duration::from_millis(200);
     let mut failing = false;
     let mut results = Results {
-        js,
-        replicas,
+        link,
         log,
         host,
         bucket: None,
@@ -123,9 +122,7 @@ pub async fn run(
 }
 
 struct Results {
-    js: jetstream::Context,
-    /// For the bucket and the event stream, if this agent is the first to need them.
-    replicas: usize,
+    link: Link,
     log: Arc<Log>,
     host: String,
     bucket: Option<jetstream::kv::Store>,
@@ -147,11 +144,11 @@ impl Results {
         let bucket = match &self.bucket {
             Some(b) => b.clone(),
             None => {
-                let b = cnats::bucket(
-                    &self.js,
-                    wire::RESULTS_BUCKET,
+                let b = cnats::results_bucket(
+                    &self.link.js,
                     Retention::default().commands_max_age,
-                    self.replicas,
+                    self.link.replicas,
+                    self.link.scope(),
                 )
                 .await
                 .map_err(ResultsError::Bucket)?;
@@ -229,7 +226,7 @@ impl Results {
         {
             return Ok(seq);
         }
-        let evt = cnats::evt_stream(&self.js, self.replicas)
+        let evt = cnats::evt_stream(&self.link.js, self.link.replicas, self.link.scope())
             .await
             .map_err(ResultsError::Bucket)?;
         let last = match evt
@@ -247,7 +244,9 @@ impl Results {
     }
 
     /// Puts the result of every pending command, summed up from its records up to
-    /// `upto`; all sent, then all acknowledged.
+    /// `upto`; all sent, then all acknowledged. Each put is signed, and followed by
+    /// a notice of the same bytes on [`wire::result_notice_subject`] (what `wait`s
+    /// follow).
     async fn put(&mut self, upto: u64) -> Result<(), ResultsError> {
         let mut acks = Vec::with_capacity(self.pending.len());
         for id in &self.pending {
@@ -265,15 +264,32 @@ impl Results {
                 .collect();
             let status = summarize(id, &self.host, events).fit(MAX_EVENTS_BYTES);
             let body = serde_json::to_vec(&status).expect("statuses serialise");
+            let headers = self
+                .link
+                .sign(async_nats::HeaderMap::new(), Publication::Result, &body);
             let ack = self
+                .link
                 .js
-                .publish(wire::result_subject(&self.host, id), body.into())
+                .publish_with_headers(
+                    wire::result_subject(&self.host, id),
+                    headers.clone(),
+                    body.clone().into(),
+                )
                 .await
                 .map_err(|e| ResultsError::Put(e.into()))?;
-            acks.push(ack);
+            acks.push((id.clone(), headers, body, ack));
         }
-        for ack in acks {
+        let client = self.link.js.client();
+        for (id, headers, body, ack) in acks {
             ack.await.map_err(|e| ResultsError::Put(e.into()))?;
+            // Best effort: a lost notice costs a waiter its next re-read, no more.
+            let notice = wire::result_notice_subject(&self.host, &id);
+            if let Err(e) = client
+                .publish_with_headers(notice, headers, body.into())
+                .await
+            {
+                tracing::debug!(error = %e, "result notice not sent");
+            }
         }
         self.pending.clear();
         Ok(())

@@ -6,14 +6,19 @@
 //! - `intent` → the running intent (`capstan-agent intent --json`);
 //! - `log` (body `{"since":N,"limit":M,"command","namespace","workload"}`, all
 //!   optional) → `{records:[…], last_seq, anchor}` (`anchor`: `null`, or where a prune
-//!   cut the log: `{seq, hash, pruned, file}`).
+//!   cut the log: `{seq, hash, pruned, file}`): at most [`MAX_LOG_RECORDS`] records and
+//!   [`MAX_LOG_BYTES`] of them (but always the first), so that an answer fits in a
+//!   NATS message; a reader goes on after the last record it got.
 //!
-//! Errors are `{"error":{"code","message"}}`.
+//! Errors are `{"error":{"code","message"}}`. Every answer is signed by the host
+//! ([`capstan_common::published`], bound to the request's subject).
 
 use super::{pause, HostInfo};
 use crate::event::Record;
 use crate::executor::Executor;
 use crate::log::Log;
+use capstan_common::published::{self, Publication};
+use capstan_common::signing::Signer;
 use capstan_common::wire::{self, ErrorReply, LogRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -23,10 +28,15 @@ use tokio::sync::watch;
 
 /// The most records one `log` reply carries.
 pub const MAX_LOG_RECORDS: usize = 1000;
+/// The most bytes of records (their JSON) one `log` reply carries, beyond the first
+/// record: below NATS's default `max_payload` (1 MiB) with room for the rest of the
+/// answer. (A record is at most a little over `MAX_COMMAND_BYTES` of JSON.)
+pub const MAX_LOG_BYTES: usize = 768 * 1024;
 
 /// Answers requests until `stop`. The client re-subscribes after reconnects.
 pub async fn run(
     client: async_nats::Client,
+    key: Arc<Signer>,
     executor: Arc<Executor>,
     info: HostInfo,
     published: watch::Receiver<u64>,
@@ -61,7 +71,19 @@ pub async fn run(
             &info,
             *published.borrow(),
         );
-        if let Err(e) = client.publish(reply, body.to_string().into()).await {
+        let body = body.to_string().into_bytes();
+        let mut headers = async_nats::HeaderMap::new();
+        let what = Publication::Answer {
+            subject: request.subject.as_str(),
+        };
+        headers.insert(
+            published::HEADER,
+            key.sign_publication(what, &body).as_str(),
+        );
+        if let Err(e) = client
+            .publish_with_headers(reply, headers, body.into())
+            .await
+        {
             tracing::debug!(error = %e, "cannot send an RPC reply");
         }
     }
@@ -136,7 +158,7 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         ..request.clone()
     };
     let out: Vec<Value> = match log.query(&request) {
-        Ok(records) => records.iter().map(Record::to_json).collect(),
+        Ok(records) => within_bytes(records.iter().map(Record::to_json), MAX_LOG_BYTES),
         Err(e) => return error("log_unreadable", e.to_string()),
     };
     // After a prune the log starts past its anchor: a reader comparing logs (`capstan
@@ -146,4 +168,35 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         Err(e) => return error("log_unreadable", e.to_string()),
     };
     json!({"records": out, "last_seq": log.last_seq(), "anchor": anchor})
+}
+
+/// The first of `records`, and those after it while their JSON stays within `bytes`.
+fn within_bytes(records: impl Iterator<Item = Value>, bytes: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for record in records {
+        let size = record.to_string().len() + 1;
+        if !out.is_empty() && total + size > bytes {
+            break;
+        }
+        total += size;
+        out.push(record);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_stops_before_its_byte_budget_but_keeps_its_first_record() {
+        let record = |n: usize| json!({"seq": n, "pad": "x".repeat(100)});
+        let size = record(1).to_string().len() + 1;
+        let page = within_bytes((1..=10).map(record), 3 * size);
+        assert_eq!(page.len(), 3);
+        let page = within_bytes((1..=10).map(record), size - 1);
+        assert_eq!(page.len(), 1, "the first record goes alone however large");
+        assert!(within_bytes(std::iter::empty(), 10).is_empty());
+    }
 }

@@ -72,6 +72,19 @@ enum Cmd {
     /// Compare a host's log with its records published in the central event stream:
     /// `ok`, or the first seq where it was rewritten, forked or truncated (exit 1).
     Verify { host: String },
+    /// Register a host's public key (`capstan-agent host-key` prints it): what the
+    /// coordinator checks everything the host publishes against. With `--file`, one
+    /// `HOST KEY` pair a line (`#` comments), as `sim-fleet` writes them.
+    Register {
+        host: Option<String>,
+        key: Option<String>,
+        #[arg(long, conflicts_with_all = ["host", "key"])]
+        file: Option<PathBuf>,
+    },
+    /// Show the public keys registered for a host.
+    Keys { host: String },
+    /// Remove one of a host's registered keys.
+    Unregister { host: String, key: String },
     /// Send one command (FILE, without `host`) to many hosts, wait, and summarise.
     Rollout {
         file: PathBuf,
@@ -117,6 +130,11 @@ struct InstallArgs {
     /// leaving its workloads running, and starts again).
     #[arg(long)]
     upgrade: bool,
+    /// The output directory of `capstan-coordinator nats-config`: each host's nkey
+    /// seed (`credentials/<host>.nk`) is written to /etc/capstan/nats.nk, which the
+    /// config's `[nats] nkey_seed_file` must name (with `host_accounts = true`).
+    #[arg(long, value_name = "DIR")]
+    nats_credentials: Option<PathBuf>,
     /// How many hosts at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -414,7 +432,77 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
         } => rollout(&client, json, &file, &hosts, &timeout).await,
         Cmd::Install(args) => install(&client, json, args).await,
+        Cmd::Register { host, key, file } => register(&client, json, host, key, file).await,
+        Cmd::Keys { host } => {
+            let entry = client.get(&format!("/v1/hosts/{host}/keys")).await?;
+            print(json, &entry, human_keys);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Unregister { host, key } => {
+            let entry = client
+                .delete(&format!("/v1/hosts/{host}/keys/{key}"))
+                .await?;
+            print(json, &entry, human_keys);
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `capstan register HOST KEY` or `--file FILE`: each pair through
+/// `PUT /v1/hosts/{host}/keys`; one line (or JSON object) per host.
+async fn register(
+    client: &Client,
+    json: bool,
+    host: Option<String>,
+    key: Option<String>,
+    file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let pairs: Vec<(String, String)> = match (host, key, file) {
+        (Some(h), Some(k), None) => vec![(h, k)],
+        (None, None, Some(f)) => {
+            let text = std::fs::read_to_string(&f)
+                .with_context(|| format!("cannot read {}", f.display()))?;
+            let mut pairs = Vec::new();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                match line.split_whitespace().collect::<Vec<_>>()[..] {
+                    [h, k] => pairs.push((h.to_string(), k.to_string())),
+                    _ => anyhow::bail!("{}:{}: expected `HOST KEY`", f.display(), n + 1),
+                }
+            }
+            pairs
+        }
+        _ => anyhow::bail!("give HOST and KEY, or --file FILE"),
+    };
+    for (host, key) in pairs {
+        let entry = client
+            .put(
+                &format!("/v1/hosts/{host}/keys"),
+                &json!({"public_key": key}),
+            )
+            .await?;
+        print(json, &entry, human_keys);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human_keys(entry: &Value) -> String {
+    let keys: Vec<&str> = entry["public_keys"]
+        .as_array()
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    format!(
+        "{} {}\n",
+        entry["host"].as_str().unwrap_or("?"),
+        if keys.is_empty() {
+            "(no keys)".to_string()
+        } else {
+            keys.join(" ")
+        }
+    )
 }
 
 /// `capstan log HOST [--since SEQ] [--follow]`: the host's records from `CAPSTAN_EVT`,
@@ -530,6 +618,7 @@ async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Resu
         package: args.package,
         package_bytes: std::sync::Arc::new(package_bytes),
         upgrade: args.upgrade,
+        nats_credentials: args.nats_credentials,
         connect_timeout: duration("connect-timeout", &args.connect_timeout)?,
         timeout: duration("timeout", &args.timeout)?,
     };

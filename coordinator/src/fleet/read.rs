@@ -73,24 +73,34 @@ pub(super) async fn read_all(
     Ok(out)
 }
 
-struct Consumer(jetstream::consumer::PullConsumer);
+/// A consumer whose every message must pass `check` (its payload and its
+/// signature header) before it counts.
+struct Consumer<C> {
+    consumer: jetstream::consumer::PullConsumer,
+    check: C,
+}
 
-impl Source for Consumer {
+impl<C: Fn(&[u8], Option<&str>) -> Result<(), FleetError>> Source for Consumer<C> {
     async fn pending(&mut self) -> Result<u64, FleetError> {
-        Ok(self.0.info().await.map_err(FleetError::nats)?.num_pending)
+        Ok(self
+            .consumer
+            .info()
+            .await
+            .map_err(FleetError::nats)?
+            .num_pending)
     }
 
     async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError> {
         let expires = Duration::from_secs(2);
         let batch = if wait {
-            self.0
+            self.consumer
                 .batch()
                 .max_messages(max)
                 .expires(expires)
                 .messages()
                 .await
         } else {
-            self.0
+            self.consumer
                 .fetch()
                 .max_messages(max)
                 .expires(expires)
@@ -102,6 +112,12 @@ impl Source for Consumer {
         while let Some(m) = batch.next().await {
             let m = m.map_err(FleetError::nats)?;
             got += 1;
+            let sig = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(capstan_common::published::HEADER))
+                .map(|v| v.as_str());
+            (self.check)(&m.payload, sig)?;
             if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
                 page.push(v);
             }
@@ -112,7 +128,8 @@ impl Source for Consumer {
 
 /// Reads the messages of `subject` from stream sequence `from` to the current end (or
 /// to the first that `last` accepts) through a short-lived consumer, keeping those
-/// `keep` accepts, at most `limit`.
+/// `keep` accepts, at most `limit`. Every message must pass `check` (the host's
+/// signature), or the read fails.
 pub(super) async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
@@ -120,6 +137,7 @@ pub(super) async fn read_subject(
     keep: impl Fn(&Value) -> bool,
     last: impl Fn(&Value) -> bool,
     limit: usize,
+    check: impl Fn(&[u8], Option<&str>) -> Result<(), FleetError>,
 ) -> Result<Vec<Value>, FleetError> {
     let consumer = stream
         .create_consumer(pull::Config {
@@ -135,7 +153,7 @@ pub(super) async fn read_subject(
         .await
         .map_err(FleetError::nats)?;
     let name = consumer.cached_info().name.clone();
-    let mut source = Consumer(consumer);
+    let mut source = Consumer { consumer, check };
     let result = read_all(&mut source, subject, keep, last, limit).await;
     let _ = stream.delete_consumer(&name).await;
     result

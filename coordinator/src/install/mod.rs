@@ -24,6 +24,9 @@ use target::Target;
 
 /// Where the config goes on a host.
 pub const CONFIG_PATH: &str = "/etc/capstan/agent.toml";
+/// Where the host's NATS nkey seed goes (`--nats-credentials`); the config's
+/// `[nats] nkey_seed_file` must name it.
+pub const NKEY_PATH: &str = "/etc/capstan/nats.nk";
 const UNIT: &str = "capstan-agent";
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,21 @@ pub enum InstallError {
     Random(#[source] getrandom::Error),
     #[error("asking the coordinator for its hosts")]
     Coordinator(#[source] ClientError),
+    #[error("cannot read the NATS credentials of {name} ({})", path.display())]
+    Credentials {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("with --nats-credentials the config of {name} must say `nkey_seed_file = \"{NKEY_PATH}\"` and `host_accounts = true` in [nats]")]
+    CredentialsUnused { name: String },
+    #[error("registering the host key of {name} with the coordinator")]
+    Register {
+        name: String,
+        #[source]
+        source: ClientError,
+    },
 }
 
 /// What every host gets.
@@ -81,6 +99,9 @@ pub struct Install {
     pub package: PathBuf,
     pub package_bytes: Arc<Vec<u8>>,
     pub upgrade: bool,
+    /// `capstan-coordinator nats-config`'s output directory: each host's nkey seed
+    /// (`credentials/<name>.nk`) goes to [`NKEY_PATH`].
+    pub nats_credentials: Option<PathBuf>,
     pub connect_timeout: Duration,
     /// How long to wait for `alive` once the agent is started.
     pub timeout: Duration,
@@ -273,17 +294,99 @@ impl OnHost<'_> {
             });
         }
         let name = registry_name(&self.job.config, &probe.hostname)?;
+        let credentials = self.credentials(&name).await?;
         let remote = self.upload().await?;
         let result = self.apply(&probe, &remote).await;
         // Best effort: a leftover in /tmp is harmless, and the result is what matters.
         let _ = self.session.run(&format!("rm -f {remote}"), b"").await;
-        let outcome = result?;
+        let mut outcome = result?;
+        if credentials && outcome == Outcome::Unchanged {
+            // New credentials and nothing else: the running agent must reconnect.
+            self.progress("restarting capstan-agent (its NATS credentials changed)");
+            self.run_ok(
+                "systemctl restart",
+                &format!("systemctl restart {UNIT}"),
+                b"",
+            )
+            .await?;
+            outcome = Outcome::Reconfigured;
+        }
+        self.register(client, &name).await?;
         self.progress(&format!(
             "{outcome}; waiting for {name} to be alive in the registry"
         ));
         wait_alive(client, &name, self.install.timeout).await?;
         self.progress(&format!("{name} is alive"));
         Ok(outcome)
+    }
+
+    /// With `--nats-credentials`, puts the host's nkey seed at [`NKEY_PATH`] (0600
+    /// root) unless it is there already; true when it wrote it.
+    async fn credentials(&self, name: &str) -> Result<bool, InstallError> {
+        let Some(dir) = &self.install.nats_credentials else {
+            return Ok(false);
+        };
+        let config: toml::Table = toml::from_str(&String::from_utf8_lossy(&self.job.config))
+            .map_err(InstallError::Config)?;
+        let nats = config.get("nats").and_then(toml::Value::as_table);
+        let names_it = nats.is_some_and(|n| {
+            n.get("nkey_seed_file").and_then(toml::Value::as_str) == Some(NKEY_PATH)
+                && n.get("host_accounts").and_then(toml::Value::as_bool) == Some(true)
+        });
+        if !names_it {
+            return Err(InstallError::CredentialsUnused {
+                name: name.to_string(),
+            });
+        }
+        let path = crate::natsconf::credentials_dir(dir).join(format!("{name}.nk"));
+        let seed = std::fs::read(&path).map_err(|source| InstallError::Credentials {
+            name: name.to_string(),
+            path: path.clone(),
+            source,
+        })?;
+        let there = self
+            .session
+            .run(&format!("sha256sum {NKEY_PATH} 2>/dev/null"), b"")
+            .await?
+            .stdout();
+        if there.split_whitespace().next() == Some(sha256_hex(&seed).as_str()) {
+            self.progress(&format!("{NKEY_PATH} is as wanted"));
+            return Ok(false);
+        }
+        self.progress(&format!("writing {NKEY_PATH}"));
+        let tmp = "/etc/capstan/.nats.nk.capstan-install";
+        let script = format!(
+            "install -d -m 0755 /etc/capstan && rm -f {tmp} && (umask 077; set -C; cat > {tmp}) \
+             && chown root:root {tmp} && chmod 0600 {tmp} && mv -f {tmp} {NKEY_PATH}"
+        );
+        self.run_ok("write the NATS credentials", &script, &seed)
+            .await?;
+        Ok(true)
+    }
+
+    /// Registers the host's key with the coordinator: `capstan-agent host-key` on
+    /// the host prints it (making it first if the agent has not yet).
+    async fn register(&self, client: &Client, name: &str) -> Result<(), InstallError> {
+        let key = self
+            .run_ok(
+                "capstan-agent host-key",
+                &format!("capstan-agent --config {CONFIG_PATH} host-key"),
+                b"",
+            )
+            .await?;
+        let key = key.trim();
+        client
+            .put(
+                &format!("/v1/hosts/{name}/keys"),
+                &serde_json::json!({ "public_key": key }),
+            )
+            .await
+            .map_err(|source| InstallError::Register {
+                name: name.to_string(),
+                source,
+            })?;
+        self.progress(&format!("registered {name}'s host key {key}"));
+        Ok(())
     }
 
     /// Streams the package into a new file in `/tmp` and checks its sha256 there;

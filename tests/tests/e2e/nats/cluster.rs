@@ -67,6 +67,7 @@ fn rollout_losing(victim: Victim) {
                 .nats(&cluster.url())
                 .nats_extra("replicas = 3")
                 .signing(&keys.public)
+                .registered_with(&coordinator.url, &coordinator.token)
                 .build()
         })
         .collect();
@@ -267,6 +268,7 @@ fn a_coordinator_scales_an_r1_layout_to_its_replicas() {
         .nats(&cluster.url())
         .nats_extra("replicas = 3")
         .signing(&keys.public)
+        .registered_with(&r3.url, &r3.token)
         .build();
     let daemon = agent.run();
     submit(&r3, &agent.commands("shop").ensure_namespace("ns"));

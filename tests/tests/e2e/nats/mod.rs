@@ -52,9 +52,12 @@ impl Fleet {
     }
 
     /// `builder` (of any driver) taking commands from this fleet's server, signed
-    /// with its keys.
+    /// with its keys, and its host's key registered with the coordinator.
     pub(crate) fn join(&self, builder: AgentBuilder) -> AgentBuilder {
-        builder.nats(&self.server.url()).signing(&self.keys.public)
+        builder
+            .nats(&self.server.url())
+            .signing(&self.keys.public)
+            .registered_with(&self.coordinator.url, &self.coordinator.token)
     }
 
     /// Another coordinator on the same server and keys.

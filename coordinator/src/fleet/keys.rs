@@ -1,0 +1,214 @@
+//! The hosts' registered public keys (`capstan_host_keys`, key = host, written by
+//! coordinators only): what every host publication is checked against
+//! ([`capstan_common::published`]). Each coordinator keeps a copy, fed by a watch of
+//! the bucket, so a check costs no NATS read; a registration through this
+//! coordinator is in its copy at once, one through another within the watch's lag.
+
+use super::FleetError;
+use async_nats::jetstream::kv;
+use capstan_common::published::{HostKeys, Publication, Unverified};
+use capstan_common::signing::public_key;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// One host's entry: its public keys, oldest first (a re-keyed host keeps its
+/// old key until it is removed, so its older records still verify).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub host: String,
+    pub public_keys: Vec<String>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The most keys one host may have registered at once.
+pub const MAX_KEYS: usize = 8;
+
+/// The registry and this coordinator's copy of it.
+pub(super) struct Registry {
+    bucket: kv::Store,
+    copy: Arc<RwLock<BTreeMap<String, HostKeys>>>,
+    /// Hosts without a key pass unchecked (`allow_unregistered_hosts`).
+    allow_unregistered: bool,
+    _watch: tokio::task::JoinHandle<()>,
+}
+
+fn parse(host: &str, bytes: &[u8]) -> Option<HostKeys> {
+    let entry: Entry = serde_json::from_slice(bytes).ok()?;
+    if entry.host != host {
+        return None;
+    }
+    HostKeys::from_hex(host, entry.public_keys.iter().map(String::as_str)).ok()
+}
+
+impl Registry {
+    /// Starts following `bucket`; returns once the copy holds every entry.
+    pub(super) async fn open(
+        bucket: kv::Store,
+        allow_unregistered: bool,
+    ) -> Result<Registry, FleetError> {
+        let copy = Arc::new(RwLock::new(BTreeMap::new()));
+        let mut watch = bucket.watch_all().await.map_err(FleetError::nats)?;
+        // The initial values come first; then the watch is caught up.
+        let status = bucket.status().await.map_err(FleetError::nats)?;
+        let mut pending = status.values();
+        let feed = Arc::clone(&copy);
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let mut ready_tx = Some(ready_tx);
+        if pending == 0 {
+            let _ = ready_tx.take().map(|t| t.send(()));
+        }
+        let task = tokio::spawn(async move {
+            while let Some(entry) = watch.next().await {
+                let Ok(entry) = entry else { continue };
+                let mut map = feed.write().unwrap_or_else(|e| e.into_inner());
+                match (entry.operation, parse(&entry.key, &entry.value)) {
+                    (kv::Operation::Put, Some(keys)) => {
+                        map.insert(entry.key.clone(), keys);
+                    }
+                    _ => {
+                        map.remove(&entry.key);
+                    }
+                }
+                drop(map);
+                pending = pending.saturating_sub(1);
+                if pending == 0 || entry.delta == 0 {
+                    let _ = ready_tx.take().map(|t| t.send(()));
+                }
+            }
+        });
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), ready).await;
+        Ok(Registry {
+            bucket,
+            copy,
+            allow_unregistered,
+            _watch: task,
+        })
+    }
+
+    /// The keys registered for `host` (none: an empty set).
+    pub(super) fn of(&self, host: &str) -> HostKeys {
+        self.copy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .cloned()
+            .unwrap_or_else(|| HostKeys {
+                host: host.to_string(),
+                keys: Vec::new(),
+            })
+    }
+
+    /// Every host with a registered key.
+    pub(super) fn hosts(&self) -> Vec<String> {
+        let copy = self.copy.read().unwrap_or_else(|e| e.into_inner());
+        copy.keys().cloned().collect()
+    }
+
+    /// Checks a publication of `host`: signed by one of its keys, or the host has
+    /// none and unregistered hosts are allowed.
+    pub(super) fn check(
+        &self,
+        host: &str,
+        what: Publication<'_>,
+        payload: &[u8],
+        sig: Option<&str>,
+    ) -> Result<(), Unverified> {
+        let keys = self.of(host);
+        if keys.keys.is_empty() && self.allow_unregistered {
+            return Ok(());
+        }
+        keys.verify(what, payload, sig)
+    }
+
+    /// The registry entry of `host`, if any.
+    pub(super) async fn entry(&self, host: &str) -> Result<Option<Entry>, FleetError> {
+        let Some(bytes) = self.bucket.get(host).await.map_err(FleetError::nats)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| FleetError::Nats(format!("the key entry of {host} is unreadable: {e}")))
+    }
+
+    /// Adds `key` (64 hex digits) to `host`'s keys; a key already there changes
+    /// nothing. Compare-and-set on the entry's revision, so two coordinators adding
+    /// at once both land.
+    pub(super) async fn add(&self, host: &str, key: &str) -> Result<Entry, FleetError> {
+        public_key(key).map_err(|e| FleetError::BadRequest(format!("`public_key`: {e}")))?;
+        let key = key.trim().to_ascii_lowercase();
+        self.update(host, |keys| {
+            if !keys.contains(&key) {
+                if keys.len() >= MAX_KEYS {
+                    return Err(FleetError::BadRequest(format!(
+                        "host {host} has {MAX_KEYS} keys registered already; remove one first"
+                    )));
+                }
+                keys.push(key.clone());
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes `key` from `host`'s keys (the entry goes with its last key).
+    pub(super) async fn remove(&self, host: &str, key: &str) -> Result<Entry, FleetError> {
+        let key = key.trim().to_ascii_lowercase();
+        self.update(host, |keys| {
+            let before = keys.len();
+            keys.retain(|k| *k != key);
+            if keys.len() == before {
+                return Err(FleetError::KeyNotFound(host.to_string()));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn update(
+        &self,
+        host: &str,
+        change: impl Fn(&mut Vec<String>) -> Result<(), FleetError>,
+    ) -> Result<Entry, FleetError> {
+        for _ in 0..16 {
+            let current = self.bucket.entry(host).await.map_err(FleetError::nats)?;
+            let (mut keys, revision) = match &current {
+                Some(e) if e.operation == kv::Operation::Put => {
+                    let entry: Entry = serde_json::from_slice(&e.value).map_err(|e| {
+                        FleetError::Nats(format!("the key entry of {host} is unreadable: {e}"))
+                    })?;
+                    (entry.public_keys, Some(e.revision))
+                }
+                Some(e) => (Vec::new(), Some(e.revision)),
+                None => (Vec::new(), None),
+            };
+            change(&mut keys)?;
+            let entry = Entry {
+                host: host.to_string(),
+                public_keys: keys,
+                updated_at: chrono::Utc::now(),
+            };
+            let value = serde_json::to_vec(&entry).expect("entries serialise");
+            let written = match revision {
+                Some(r) => self.bucket.update(host, value.into(), r).await.is_ok(),
+                None => self.bucket.create(host, value.into()).await.is_ok(),
+            };
+            if written {
+                let parsed = parse(
+                    host,
+                    &serde_json::to_vec(&entry).expect("entries serialise"),
+                );
+                let mut copy = self.copy.write().unwrap_or_else(|e| e.into_inner());
+                match parsed {
+                    Some(keys) if !keys.keys.is_empty() => copy.insert(host.to_string(), keys),
+                    _ => copy.remove(host),
+                };
+                return Ok(entry);
+            }
+        }
+        Err(FleetError::Nats(format!(
+            "the key entry of {host} kept changing under this update; try again"
+        )))
+    }
+}

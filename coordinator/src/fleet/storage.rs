@@ -1,0 +1,114 @@
+//! Where each host's records (`CAPSTAN_EVT`) and results (`capstan_results`) are.
+//!
+//! - One account for the fleet: one stream and one bucket for every host, in the
+//!   coordinators' account ([`Scope::Shared`]).
+//! - Per-host accounts (`[nats] host_accounts`, `capstan-coordinator nats-config`):
+//!   each host's own stream and bucket, in its **storage account**, which the host
+//!   reaches only through the subjects it is given and the coordinators' account
+//!   reaches whole under [`wire::store_api_prefix`] ([`Scope::Host`]). The host's
+//!   quota is that account's: nothing one host writes can evict or crowd out
+//!   another's. A coordinator makes a host's stream and bucket the first time it
+//!   needs them (a registration, a submission, a read), with today's limits.
+
+use super::FleetError;
+use async_nats::jetstream::{self, stream};
+use capstan_common::nats::{self as cnats, Retention, Scope};
+use capstan_common::wire;
+use std::collections::HashMap;
+
+/// One host's stream and bucket (the bucket as its backing stream, read with direct
+/// gets so that a result's signature header comes with it).
+#[derive(Clone)]
+pub(super) struct Storage {
+    pub evt: stream::Stream,
+    pub results: stream::Stream,
+}
+
+pub(super) struct Stores {
+    client: async_nats::Client,
+    retention: Retention,
+    host_accounts: bool,
+    shared: tokio::sync::OnceCell<Storage>,
+    hosts: tokio::sync::Mutex<HashMap<String, Storage>>,
+}
+
+impl Stores {
+    pub(super) fn new(
+        client: async_nats::Client,
+        retention: Retention,
+        host_accounts: bool,
+    ) -> Self {
+        Stores {
+            client,
+            retention,
+            host_accounts,
+            shared: tokio::sync::OnceCell::new(),
+            hosts: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where the fleet's own event stream and results bucket are: with per-host
+    /// accounts, nowhere.
+    pub(super) fn scope(&self) -> Scope {
+        if self.host_accounts {
+            Scope::Host
+        } else {
+            Scope::Shared
+        }
+    }
+
+    /// The shared stream and bucket (without per-host accounts).
+    pub(super) async fn shared(&self) -> Result<&Storage, FleetError> {
+        self.shared
+            .get_or_try_init(|| async {
+                let js = jetstream::new(self.client.clone());
+                open(&js, self.retention, Scope::Shared).await
+            })
+            .await
+    }
+
+    /// `host`'s stream and bucket.
+    pub(super) async fn of(&self, host: &str) -> Result<Storage, FleetError> {
+        if !self.host_accounts {
+            return self.shared().await.cloned();
+        }
+        let mut hosts = self.hosts.lock().await;
+        if let Some(s) = hosts.get(host) {
+            return Ok(s.clone());
+        }
+        let prefix = wire::store_api_prefix(host);
+        // Whether the host has a storage account at all: its JetStream answers
+        // account info; nothing answers for a host the server config lacks.
+        match self
+            .client
+            .request(format!("{prefix}.INFO"), "".into())
+            .await
+        {
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(FleetError::NoHostAccount(host.to_string()))
+            }
+            Err(e) => return Err(FleetError::nats(e)),
+            Ok(_) => {}
+        }
+        let js = jetstream::with_prefix(self.client.clone(), &prefix);
+        let storage = open(&js, self.retention, Scope::Host).await?;
+        cnats::migrate_host(&js, self.retention.replicas).await?;
+        hosts.insert(host.to_string(), storage.clone());
+        Ok(storage)
+    }
+}
+
+async fn open(
+    js: &jetstream::Context,
+    retention: Retention,
+    scope: Scope,
+) -> Result<Storage, FleetError> {
+    let replicas = retention.replicas;
+    let evt = cnats::evt_stream(js, replicas, scope).await?;
+    cnats::results_bucket(js, retention.commands_max_age, replicas, scope).await?;
+    let results = js
+        .get_stream(format!("KV_{}", wire::RESULTS_BUCKET))
+        .await
+        .map_err(FleetError::nats)?;
+    Ok(Storage { evt, results })
+}

@@ -56,6 +56,8 @@ pub enum NatsConfError {
     NoHosts,
     #[error("{0:?} is not a size (digits, then K, M, G or T)")]
     Size(String),
+    #[error("--fleet-quota {0} is too small: the command stream alone reserves 1 GiB of it; give it at least 2G")]
+    FleetQuota(String),
     #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
@@ -72,14 +74,26 @@ pub enum NatsConfError {
     },
 }
 
-/// `2G`, `512M`, `100000`: what nats-server takes as a size.
-pub fn check_size(size: &str) -> Result<(), NatsConfError> {
+/// `2G`, `512M`, `100000`: what nats-server takes as a size; its bytes.
+pub fn check_size(size: &str) -> Result<u64, NatsConfError> {
     let digits = size.trim_end_matches(['K', 'M', 'G', 'T']);
-    let suffix = size.len() - digits.len();
-    if digits.is_empty() || suffix > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(NatsConfError::Size(size.to_string()));
+    let suffix = &size[digits.len()..];
+    let bad = || NatsConfError::Size(size.to_string());
+    if digits.is_empty() || suffix.len() > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
     }
-    Ok(())
+    let shift = match suffix {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => 40,
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(bad)
 }
 
 /// The host names of a hosts file: one a line, `#` comments; `user@host[:port]`
@@ -327,7 +341,9 @@ pub fn generate(
         return Err(NatsConfError::NoHosts);
     }
     check_size(host_quota)?;
-    check_size(fleet_quota)?;
+    if check_size(fleet_quota)? < 2 << 30 {
+        return Err(NatsConfError::FleetQuota(fleet_quota.to_string()));
+    }
     let mut seen = std::collections::BTreeSet::new();
     for h in hosts {
         // "coordinator" would share the coordinators' seed file.
@@ -418,9 +434,9 @@ mod tests {
             hosts_of("# fleet\nroot@web-1\nweb-2:2222 # port\n\nroot@db-1:22\n"),
             ["web-1", "web-2", "db-1"]
         );
-        for ok in ["2G", "512M", "100000"] {
-            check_size(ok).unwrap();
-        }
+        assert_eq!(check_size("2G").unwrap(), 2 << 30);
+        assert_eq!(check_size("512M").unwrap(), 512 << 20);
+        assert_eq!(check_size("100000").unwrap(), 100_000);
         for bad in ["", "G", "2GB", "-1", "2 G"] {
             assert!(check_size(bad).is_err(), "{bad}");
         }
@@ -429,6 +445,8 @@ mod tests {
         assert!(matches!(bad, NatsConfError::Host(_)), "{bad}");
         let twice = generate(dir.path(), &["a".into(), "a".into()], "2G", "8G").unwrap_err();
         assert!(matches!(twice, NatsConfError::Duplicate(_)), "{twice}");
+        let small = generate(dir.path(), &["a".into()], "2G", "1G").unwrap_err();
+        assert!(matches!(small, NatsConfError::FleetQuota(_)), "{small}");
     }
 
     #[test]

@@ -73,6 +73,11 @@ pub struct AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The host this agent is for.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// Appends `text` (whole TOML tables) to `agent.toml`.
     pub fn extra_toml(mut self, text: &str) -> AgentBuilder {
         self.extra.push_str(text);

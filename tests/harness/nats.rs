@@ -393,6 +393,61 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, Value)> {
     Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
 
+/// A nats-server config with an account per host (`capstan-coordinator
+/// nats-config`), its nkeys in its own temp dir.
+pub struct Accounts {
+    dir: tempfile::TempDir,
+}
+
+impl Accounts {
+    /// For `hosts`, each with a storage quota of `host_quota` (`64M`, …).
+    pub fn generate(hosts: &[&str], host_quota: &str) -> Accounts {
+        let dir = tempfile::tempdir().expect("accounts dir");
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.arg("nats-config").arg("--out").arg(dir.path());
+        c.args(["--host-quota", host_quota]);
+        for h in hosts {
+            c.args(["--host", h]);
+        }
+        let out = c.output().expect("run nats-config");
+        assert!(
+            out.status.success(),
+            "nats-config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Accounts { dir }
+    }
+
+    /// The server config.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("nats-server.conf")
+    }
+
+    /// The nkey seed file of `user` (a host, or `coordinator`).
+    pub fn seed_file(&self, user: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("credentials")
+            .join(format!("{user}.nk"))
+    }
+
+    /// The nkey seed of `user`.
+    pub fn seed(&self, user: &str) -> String {
+        std::fs::read_to_string(self.seed_file(user))
+            .expect("seed")
+            .trim()
+            .to_string()
+    }
+
+    /// The `[nats]` lines of `user`'s config (agent or coordinator).
+    pub fn nats_lines(&self, user: &str) -> String {
+        format!(
+            "nkey_seed_file = {:?}\nhost_accounts = true",
+            self.seed_file(user).display().to_string()
+        )
+    }
+}
+
 /// A signing key pair in a temp dir.
 pub struct Keys {
     dir: tempfile::TempDir,

@@ -1,9 +1,9 @@
 //! Commands over NATS: a private nats-server, coordinators, agents and the `capstan` CLI.
 
 mod api;
+mod attack;
 mod auth;
 mod cluster;
-mod confine;
 pub(crate) mod crash;
 mod flow;
 mod follow;
@@ -17,7 +17,7 @@ mod verify;
 
 use capstan_tests::agent::{Agent, AgentBuilder};
 use capstan_tests::command::{Cmd, Spec};
-use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use capstan_tests::nats::{Accounts, Coordinator, Keys, NatsServer};
 use std::path::Path;
 
 /// A test's fleet: its own nats-server, signing keys, and a coordinator.
@@ -25,6 +25,8 @@ pub(crate) struct Fleet {
     server: NatsServer,
     keys: Keys,
     pub(crate) coordinator: Coordinator,
+    /// On per-host accounts: their config and nkeys.
+    accounts: Option<Accounts>,
 }
 
 impl Fleet {
@@ -42,7 +44,19 @@ impl Fleet {
             server,
             keys,
             coordinator,
+            accounts: None,
         }
+    }
+
+    /// On per-host accounts for `hosts` (`capstan-coordinator nats-config`, each
+    /// host's storage quota `host_quota`): the coordinator and every agent
+    /// [`Fleet::join`] makes authenticate with their nkeys.
+    pub(crate) fn with_accounts(hosts: &[&str], host_quota: &str) -> Fleet {
+        let accounts = Accounts::generate(hosts, host_quota);
+        let nats = accounts.nats_lines("coordinator");
+        let mut fleet = Fleet::start_with(Some(&accounts.config()), "", &nats);
+        fleet.accounts = Some(accounts);
+        fleet
     }
 
     /// An agent for `host` that takes commands from this fleet's server, signed with
@@ -54,10 +68,12 @@ impl Fleet {
     /// `builder` (of any driver) taking commands from this fleet's server, signed
     /// with its keys, and its host's key registered with the coordinator.
     pub(crate) fn join(&self, builder: AgentBuilder) -> AgentBuilder {
-        builder
-            .nats(&self.server.url())
-            .signing(&self.keys.public)
-            .registered_with(&self.coordinator.url, &self.coordinator.token)
+        let mut builder = builder.nats(&self.server.url()).signing(&self.keys.public);
+        if let Some(accounts) = &self.accounts {
+            let lines = accounts.nats_lines(builder.host());
+            builder = builder.nats_extra(&lines);
+        }
+        builder.registered_with(&self.coordinator.url, &self.coordinator.token)
     }
 
     /// Another coordinator on the same server and keys.

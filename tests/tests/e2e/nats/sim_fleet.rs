@@ -23,6 +23,17 @@ fn a_hundred_simulated_hosts_in_one_process_take_commands_and_stop_on_sigterm() 
     let config = fleet.agent("simf").build();
     let process = config.sim_fleet(HOSTS, "simf");
     let names: Vec<String> = (1..=HOSTS).map(|i| format!("simf-{i:04}")).collect();
+    // Every host's key, as `sim-fleet` lists them, registered in one call.
+    let keys = config.data_dir().join("host-keys");
+    let listed = std::fs::read_to_string(&keys).expect("host-keys");
+    assert_eq!(listed.lines().count(), HOSTS, "{listed}");
+    let keys = keys.to_str().expect("path");
+    let out = coordinator.cli(&["register", "--file", keys]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let hosts = coordinator.wait_for_hosts("all 100 simulated hosts alive", |v| {
         names.iter().all(|n| alive(v, n))

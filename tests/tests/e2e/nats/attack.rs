@@ -1,0 +1,438 @@
+//! One host cannot touch another: an attacker holding host h1's NATS credentials (its
+//! nkey, from the config `capstan-coordinator nats-config` generates) tries every way
+//! into host h2 — reply subjects pointed at h2's subjects, streams and buckets,
+//! direct publishes and subscriptions, listing the fleet, flooding, forging — and
+//! each is refused; h2's commands still complete and `capstan verify h2` stays ok.
+//! A second line of defence: what h1's credentials publish without h1's host key
+//! is refused by the coordinator.
+
+use super::Fleet;
+use async_nats::jetstream;
+use capstan_common::wire;
+use capstan_tests::agent::Agent;
+use capstan_tests::nats::runtime;
+use capstan_tests::{wait_until, READY};
+use futures::StreamExt as _;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// h1 and h2 on per-host accounts, each storage account `quota`; both agents
+/// running, h2 with one command done.
+struct Victim {
+    fleet: Fleet,
+    /// Kept for its dir while its daemon runs.
+    _h1: Agent,
+    h2: Agent,
+    daemons: Vec<capstan_tests::process::Process>,
+}
+
+fn victim(quota: &str) -> Victim {
+    let fleet = Fleet::with_accounts(&["h1", "h2"], quota);
+    let h1 = fleet.agent("h1").build();
+    let h2 = fleet.agent("h2").build();
+    let daemons = vec![h1.run(), h2.run()];
+    fleet
+        .coordinator
+        .run_all(&[h2.commands("shop").ensure_namespace("before")]);
+    fleet
+        .coordinator
+        .run_all(&[h1.commands("mine").ensure_namespace("mine")]);
+    Victim {
+        fleet,
+        _h1: h1,
+        h2,
+        daemons,
+    }
+}
+
+impl Victim {
+    /// h2 runs another command, its records are all in CAPSTAN_EVT in order and
+    /// signed (`capstan log`, `capstan verify`), its earlier command still reads as
+    /// done, and its beat is alive and signed.
+    fn h2_is_unaffected(&self, name: &str) {
+        let c = &self.fleet.coordinator;
+        c.run_all(&[self.h2.commands("shop").ensure_namespace(name)]);
+        let before = c.cli_json(&["status", "before"], 0);
+        assert_eq!(before["status"], "succeeded", "{before}");
+        let applied = c.cli_json(&["intent", "h2"], 0)["applied_seq"]
+            .as_u64()
+            .expect("applied_seq");
+        let events = wait_until("h2's records in CAPSTAN_EVT", READY, || {
+            let events = c.events("h2");
+            (events.last().and_then(|e| e["seq"].as_u64()) >= Some(applied)).then_some(events)
+        });
+        let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+        assert!(
+            events.iter().all(|e| e["kind"] != "command_rejected"),
+            "nothing forged reached h2's commands: {events:?}"
+        );
+        let verified = c.cli_json(&["verify", "h2"], 0);
+        assert_eq!(verified["result"], "ok", "{verified}");
+        c.wait_for_hosts("h2 alive", |v| host_status(v, "h2") == Some("alive"));
+    }
+
+    fn stop(self) {
+        for d in self.daemons {
+            d.stop();
+        }
+        self.fleet.stop();
+    }
+
+    /// Stops h1's agent: the attacker holds its credentials, not its process.
+    fn stop_h1(&mut self) {
+        self.daemons.remove(0).stop();
+    }
+
+    /// A client of the fleet's NATS server as `user` (a host, or `coordinator`).
+    async fn connect(&self, user: &str) -> async_nats::Client {
+        let seed = self.fleet.accounts.as_ref().expect("accounts").seed(user);
+        async_nats::ConnectOptions::with_nkey(seed)
+            .custom_inbox_prefix(format!("_INBOX_{user}"))
+            .connect(self.fleet.server.url())
+            .await
+            .expect("connect")
+    }
+}
+
+fn host_status<'a>(hosts: &'a Value, host: &str) -> Option<&'a str> {
+    hosts["hosts"]
+        .as_array()?
+        .iter()
+        .find(|h| h["host"] == host)?["status"]
+        .as_str()
+}
+
+/// The subjects stream `name` holds, as the coordinators' account sees it (`js`).
+async fn subjects(js: &jetstream::Context, name: &str) -> BTreeSet<String> {
+    let stream = js.get_stream(name).await.expect("stream");
+    let mut all = stream.info_with_subjects(">").await.expect("subjects");
+    let mut out = BTreeSet::new();
+    while let Some(s) = all.next().await {
+        out.insert(s.expect("subject").0);
+    }
+    out
+}
+
+/// The hex form of a command id in a key.
+fn hex(id: &str) -> String {
+    capstan_common::signing::to_hex(id.as_bytes())
+}
+
+#[test]
+fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buckets() {
+    let v = victim("64M");
+    let theirs = hex("before");
+    runtime().block_on(async {
+        let fleet_js = jetstream::new(v.connect("coordinator").await);
+        let commands_before = subjects(&fleet_js, "KV_capstan_commands").await;
+        let attacker = v.connect("h1").await;
+        let prefix = wire::HOST_API_PREFIX;
+        // Requests h1 may make; each answer goes wherever the reply says.
+        let requests = [
+            format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
+            format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
+            format!("{prefix}.STREAM.INFO.KV_capstan_results"),
+            format!("{prefix}.CONSUMER.INFO.CAPSTAN_CMD.agent-h1"),
+        ];
+        let targets = [
+            "capstan.v1.evt.h2".to_string(),
+            "$KV.capstan_hosts.h2".into(),
+            "$KV.capstan_hosts.madeup".into(),
+            format!("$KV.capstan_results.h2.{theirs}"),
+            "$KV.capstan_results.h2._progress".into(),
+            format!("capstan.v1.res.h2.{theirs}"),
+            "capstan.v1.cmd.h2".into(),
+            "capstan.v1.cmd.madeup".into(),
+            format!("$KV.capstan_commands.{}", hex("forged")),
+            "capstan.v1.rpc.h2.status".into(),
+            "$JS.API.STREAM.PURGE.CAPSTAN_CMD".into(),
+            "$JS.API.STREAM.DELETE.KV_capstan_hosts".into(),
+            "$JS.API.CONSUMER.DELETE.CAPSTAN_CMD.agent-h2".into(),
+            "capstan.store.h2.API.STREAM.PURGE.CAPSTAN_EVT".into(),
+            "capstan.store.h2.API.STREAM.DELETE.KV_capstan_results".into(),
+            "$JS.API.STREAM.CREATE.EVIL".into(),
+        ];
+        for request in &requests {
+            for target in &targets {
+                attacker
+                    .publish_with_reply(request.clone(), target.clone(), "".into())
+                    .await
+                    .expect("publish");
+            }
+        }
+        attacker.flush().await.expect("flush");
+        // Whatever the answers did is done once the same requests, asked properly,
+        // have been answered (the server answers in order).
+        for request in &requests {
+            attacker
+                .request(request.clone(), "".into())
+                .await
+                .expect("h1's own requests are answered");
+        }
+        // The fleet's account: the command stream holds no forged subject, the
+        // registry only the two hosts, no binding was written, h2's consumer and
+        // every stream are there.
+        let cmd = subjects(&fleet_js, "CAPSTAN_CMD").await;
+        assert!(
+            cmd.iter()
+                .all(|s| s == "capstan.v1.cmd.h1" || s == "capstan.v1.cmd.h2"),
+            "{cmd:?}"
+        );
+        let hosts = subjects(&fleet_js, "KV_capstan_hosts").await;
+        assert_eq!(
+            hosts,
+            BTreeSet::from(["$KV.capstan_hosts.h1".into(), "$KV.capstan_hosts.h2".into()])
+        );
+        assert_eq!(
+            subjects(&fleet_js, "KV_capstan_commands").await,
+            commands_before
+        );
+        let cmd_stream = fleet_js.get_stream("CAPSTAN_CMD").await.expect("stream");
+        cmd_stream
+            .consumer_info("agent-h2")
+            .await
+            .expect("h2's consumer is there");
+        assert!(fleet_js.get_stream("EVIL").await.is_err());
+        // h2's storage: its records and results only.
+        let store = jetstream::with_prefix(
+            v.connect("coordinator").await,
+            &wire::store_api_prefix("h2"),
+        );
+        let evt = subjects(&store, "CAPSTAN_EVT").await;
+        assert_eq!(evt, BTreeSet::from(["capstan.v1.evt.h2".to_string()]));
+        let results = subjects(&store, "KV_capstan_results").await;
+        assert!(
+            results
+                .iter()
+                .all(|s| s.starts_with("$KV.capstan_results.h2.")),
+            "{results:?}"
+        );
+    });
+    v.h2_is_unaffected("after-replies");
+    v.stop();
+}
+
+#[test]
+fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
+    let v = victim("64M");
+    let theirs = hex("before");
+    runtime().block_on(async {
+        let attacker = v.connect("h1").await;
+        // JetStream publishes on h2's subjects, and on subjects nobody has: nothing
+        // answers, nothing is stored.
+        for subject in [
+            "capstan.v1.evt.h2".to_string(),
+            "$KV.capstan_hosts.h2".into(),
+            format!("$KV.capstan_results.h2.{theirs}"),
+            "capstan.v1.cmd.h2".into(),
+            "capstan.v1.cmd.madeup".into(),
+            format!("$KV.capstan_commands.{}", hex("forged")),
+            "capstan.v1.rpc.h2.intent".into(),
+        ] {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(10),
+                attacker.request(subject.clone(), "{\"seq\":1}".into()),
+            )
+            .await
+            .expect("an answer or a refusal, at once");
+            assert!(
+                matches!(&answer, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders),
+                "{subject}: {answer:?}"
+            );
+        }
+        // The fleet's and h2's streams cannot be listed or read: no responders for
+        // what is not imported, "not enabled" for h1's own account's API.
+        for (subject, body) in [
+            ("capstan.js.API.STREAM.INFO.CAPSTAN_CMD", r#"{"subjects_filter":">"}"#),
+            ("capstan.js.API.STREAM.INFO.KV_capstan_hosts", r#"{"subjects_filter":">"}"#),
+            ("capstan.js.API.STREAM.LIST", "{}"),
+            ("capstan.store.h2.API.STREAM.INFO.CAPSTAN_EVT", "{}"),
+            ("capstan.js.API.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h2", ""),
+            (
+                "capstan.js.API.CONSUMER.CREATE.CAPSTAN_CMD.steal.capstan.v1.cmd.h2",
+                r#"{"stream_name":"CAPSTAN_CMD","config":{"durable_name":"steal","filter_subject":"capstan.v1.cmd.h2"}}"#,
+            ),
+            ("capstan.js.API.CONSUMER.MSG.NEXT.CAPSTAN_CMD.agent-h2", r#"{"batch":1}"#),
+            ("$JS.API.CONSUMER.MSG.NEXT.CAPSTAN_CMD.agent-h2", r#"{"batch":1}"#),
+            ("$JS.API.STREAM.INFO.CAPSTAN_CMD", r#"{"subjects_filter":">"}"#),
+            ("$JS.API.STREAM.NAMES", "{}"),
+        ] {
+            // Nothing answers (at once, or ever: the server's own "not enabled"
+            // responder does not answer every API subject), or "not enabled".
+            let answer =
+                tokio::time::timeout(Duration::from_secs(2), attacker.request(subject, body.into()))
+                    .await;
+            match answer {
+                Err(_) => {}
+                Ok(Err(e)) => assert!(
+                    matches!(
+                        e.kind(),
+                        async_nats::RequestErrorKind::NoResponders
+                            | async_nats::RequestErrorKind::TimedOut
+                    ),
+                    "{subject}: {e}"
+                ),
+                Ok(Ok(m)) => {
+                    let text = String::from_utf8_lossy(&m.payload);
+                    assert!(
+                        text.contains("JetStream not enabled for account"),
+                        "{subject}: {text}"
+                    );
+                    for leak in ["h2", "capstan.v1.cmd", "KV_capstan"] {
+                        assert!(!text.contains(leak), "{subject}: {text}");
+                    }
+                }
+            }
+        }
+        // What h1 may read of its own storage names nobody else.
+        let own = attacker
+            .request("capstan.js.API.STREAM.INFO.CAPSTAN_EVT", r#"{"subjects_filter":">"}"#.into())
+            .await
+            .expect("h1 reads its own stream's info");
+        let text = String::from_utf8_lossy(&own.payload);
+        assert!(text.contains("capstan.v1.evt.h1") && !text.contains("h2"), "{text}");
+        // Everything h2 hears or says, and everything at all.
+        let mut heard = Vec::new();
+        for subject in [
+            "capstan.v1.cmd.h2",
+            "capstan.v1.rpc.h2.*",
+            "capstan.v1.res.h2.>",
+            "capstan.v1.evt.h2",
+            "$KV.capstan_hosts.>",
+            "_INBOX_h2.>",
+            "_INBOX.>",
+            ">",
+        ] {
+            heard.push(attacker.subscribe(subject).await.expect("subscribe"));
+        }
+        attacker.flush().await.expect("flush");
+        // h2 now takes a command, answers RPCs and beats; h1 hears none of it.
+        v.h2_is_unaffected("while-listening");
+        attacker.flush().await.expect("flush");
+        for mut subscription in heard {
+            while let Ok(Some(m)) =
+                tokio::time::timeout(Duration::from_millis(1), subscription.next()).await
+            {
+                assert!(
+                    !m.subject.contains("h2"),
+                    "h1 heard {} ({})",
+                    m.subject,
+                    String::from_utf8_lossy(&m.payload)
+                );
+            }
+        }
+    });
+    v.stop();
+}
+
+#[test]
+fn a_flood_of_h1s_own_results_fills_only_its_own_quota() {
+    let v = victim("32M");
+    let refused = runtime().block_on(async {
+        let attacker = jetstream::new(v.connect("h1").await);
+        let value = vec![b'x'; 400 * 1024];
+        let mut stored = 0u32;
+        loop {
+            let put = attacker
+                .publish(
+                    format!("$KV.capstan_results.h1.flood{stored}"),
+                    value.clone().into(),
+                )
+                .await;
+            match put {
+                Ok(ack) => match ack.await {
+                    Ok(_) => stored += 1,
+                    Err(e) => break (stored, e.to_string()),
+                },
+                Err(e) => break (stored, e.to_string()),
+            }
+            assert!(stored < 1000, "the quota never stopped the flood");
+        }
+    });
+    // 32 MiB of 400 KiB values, then the account's limit.
+    assert!(refused.0 >= 40 && refused.0 <= 100, "{refused:?}");
+    assert!(
+        refused.1.contains("resource limits exceeded"),
+        "{refused:?}"
+    );
+    v.h2_is_unaffected("after-the-flood");
+    v.stop();
+}
+
+#[test]
+fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes() {
+    let mut v = victim("64M");
+    v.stop_h1();
+    let c = &v.fleet.coordinator;
+    let (last_seq, last_stream_seq) = runtime().block_on(async {
+        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        // An unsigned heartbeat under h1's own key.
+        let beat = serde_json::json!({"host": "h1", "version": "evil", "drivers": [],
+            "capabilities": {}, "last_seq": 0, "at": chrono::Utc::now()});
+        attacker
+            .publish("$KV.capstan_hosts.h1", beat.to_string().into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+        // An unsigned result for h1's own command.
+        let status = serde_json::json!({"id": "mine", "host": "h1", "status": "failed",
+            "done": true, "error": {"code": "forged", "message": "forged"}, "events": []});
+        attacker
+            .publish(
+                wire::result_subject("h1", "mine"),
+                status.to_string().into(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+        let stream = attacker
+            .get_stream("CAPSTAN_EVT")
+            .await
+            .expect("own stream");
+        let last = stream
+            .direct_get_last_for_subject("capstan.v1.evt.h1")
+            .await
+            .expect("h1's last record");
+        let seq = serde_json::from_slice::<Value>(&last.payload).expect("record")["seq"]
+            .as_u64()
+            .expect("seq");
+        (seq, last.sequence)
+    });
+    // The beat is shown as unverified (never alive), the result refused.
+    c.wait_for_hosts("h1 unverified", |v| {
+        host_status(v, "h1") == Some("unverified")
+    });
+    let out = c.cli(&["status", "mine"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unverified"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An unsigned record, in sequence, on h1's own subject: its events and verify
+    // are refused, never shown.
+    runtime().block_on(async {
+        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        let record = serde_json::json!({"host": "h1", "seq": last_seq + 1, "kind": "namespace_ready",
+            "at": chrono::Utc::now(), "prev_hash": "00", "namespace": "forged"});
+        let message = jetstream::message::PublishMessage::build()
+            .payload(record.to_string().into())
+            .expected_last_subject_sequence(last_stream_seq);
+        attacker
+            .send_publish("capstan.v1.evt.h1", message)
+            .await
+            .expect("publish")
+            .await
+            .expect("stored after h1's last record");
+    });
+    let out = c.cli(&["log", "h1"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unverified"));
+    assert_eq!(c.cli(&["verify", "h1"]).status.code(), Some(2));
+    v.h2_is_unaffected("after-forgeries");
+    v.stop();
+}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# capstan's main job over NATS: a private nats-server (installed if missing), a
-# coordinator and two sim agents (h1, h2); a rollout through the coordinator's HTTP API
-# (namespace, prepare, activate on both hosts), then the results, the hosts and the
-# central audit log of each host. Everything runs from a temp dir and is stopped on exit.
+# capstan's main job over NATS: a private nats-server (installed if missing) with an
+# account per host (`capstan-coordinator nats-config`), a coordinator and two sim
+# agents (h1, h2), each host's key registered; a rollout through the coordinator's
+# HTTP API (namespace, prepare, activate on both hosts), then the results, the hosts
+# and the central audit log of each host, checked against its signatures. Everything
+# runs from a temp dir and is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,9 @@ wait_for() { # file text
 
 # Every server picks its own port and says which: a port chosen beforehand could be
 # taken meanwhile, and whoever holds it would then be the demo's "server".
-nats-server -js -a 127.0.0.1 -p -1 -sd "$dir/js" -l "$dir/nats.log" & pids+=($!)
+echo "== nats-server accounts: one per host, each confined to its own subjects"
+"$bin/capstan-coordinator" nats-config --host h1 --host h2 --out "$dir/nats"
+nats-server -c "$dir/nats/nats-server.conf" -js -a 127.0.0.1 -p -1 -sd "$dir/js" -l "$dir/nats.log" & pids+=($!)
 wait_for "$dir/nats.log" "Server is ready"
 nats_port=$(sed -n 's/.*Listening for client connections on 127.0.0.1:\([0-9]*\).*/\1/p' "$dir/nats.log")
 echo "== nats-server on 127.0.0.1:$nats_port (store $dir/js)"
@@ -47,6 +51,8 @@ signing_key_file = "$dir/signing.key"
 tokens_file = "$dir/tokens"
 [nats]
 url = "nats://127.0.0.1:$nats_port"
+nkey_seed_file = "$dir/nats/credentials/coordinator.nk"
+host_accounts = true
 TOML
 RUST_LOG=info "$bin/capstan-coordinator" run --config "$dir/coordinator.toml" 2>"$dir/coordinator.log" & pids+=($!)
 wait_for "$dir/coordinator.log" "capstan-coordinator ready"
@@ -66,12 +72,16 @@ host = "$host"
 data_dir = "$dir/$host"
 [nats]
 url = "nats://127.0.0.1:$nats_port"
+nkey_seed_file = "$dir/nats/credentials/$host.nk"
+host_accounts = true
 [signing]
 public_keys = ["$public"]
 [metrics]
 # Two agents on one machine: each on a free port (\`serving metrics on …\` in its log).
 listen = "127.0.0.1:0"
 TOML
+  echo "== $host's key (it signs everything $host publishes), registered"
+  "$bin/capstan" register "$host" "$("$bin/capstan-agent" --config "$dir/$host/agent.toml" host-key)"
   RUST_LOG=info "$bin/capstan-agent" --config "$dir/$host/agent.toml" run 2>"$dir/$host/agent.log" & pids+=($!)
   wait_for "$dir/$host/agent.log" "taking commands"
 done
@@ -109,3 +119,5 @@ for host in h1 h2; do
 done
 echo "== intent of h1 (asked over NATS)"
 "$bin/capstan" intent h1
+echo "== h1's log on the host and in CAPSTAN_EVT, record by record (each signed by h1)"
+"$bin/capstan" verify h1

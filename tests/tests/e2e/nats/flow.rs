@@ -1,6 +1,7 @@
 //! Commands over NATS end to end: HTTP submit → coordinator → JetStream → agent →
 //! log → CAPSTAN_EVT → HTTP status, including an agent that is down when the command
-//! is sent, one killed between logging and acking, and two coordinators side by side.
+//! is sent, one killed between logging and acking, and two coordinators side by side;
+//! the first two also on per-host accounts.
 
 use super::{shop, Fleet};
 use serde_json::Value;
@@ -16,7 +17,18 @@ fn kinds(status: &Value) -> Vec<String> {
 
 #[test]
 fn round_trip_and_offline_delivery() {
-    let fleet = Fleet::start();
+    round_trip(Fleet::start());
+}
+
+/// The same on per-host accounts (`capstan-coordinator nats-config`): every part of
+/// an agent's job goes through its account's imports (also in the smoke run against
+/// the oldest supported nats-server).
+#[test]
+fn round_trip_and_offline_delivery_on_per_host_accounts() {
+    round_trip(Fleet::with_accounts(&["h1"], "256M"));
+}
+
+fn round_trip(fleet: Fleet) {
     let coordinator = &fleet.coordinator;
     let h1 = fleet.agent("h1").build();
     let daemon = h1.run();
@@ -80,7 +92,15 @@ fn round_trip_and_offline_delivery() {
 
 #[test]
 fn redelivery_after_a_kill_between_log_and_ack_is_answered_from_the_log() {
-    let fleet = Fleet::start();
+    redelivery(Fleet::start());
+}
+
+#[test]
+fn redelivery_after_a_kill_between_log_and_ack_on_per_host_accounts() {
+    redelivery(Fleet::with_accounts(&["h1"], "256M"));
+}
+
+fn redelivery(fleet: Fleet) {
     let coordinator = &fleet.coordinator;
     let h1 = fleet.agent("h1").build();
     let daemon = h1.run();

@@ -462,3 +462,44 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
     );
     assert!(whole > 0, "no read got through: {answers:?}");
 }
+
+/// `CAPSTAN_CMD` bounds each host's pending commands: at the limit, that host's next
+/// command is refused (503, nothing dropped), another host's still goes in.
+#[tokio::test]
+async fn one_hosts_pending_commands_are_bounded_and_other_hosts_still_get_theirs() {
+    let api = api(None).await;
+    let (status, body) = api.post(None, &ns("first", "offline", "a")).await;
+    assert_eq!(status, 202, "{body}");
+    // The rest straight onto its subject (as fast as JetStream takes them).
+    let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
+    let limit = capstan_common::nats::CMD_MAX_PER_HOST;
+    let mut acks = Vec::new();
+    for n in 1..limit {
+        let ack = js
+            .publish("capstan.v1.cmd.offline", format!("{n}").into())
+            .await
+            .expect("publish");
+        acks.push(ack);
+        if acks.len() == 1000 {
+            for ack in acks.drain(..) {
+                ack.await.expect("stored below the limit");
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.expect("stored below the limit");
+    }
+    let refused = js
+        .publish("capstan.v1.cmd.offline", "one more".into())
+        .await
+        .expect("publish")
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let (status, body) = api.post(None, &ns("over", "offline", "b")).await;
+    assert_eq!((status, code(&body)), (503, "nats_error"), "{body}");
+    let (status, body) = api.post(None, &ns("other", "h2", "c")).await;
+    assert_eq!(status, 202, "{body}");
+    // Nothing pending was dropped for room.
+    let stream = js.get_stream("CAPSTAN_CMD").await.expect("stream");
+    assert_eq!(stream.cached_info().state.messages, limit as u64 + 1);
+}

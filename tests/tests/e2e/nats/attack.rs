@@ -436,3 +436,40 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
     v.h2_is_unaffected("after-forgeries");
     v.stop();
 }
+
+/// A host that lies with its own key — a result saying its events span a billion
+/// records — makes the coordinator read no more than its bound: the read is refused
+/// (`result_unreadable`), and the coordinator goes on serving.
+#[test]
+fn a_result_claiming_a_billion_records_is_refused_not_read() {
+    let mut v = victim("64M");
+    v.stop_h1();
+    let key = std::fs::read_to_string(v._h1.data_dir().join("host.key")).expect("h1's key");
+    let key = capstan_common::signing::Signer::from_hex(&key).expect("a key");
+    runtime().block_on(async {
+        let attacker = jetstream::new(v.connect("h1").await);
+        let status = serde_json::json!({"id": "mine", "host": "h1", "status": "succeeded",
+            "done": true, "error": null, "events": [], "events_truncated": true,
+            "first_seq": 1, "last_seq": 1_000_000_000u64});
+        let body = status.to_string().into_bytes();
+        let mut headers = async_nats::HeaderMap::new();
+        let what = capstan_common::published::Publication::Result;
+        headers.insert(
+            capstan_common::published::HEADER,
+            key.sign_publication(what, &body).as_str(),
+        );
+        attacker
+            .publish_with_headers(wire::result_subject("h1", "mine"), headers, body.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+    });
+    let c = &v.fleet.coordinator;
+    let out = c.cli(&["status", "mine"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("result_unreadable"), "{stderr}");
+    v.h2_is_unaffected("after-the-lie");
+    v.stop();
+}

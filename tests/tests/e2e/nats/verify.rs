@@ -90,3 +90,34 @@ fn a_log_restored_after_publication_is_found_truncated_and_then_forked() {
     daemon.stop();
     fleet.stop();
 }
+
+/// A log whose first thousand records take more than a NATS message (1 MiB): the
+/// host answers `log` a page at a time within its byte bound, and `verify` goes on
+/// after each page until it has compared every record.
+#[test]
+fn a_log_whose_first_page_is_over_a_mebibyte_verifies() {
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    let agent = fleet.agent("big").build();
+    let daemon = agent.run();
+    let c = agent.commands("shop");
+    let big = "x".repeat(200 * 1024);
+    let mut commands = vec![c.ensure_namespace("ns")];
+    for n in 1..=6 {
+        let spec = capstan_tests::command::Spec::sim().env("BIG", &big);
+        commands.push(c.prepare(&format!("p{n}"), &format!("w{n}"), "r1", spec));
+    }
+    coordinator.run_all(&commands);
+    let last = published(coordinator, "big");
+    let bytes: usize = coordinator
+        .events("big")
+        .iter()
+        .map(|e| e.to_string().len())
+        .sum();
+    assert!(bytes > 1 << 20, "the records take {bytes} bytes");
+    let ok = verify(coordinator, "big", 0);
+    assert_eq!(ok["result"], "ok", "{ok}");
+    assert_eq!(ok["compared"], last, "{ok}");
+    daemon.stop();
+    fleet.stop();
+}

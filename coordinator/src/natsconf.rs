@@ -449,6 +449,28 @@ mod tests {
         assert!(matches!(small, NatsConfError::FleetQuota(_)), "{small}");
     }
 
+    /// `packaging/nats-server.conf` is this generator's output for h1 and h2 (with
+    /// example keys): regenerate it when the layout changes.
+    #[test]
+    fn the_shipped_example_is_what_the_generator_writes() {
+        let shipped = include_str!("../../packaging/nats-server.conf");
+        let nkeys: Vec<&str> = shipped
+            .split("nkey: ")
+            .skip(1)
+            .filter_map(|rest| rest.split_whitespace().next())
+            .collect();
+        let [coordinator, h1, h2] = nkeys[..] else {
+            panic!("three users in the example: {nkeys:?}");
+        };
+        let accounts = Accounts {
+            coordinator: coordinator.into(),
+            hosts: vec![("h1".into(), h1.into()), ("h2".into(), h2.into())],
+            host_quota: "2G".into(),
+            fleet_quota: "8G".into(),
+        };
+        assert_eq!(shipped, render(&accounts));
+    }
+
     #[test]
     fn keys_are_kept_across_runs() {
         let dir = tempfile::tempdir().unwrap();

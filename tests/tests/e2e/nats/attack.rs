@@ -473,3 +473,38 @@ fn a_result_claiming_a_billion_records_is_refused_not_read() {
     v.h2_is_unaffected("after-the-lie");
     v.stop();
 }
+
+/// What the outbox's exactly-once rests on, on h1's own stream: a record is stored
+/// only right after the subject's last message, so a stale or repeated publish (one
+/// expecting the subject empty, or at an older message) is refused (2.9.10 checks 0
+/// as "empty" too).
+#[test]
+fn h1s_own_subject_takes_a_record_only_right_after_its_last() {
+    let mut v = victim("64M");
+    v.stop_h1();
+    runtime().block_on(async {
+        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        let stream = attacker
+            .get_stream("CAPSTAN_EVT")
+            .await
+            .expect("own stream");
+        let last = stream
+            .direct_get_last_for_subject("capstan.v1.evt.h1")
+            .await
+            .expect("h1's last record")
+            .sequence;
+        for expected in [0, last - 1] {
+            let message = jetstream::message::PublishMessage::build()
+                .payload("{}".into())
+                .expected_last_subject_sequence(expected);
+            let stored = attacker
+                .send_publish("capstan.v1.evt.h1", message)
+                .await
+                .expect("publish")
+                .await;
+            assert!(stored.is_err(), "expected {expected}: {stored:?}");
+        }
+    });
+    v.h2_is_unaffected("after-stale-publishes");
+    v.stop();
+}

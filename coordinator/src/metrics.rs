@@ -12,6 +12,8 @@ pub struct FleetGauges {
     pub alive: usize,
     pub stale: usize,
     pub gone: usize,
+    /// Hosts whose beat is not signed by a key registered for them.
+    pub unverified: usize,
     /// Hosts whose last beat says their log takes no writes (`healthy: false`: a
     /// degraded log or a failed flush): they refuse every command.
     pub unhealthy: usize,
@@ -24,6 +26,7 @@ impl FleetGauges {
             match h.status {
                 "alive" => g.alive += 1,
                 "stale" => g.stale += 1,
+                "unverified" => g.unverified += 1,
                 _ => g.gone += 1,
             }
             if h.beat.as_ref().is_some_and(|b| !b.healthy) {
@@ -82,7 +85,12 @@ impl Metrics {
         if let Some(f) = fleet {
             out.push_str("# HELP capstan_coordinator_hosts Hosts by registry status.\n");
             out.push_str("# TYPE capstan_coordinator_hosts gauge\n");
-            for (status, n) in [("alive", f.alive), ("stale", f.stale), ("gone", f.gone)] {
+            for (status, n) in [
+                ("alive", f.alive),
+                ("stale", f.stale),
+                ("gone", f.gone),
+                ("unverified", f.unverified),
+            ] {
                 out.push_str(&format!(
                     "capstan_coordinator_hosts{{status=\"{status}\"}} {n}\n"
                 ));

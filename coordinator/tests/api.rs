@@ -2,6 +2,7 @@
 //! tokens and roles, JSON-only bodies, and ids bound to their content.
 
 use capstan_common::nats::Retention;
+use capstan_common::published::Publication;
 use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
@@ -85,6 +86,33 @@ impl Api {
         self.send(reqwest::Method::POST, "/v1/commands", token, json, &body)
             .await
     }
+}
+
+/// Registers a new key for `host` through the API; the key, to sign with.
+async fn registered(api: &Api, host: &str) -> Signer {
+    let key = Signer::generate().expect("key");
+    let body = json!({"public_key": key.public_hex()}).to_string();
+    let (status, answer) = api
+        .send(
+            reqwest::Method::PUT,
+            &format!("/v1/hosts/{host}/keys"),
+            None,
+            Some("application/json"),
+            &body,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    key
+}
+
+/// `Capstan-Sig` of `payload` as `what`, by `key`.
+fn signed(key: &Signer, what: Publication<'_>, payload: &[u8]) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        capstan_common::published::HEADER,
+        key.sign_publication(what, payload).as_str(),
+    );
+    headers
 }
 
 fn code(v: &Value) -> &str {
@@ -342,8 +370,18 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
             at: chrono::Utc::now(),
         };
         let body = serde_json::to_vec(&beat).expect("beat");
-        hosts.put(host, body.into()).await.expect("put");
+        let key = registered(&api, host).await;
+        js.publish_with_headers(
+            format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET),
+            signed(&key, Publication::Beat, &body),
+            body.into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("put");
     }
+    drop(hosts);
     let text = api
         .http
         .get(format!("{}/metrics", api.base))
@@ -379,11 +417,17 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
     let client = async_nats::connect(&api.nats.url).await.expect("connect");
     let js = async_nats::jetstream::new(client);
     let subject = capstan_common::wire::evt_subject("h1");
+    let key = registered(&api, "h1").await;
     let mut acks = Vec::new();
     for seq in 1..=RECORDS {
         let record = json!({"seq": seq, "kind": "namespace_ready", "namespace": "ns"});
+        let body = record.to_string().into_bytes();
         let ack = js
-            .publish(subject.clone(), record.to_string().into())
+            .publish_with_headers(
+                subject.clone(),
+                signed(&key, Publication::Record, &body),
+                body.into(),
+            )
             .await
             .expect("publish");
         acks.push(ack);

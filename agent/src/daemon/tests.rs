@@ -170,6 +170,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
             capabilities: serde_json::Value::Null,
             outbox_alarm: Default::default(),
         },
+        key: Arc::new(capstan_common::signing::Signer::generate().unwrap()),
         in_flight: 4,
     };
 
@@ -183,7 +184,9 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
     // Every record reached the event stream before the stop returned.
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    let mut stream = capstan_common::nats::evt_stream(&js, 1).await.unwrap();
+    let mut stream = capstan_common::nats::evt_stream(&js, 1, capstan_common::nats::Scope::Shared)
+        .await
+        .unwrap();
     let last = executor.log().last_seq();
     let published = stream.info().await.unwrap().state.messages;
     assert_eq!(published, last, "the outbox drained every record");

@@ -25,6 +25,47 @@ pub struct Entry {
 /// The most keys one host may have registered at once.
 pub const MAX_KEYS: usize = 8;
 
+/// Feeds `copy` from a watch of `bucket` for ever; says `ready` once the first
+/// `initial` entries (the bucket's values when it started) are in.
+async fn follow(
+    bucket: kv::Store,
+    copy: Arc<RwLock<BTreeMap<String, HostKeys>>>,
+    initial: u64,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    let mut pending = initial;
+    if pending == 0 {
+        let _ = ready.take().map(|t| t.send(()));
+    }
+    loop {
+        match bucket.watch_all().await {
+            Ok(mut watch) => {
+                while let Some(entry) = watch.next().await {
+                    let Ok(entry) = entry else { continue };
+                    let mut map = copy.write().unwrap_or_else(|e| e.into_inner());
+                    match (entry.operation, parse(&entry.key, &entry.value)) {
+                        (kv::Operation::Put, Some(keys)) if !keys.keys.is_empty() => {
+                            map.insert(entry.key.clone(), keys);
+                        }
+                        _ => {
+                            map.remove(&entry.key);
+                        }
+                    }
+                    drop(map);
+                    pending = pending.saturating_sub(1);
+                    if pending == 0 || entry.delta == 0 {
+                        let _ = ready.take().map(|t| t.send(()));
+                    }
+                }
+                tracing::warn!("the watch of the host keys ended; starting it again");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch the host keys; retrying"),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// The registry and this coordinator's copy of it.
 pub(super) struct Registry {
     bucket: kv::Store,
@@ -43,41 +84,17 @@ fn parse(host: &str, bytes: &[u8]) -> Option<HostKeys> {
 }
 
 impl Registry {
-    /// Starts following `bucket`; returns once the copy holds every entry.
+    /// Starts following `bucket`; returns once the copy holds every entry (or after
+    /// 10 s: the watch goes on filling it). A watch that ends (an outage the client
+    /// could not ride out) is started again, replaying every entry.
     pub(super) async fn open(
         bucket: kv::Store,
         allow_unregistered: bool,
     ) -> Result<Registry, FleetError> {
         let copy = Arc::new(RwLock::new(BTreeMap::new()));
-        let mut watch = bucket.watch_all().await.map_err(FleetError::nats)?;
-        // The initial values come first; then the watch is caught up.
-        let status = bucket.status().await.map_err(FleetError::nats)?;
-        let mut pending = status.values();
-        let feed = Arc::clone(&copy);
+        let initial = bucket.status().await.map_err(FleetError::nats)?.values();
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
-        let mut ready_tx = Some(ready_tx);
-        if pending == 0 {
-            let _ = ready_tx.take().map(|t| t.send(()));
-        }
-        let task = tokio::spawn(async move {
-            while let Some(entry) = watch.next().await {
-                let Ok(entry) = entry else { continue };
-                let mut map = feed.write().unwrap_or_else(|e| e.into_inner());
-                match (entry.operation, parse(&entry.key, &entry.value)) {
-                    (kv::Operation::Put, Some(keys)) => {
-                        map.insert(entry.key.clone(), keys);
-                    }
-                    _ => {
-                        map.remove(&entry.key);
-                    }
-                }
-                drop(map);
-                pending = pending.saturating_sub(1);
-                if pending == 0 || entry.delta == 0 {
-                    let _ = ready_tx.take().map(|t| t.send(()));
-                }
-            }
-        });
+        let task = tokio::spawn(follow(bucket.clone(), Arc::clone(&copy), initial, ready_tx));
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), ready).await;
         Ok(Registry {
             bucket,

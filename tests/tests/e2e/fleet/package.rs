@@ -61,6 +61,12 @@ fn the_agent_package_installs_on_a_fleet_host_and_takes_commands_from_the_machin
         keys.public
     );
     std::fs::write(host.path("/etc/capstan/agent.toml"), config).expect("write agent.toml");
+    // The host's key (made by `host-key` as by the agent's first start), registered:
+    // what the coordinator checks everything the host publishes against.
+    let config_arg = "--config=/etc/capstan/agent.toml";
+    let key = ssh_ok(&host, &["capstan-agent", config_arg, "host-key"]);
+    let out = coordinator.cli(&["register", host.name(), key.trim()]);
+    assert!(out.status.success(), "{out:?}");
     ssh_ok(&host, &["systemctl", "restart", "capstan-agent"]);
     assert_eq!(
         host.property("capstan-agent.service", "ActiveState"),

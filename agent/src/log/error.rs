@@ -98,6 +98,14 @@ pub enum LogError {
     Snapshot(#[source] serde_json::Error),
     #[error("the log could not be made durable: {0}")]
     Flush(String),
+    /// What the log keeps of a pruned command cannot be read (written by a newer
+    /// build, or damaged).
+    #[error("a pruned command's entry cannot be read")]
+    PrunedIds(#[source] stored::StoredError),
+    /// A prune reached a command that has not completed (a prune never cuts through
+    /// one: it stops before the oldest command in flight).
+    #[error("command {id} is in the records to prune and has not completed")]
+    InFlight { id: String },
 }
 
 impl From<TransactionError<()>> for LogError {

@@ -13,7 +13,10 @@
 //!   [`LogOptions::snapshot_every`] records (more on a host with many workloads: see
 //!   [`LogOptions::snapshot_per_workload`]), so opening replays only the tail;
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
-//!   [`retention`]).
+//!   [`retention`]);
+//! - `pruned_ids`, `pruned_batches`: what is kept of the commands retention pruned,
+//!   so that they are answered as duplicates, never carried out again (see
+//!   [`pruned`]).
 //!
 //! A batch of records and their index entries are written as plain sled writes, then
 //! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
@@ -29,6 +32,7 @@ mod flusher;
 mod kv;
 mod layout;
 mod postings;
+mod pruned;
 mod query;
 mod reader;
 mod records;
@@ -40,6 +44,7 @@ mod tip;
 mod verify;
 
 pub use error::{Corruption, Defect, LogError};
+pub use pruned::PrunedCommand;
 pub use query::uses_index;
 pub use reader::LogReader;
 /// The sled tree that holds the records (benchmarks that read a log's database raw).
@@ -127,6 +132,8 @@ pub struct Log {
     by_workload: sled::Tree,
     by_time: sled::Tree,
     snapshots: sled::Tree,
+    /// What is kept of pruned commands.
+    pruned: pruned::PrunedIds,
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
@@ -173,6 +180,7 @@ impl Log {
         let (records, by_command, by_workload, by_time) =
             (Records::new(records?), by_command?, by_workload?, by_time?);
         let snapshots = tree("snapshots")?;
+        let pruned = pruned::PrunedIds::open(&db)?;
         // An append a crash cut short: back to the tip, before anything reads.
         if let Some(tip) = tip::read(&db)? {
             let trees = tip::Trees {
@@ -265,6 +273,7 @@ impl Log {
             by_workload,
             by_time,
             snapshots,
+            pruned,
             options,
             tail: Mutex::new(tail),
             flusher,
@@ -517,6 +526,23 @@ impl Log {
             command: Some(id.to_string()),
             ..Default::default()
         })
+    }
+
+    /// What is kept of command `id` once retention pruned its `command_received`
+    /// (kept `pruned_ids_max_age_secs`, see [`retention`]).
+    pub fn pruned_command(&self, id: &str) -> Result<Option<PrunedCommand>, LogError> {
+        self.pruned.get(id)
+    }
+
+    /// Whether the log has received command `id`: its `command_received` is in the
+    /// log, or was pruned and is kept (an unreadable entry counts: it is known).
+    pub fn knows_command(&self, id: &str) -> bool {
+        let received = self.for_command(id).is_ok_and(|records| {
+            records
+                .iter()
+                .any(|r| matches!(r.event, Event::CommandReceived { .. }))
+        });
+        received || !matches!(self.pruned.get(id), Ok(None))
     }
 
     /// Every record about `namespace/workload`, in order.

@@ -3,5 +3,6 @@
 mod bad_input;
 mod crash;
 mod local_reads;
+pub(crate) mod retention;
 mod stop;
 mod tamper;

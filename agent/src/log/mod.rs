@@ -44,6 +44,9 @@ mod tip;
 mod verify;
 
 pub use error::{Corruption, Defect, LogError};
+/// The storage layouts this build reads (`capstan-agent --version`), and this
+/// build's version as the log records it.
+pub use layout::{BUILD, READS as LAYOUTS};
 pub use pruned::PrunedCommand;
 pub use query::uses_index;
 pub use reader::LogReader;
@@ -598,6 +601,39 @@ impl From<ScanError> for LogError {
             ScanError::Storage(e) => LogError::Storage(e),
         }
     }
+}
+
+/// The storage layout of the log in `dir` (`capstan-agent log layout`), read without
+/// converting or writing anything of the log: `Some("2")`, `Some("1")` for a log a
+/// build before layout 2 wrote, a newer build's marker as found (`Some("3")`), or
+/// `Some("unknown")` for data in no layout it can name; `None` when there is no log.
+/// Fails while another process holds the log (ask the running agent instead).
+pub fn layout_of(dir: &Path) -> Result<Option<String>, LogError> {
+    layout::of(dir)
+}
+
+/// The layout a running agent's log is in: this build's.
+pub fn current_layout() -> &'static str {
+    layout::current()
+}
+
+/// Test support: writes at `dir` (where no log is) the database a later build with
+/// storage layout `layout` might leave: its marker, `written_by` = `build`, and a
+/// tree of records this build has no name for.
+#[doc(hidden)]
+pub fn write_future_layout(dir: &Path, layout: &str, build: &str) -> Result<(), LogError> {
+    let db = layout::open_raw(dir)?;
+    let write = || -> Result<(), sled::Error> {
+        db.insert(b"layout", layout.as_bytes())?;
+        db.insert(b"written_by", build.as_bytes())?;
+        db.open_tree(format!("records_v{layout}"))?
+            .insert(1u64.to_be_bytes(), &b"a record"[..])?;
+        db.flush().map(drop)
+    };
+    write().map_err(LogError::Storage)?;
+    drop(db);
+    release::wait_until_released(&dir.join("db"));
+    Ok(())
 }
 
 /// Test support: flips one byte of a stored record in the log at `dir`, bypassing the

@@ -117,6 +117,10 @@ struct InstallArgs {
     /// leaving its workloads running, and starts again).
     #[arg(long)]
     upgrade: bool,
+    /// Replace an installed version with an older one, when the package reads the
+    /// storage layout of the host's log (its X-Capstan-Log-Layouts).
+    #[arg(long)]
+    allow_downgrade: bool,
     /// How many hosts at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -479,7 +483,7 @@ fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// `capstan install`: one summary line per host on stdout (`<host> installed`,
-/// `upgraded`, `reconfigured`, `unchanged`, or `failed: <reason>`); exit 1 if any
+/// `upgraded`, `downgraded`, `reconfigured`, `unchanged`, or `failed: <reason>`); exit 1 if any
 /// host failed.
 async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Result<ExitCode> {
     use capstan_coordinator::install::{self, ssh, target};
@@ -530,6 +534,7 @@ async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Resu
         package: args.package,
         package_bytes: std::sync::Arc::new(package_bytes),
         upgrade: args.upgrade,
+        allow_downgrade: args.allow_downgrade,
         connect_timeout: duration("connect-timeout", &args.connect_timeout)?,
         timeout: duration("timeout", &args.timeout)?,
     };

@@ -277,8 +277,8 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
     remove(&old)?;
     let copy = open_raw(&converting)?;
     convert(&db, &copy)?;
-    sign(&copy)?;
     copy.insert(KEY, CURRENT).map_err(LogError::Storage)?;
+    sign(&copy)?;
     close(copy, &converting)?;
     close(db, dir)?;
     rename(dir, &old)?;
@@ -291,9 +291,11 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
 pub(super) fn mark_new(db: &sled::Db, dir: &Path) -> Result<(), LogError> {
     match found(db)? {
         Found::Current => sign(db),
+        // The marker first: a crash between the two leaves a layout-2 log that does
+        // not say who wrote it, never a key without a marker (which is refused).
         Found::Empty => {
-            sign(db)?;
-            db.insert(KEY, CURRENT).map(drop).map_err(LogError::Storage)
+            db.insert(KEY, CURRENT).map_err(LogError::Storage)?;
+            sign(db)
         }
         Found::Old => Err(LogError::OldLayout {
             path: dir.to_path_buf(),

@@ -283,12 +283,19 @@ impl AgentConfig {
             }
         }
         config.metrics.listen()?;
-        config.log.retention.policy()?;
+        config.retention()?;
         Ok(config)
     }
 }
 
 impl AgentConfig {
+    /// `[log.retention]`'s policy (`None`: off), checked against `[signing]`.
+    pub fn retention(
+        &self,
+    ) -> Result<Option<crate::log::retention::Policy>, crate::log::retention::RetentionError> {
+        self.log.retention.policy(self.signing.max_age_secs)
+    }
+
     /// `commands_in_flight`, or its default.
     pub fn commands_in_flight(&self) -> usize {
         self.commands_in_flight
@@ -481,7 +488,7 @@ mod tests {
         let path = dir.path().join("agent.toml");
         std::fs::write(&path, "host = \"h1\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
-        assert_eq!(c.log.retention.policy().unwrap(), None);
+        assert_eq!(c.retention().unwrap(), None);
         std::fs::write(
             &path,
             "[log.retention]\nmax_records = 1000\nmax_age_secs = 86400\nexport_dir = \"/var/lib/capstan/export\"\ninterval_secs = 5\n",
@@ -489,17 +496,32 @@ mod tests {
         .unwrap();
         let p = AgentConfig::load(Some(&path))
             .unwrap()
-            .log
-            .retention
-            .policy()
+            .retention()
             .unwrap()
             .unwrap();
         assert_eq!(p.max_records, Some(1000));
         assert_eq!(p.max_age, Some(Duration::from_secs(86400)));
         assert_eq!(p.interval, Duration::from_secs(5));
+        assert_eq!(
+            p.pruned_ids_max_age,
+            Duration::from_secs(30 * 86_400),
+            "30 days by default"
+        );
+        // The least window for pruned ids: 7 days plus `[signing] max_age_secs`.
+        let at_least = "[log.retention]\npruned_ids_max_age_secs = 608400\n";
+        std::fs::write(&path, at_least).unwrap();
+        assert!(AgentConfig::load(Some(&path)).is_ok(), "7 days + 3600 s");
         for (text, says) in [
             ("[log.retention]\nmax_records = 10\n", "export_dir"),
             ("[log.retention]\nmax_recrods = 10\n", "max_recrods"),
+            (
+                "[log.retention]\npruned_ids_max_age_secs = 608399\n",
+                "`pruned_ids_max_age_secs` must be at least 608400",
+            ),
+            (
+                "[signing]\nmax_age_secs = 7200\n[log.retention]\npruned_ids_max_age_secs = 608400\n",
+                "at least 612000",
+            ),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = AgentConfig::load(Some(&path)).unwrap_err();

@@ -200,7 +200,7 @@ impl HostSetup<'_> {
             metrics,
             local: Some((self.data_dir.join(local::SOCKET), info)),
             // Each host's exports in their own directory (`sim-fleet` runs many).
-            retention: self.config.log.retention.policy().ok().flatten().map(|p| {
+            retention: self.config.retention().ok().flatten().map(|p| {
                 crate::log::retention::Policy {
                     export_dir: p.export_dir.join(self.host),
                     ..p

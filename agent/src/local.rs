@@ -11,7 +11,9 @@
 //!   (from the anchor after a prune; `anchor` is `null` before any);
 //! - `{"verb":"export","body":{"since":S,"until":U,"limit":L}}` →
 //!   `{"lines":[…],"anchor":…}`: the export lines ([`crate::log::export`]) of records
-//!   after `S` up to `U`, at most `L` (and [`export::MAX_LINES`]).
+//!   after `S` up to `U`, at most `L` (and [`export::MAX_LINES`]);
+//! - `{"verb":"layout"}` → `{"layout":"2"}`: the storage layout of the log the agent
+//!   holds (this build's: it opened it), for `capstan-agent log layout`.
 //!
 //! The socket is made `0600` in the agent's data dir (the shipped unit's is `0700`
 //! root): whoever may read the log files may ask.
@@ -149,6 +151,7 @@ async fn answer(
             }
         }
         Ok(request) if request.verb == "export" => export_answer(&executor, request.body),
+        Ok(request) if request.verb == "layout" => json!({"layout": crate::log::current_layout()}),
         Ok(request) => {
             let body = request.body.to_string();
             rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
@@ -320,20 +323,23 @@ mod tests {
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
 
         let path2 = path.clone();
-        let (intent, verified, one, (before, after)) = tokio::task::spawn_blocking(move || {
-            let time = |field: &str, at: &str| json!({"command": "a1", field: at});
-            (
-                ask(&path2, "intent", Value::Null).unwrap(),
-                ask(&path2, "verify", Value::Null).unwrap(),
-                log_records(&path2, 0, json!({"command": "a1"})).unwrap(),
+        let (layout, intent, verified, one, (before, after)) =
+            tokio::task::spawn_blocking(move || {
+                let time = |field: &str, at: &str| json!({"command": "a1", field: at});
                 (
-                    log_records(&path2, 0, time("until_time", "2000-01-01T00:00:00Z")).unwrap(),
-                    log_records(&path2, 0, time("since_time", "2000-01-01T00:00:00Z")).unwrap(),
-                ),
-            )
-        })
-        .await
-        .unwrap();
+                    ask(&path2, "layout", Value::Null).unwrap(),
+                    ask(&path2, "intent", Value::Null).unwrap(),
+                    ask(&path2, "verify", Value::Null).unwrap(),
+                    log_records(&path2, 0, json!({"command": "a1"})).unwrap(),
+                    (
+                        log_records(&path2, 0, time("until_time", "2000-01-01T00:00:00Z")).unwrap(),
+                        log_records(&path2, 0, time("since_time", "2000-01-01T00:00:00Z")).unwrap(),
+                    ),
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(layout, json!({"layout": "2"}));
         assert!(before.is_empty(), "nothing was appended before 2000");
         assert_eq!(after, one, "everything was appended after 2000");
         assert_eq!(intent, rig.executor.log().intent().to_json());

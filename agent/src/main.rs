@@ -3,10 +3,9 @@
 use anyhow::{bail, Context as _};
 use capstan_agent::config::{self, AgentConfig, ShutdownMode};
 use capstan_agent::daemon::{self, DaemonError, HostSetup};
-use capstan_agent::event::Record;
 use capstan_agent::executor::Executor;
 use capstan_agent::local;
-use capstan_agent::log::{Log, LogError, LogOptions, LogReader};
+use capstan_agent::log::{Log, LogError, LogOptions};
 use capstan_agent::metrics;
 use capstan_agent::sim_fleet::{self, FleetOptions};
 use capstan_common::wire::LogRequest;
@@ -17,10 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod log_cli;
 mod log_export_cli;
 
 /// `--version`: the release and the drivers compiled into this build (cargo features;
-/// `drivers::compiled`, and `external` when this build reaches external drivers).
+/// `drivers::compiled`, and `external` when this build reaches external drivers), then
+/// a second line, the storage layouts of the log this build reads (`log layouts: 1 2`,
+/// what `packaging/deb/build.sh` writes into the package as `X-Capstan-Log-Layouts`).
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let mut drivers: Vec<&str> = capstan_agent::drivers::compiled()
         .into_iter()
@@ -29,10 +31,15 @@ static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     if capstan_agent::drivers::EXTERNAL {
         drivers.push("external");
     }
+    let layouts: Vec<String> = capstan_agent::log::LAYOUTS
+        .iter()
+        .map(u32::to_string)
+        .collect();
     format!(
-        "{} (drivers: {})",
+        "{} (drivers: {})\nlog layouts: {}",
         env!("CARGO_PKG_VERSION"),
-        drivers.join(", ")
+        drivers.join(", "),
+        layouts.join(" ")
     )
 });
 
@@ -150,6 +157,10 @@ enum LogAction {
         #[arg(long, value_name = "FILE", num_args = 1..)]
         export: Vec<PathBuf>,
     },
+    /// Print the storage layout of the log (`2`; `1` for a log not yet converted; a
+    /// newer build's as found; `none` without a log): from the running agent, or read
+    /// from the files without converting or writing anything.
+    Layout,
     /// Write records as export lines (JSON with `hash` and `stored`).
     Export {
         /// Only records after this seq, or at or after this RFC 3339 time.
@@ -517,6 +528,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
         Some(LogAction::Verify { export }) if !export.is_empty() => {
             return log_export_cli::verify(&source()?, export)
         }
+        Some(LogAction::Layout) => return log_cli::layout(&ctx.data_dir, running.as_deref()),
         _ => {}
     }
     if let Some(LogAction::Verify { .. }) = args.action {
@@ -568,7 +580,18 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
             });
             (local::log_records(path, args.since, filter)?, 0)
         }
-        None => read_log(ctx, args)?,
+        None => {
+            let request = LogRequest {
+                since: args.since,
+                limit: None,
+                command: args.command.clone(),
+                namespace: args.namespace.clone(),
+                workload: args.workload.clone(),
+                since_time: args.since_time,
+                until_time: args.until_time,
+            };
+            log_cli::read_log(&ctx.data_dir.join("log"), &request)?
+        }
     };
     let mut out = std::io::stdout().lock();
     if !args.json {
@@ -583,7 +606,7 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_writer(&mut out, json)?;
             writeln!(out)?;
         } else {
-            writeln!(out, "{}", row(json))?;
+            writeln!(out, "{}", log_cli::row(json))?;
         }
     }
     Ok(if bad > 0 {
@@ -591,103 +614,6 @@ fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// The records `args` asks for, from the log files (no agent runs), as JSON, and how
-/// many could not be read. A record that fails its own hash is reported and skipped
-/// *visibly*: reading a damaged log must still show everything that can be trusted.
-/// The log is only read ([`LogReader`]): no intent rebuilt, nothing written.
-fn read_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<(Vec<serde_json::Value>, u32)> {
-    let Some(log) = LogReader::open(&ctx.data_dir.join("log")).map_err(|e| explain(e.into()))?
-    else {
-        return Ok((Vec::new(), 0));
-    };
-    let request = LogRequest {
-        since: args.since,
-        limit: None,
-        command: args.command.clone(),
-        namespace: args.namespace.clone(),
-        workload: args.workload.clone(),
-        since_time: args.since_time,
-        until_time: args.until_time,
-    };
-    let answer = if capstan_agent::log::uses_index(&request) {
-        let records = log.query(&request)?;
-        (records.iter().map(Record::to_json).collect(), 0)
-    } else {
-        let mut bad = 0;
-        let records: Vec<Record> = log
-            .read_since(args.since)
-            .filter_map(|r| match r {
-                Ok(r) => Some(r),
-                Err(LogError::Corrupt(c)) => {
-                    eprintln!("capstan-agent: bad record {}: {}", c.seq, c.defect);
-                    bad += 1;
-                    None
-                }
-                Err(e) => {
-                    eprintln!("capstan-agent: {e}");
-                    bad += 1;
-                    None
-                }
-            })
-            .collect();
-        let wanted = records.iter().filter(|r| r.matches(&request));
-        (wanted.map(Record::to_json).collect(), bad)
-    };
-    // The process ends after printing: letting the OS take sled's page table back
-    // is cheaper than freeing it piece by piece (tens of ms on a large log, see
-    // docs/benchmarks.md), and nothing was written that a drop would flush. The lock
-    // goes with the process.
-    std::mem::forget(log);
-    Ok(answer)
-}
-
-/// One record as a table row.
-fn row(json: &serde_json::Value) -> String {
-    let field = |k: &str| json.get(k).and_then(|v| v.as_str());
-    let target = match (field("namespace"), field("workload"), field("revision")) {
-        (Some(n), Some(w), Some(v)) => format!("{n}/{w}@{v}"),
-        (Some(n), Some(w), None) => format!("{n}/{w}"),
-        (Some(n), None, _) => n.to_string(),
-        _ => String::new(),
-    };
-    let detail = [
-        "outcome",
-        "code",
-        "cause",
-        "op",
-        "phase",
-        "owner",
-        "exit_code",
-        "reaped",
-    ]
-    .iter()
-    .filter_map(|k| {
-        json.get(*k)
-            .filter(|v| !v.is_null())
-            .map(|v| format!("{k}={}", short(v)))
-    })
-    .collect::<Vec<_>>()
-    .join(" ");
-    format!(
-        "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",
-        json["seq"],
-        field("at").unwrap_or(""),
-        field("kind").unwrap_or(""),
-        field("command_id").unwrap_or("-"),
-        target,
-        detail
-    )
-}
-
-/// A JSON value in a table cell: strings bare, `{"command": id}` as `command`.
-fn short(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
-        other => other.to_string(),
-    }
 }
 
 /// `capstan-agent intent`: from the running agent when one runs, else rebuilt from

@@ -157,11 +157,37 @@ impl Rig {
 
     /// [`Rig::new`], with the executor finished by `build` (hooks, …).
     pub fn with(config: SimConfig, build: impl FnOnce(Executor) -> Executor) -> Rig {
-        let dir = tempfile::tempdir().unwrap();
-        let log = Arc::new(Log::open(&dir.path().join("log"), LogOptions::default()).unwrap());
+        Rig::in_dir(
+            tempfile::tempdir().unwrap(),
+            LogOptions::default(),
+            config,
+            build,
+        )
+    }
+
+    /// [`Rig::new`] with these log options (e.g. frequent snapshots, to prune).
+    pub fn with_log(options: LogOptions, config: SimConfig) -> Rig {
+        Rig::in_dir(tempfile::tempdir().unwrap(), options, config, |e| e)
+    }
+
+    fn in_dir(
+        dir: tempfile::TempDir,
+        options: LogOptions,
+        config: SimConfig,
+        build: impl FnOnce(Executor) -> Executor,
+    ) -> Rig {
+        let log = Arc::new(Log::open(&dir.path().join("log"), options).unwrap());
         let sim = Arc::new(SimDriver::open(dir.path(), config).unwrap());
         let executor = Arc::new(build(Executor::new(HOST, log, sim.clone())));
         Rig { dir, sim, executor }
+    }
+
+    /// The same data dir opened again (as after a restart): a new log, sim driver and
+    /// executor.
+    pub fn reopen(self, options: LogOptions, config: SimConfig) -> Rig {
+        let Rig { dir, sim, executor } = self;
+        drop((sim, executor));
+        Rig::in_dir(dir, options, config, |e| e)
     }
 
     /// Carries `op` out as command `id`, which must succeed.

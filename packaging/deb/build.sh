@@ -51,9 +51,13 @@ put() {
   install -D -m "$3" "$1" "$pkg/$2"
 }
 
-# package NAME DESCRIPTION LONG: the control files, then the .deb.
+# package NAME DESCRIPTION LONG [FIELD...]: the control files (with FIELD lines, e.g.
+# `X-Capstan-Log-Layouts: 1 2`, after Depends), then the .deb.
 package() {
   local name=$1 summary=$2 long=$3
+  shift 3
+  local extra='' field
+  for field in "$@"; do extra+="$field"$'\n'; done
   local libc
   libc=$(libc_of "$pkg"/usr/bin/*)
   install -d -m 0755 "$pkg/DEBIAN"
@@ -84,7 +88,7 @@ Maintainer: capstan developers <capstan@localhost>
 Section: admin
 Priority: optional
 Depends: libc6 (>= $libc), libgcc-s1, systemd, init-system-helpers
-Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
+${extra}Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
 Description: $summary
 $long
 EOF
@@ -102,6 +106,14 @@ bin() {
 
 pkg=$stage/capstan-agent
 bin capstan-agent
+# The storage layouts of the log this agent reads, from the binary itself (the second
+# line of `capstan-agent --version`): `capstan install` reads the field with
+# `dpkg-deb -f` to refuse a downgrade to a build that cannot read a host's log.
+layouts=$("$pkg/usr/bin/capstan-agent" --version | sed -n 's/^log layouts: //p')
+[[ $layouts =~ ^[0-9]+( [0-9]+)*$ ]] || {
+  echo "build.sh: $bin_dir/capstan-agent --version names no log layouts" >&2
+  exit 1
+}
 put systemd/units/capstan-agent.service usr/lib/systemd/system/capstan-agent.service 0644
 put systemd/units/capstan.tmpfiles usr/lib/tmpfiles.d/capstan.conf 0644
 put packaging/etc/agent.toml etc/capstan/agent.toml 0644
@@ -113,7 +125,8 @@ package capstan-agent "capstan node agent: an event-sourced lifecycle agent for 
 " Writes each lifecycle command from the coordinator to its own durable, hash-chained
  event log before acting, carries it out through one driver (sim, docker, systemd, or
  an external driver process), runs the lifecycle hooks around each start and stop,
- and rebuilds the running intent of every workload from its log when it comes back."
+ and rebuilds the running intent of every workload from its log when it comes back." \
+  "X-Capstan-Log-Layouts: $layouts"
 
 pkg=$stage/capstan-coordinator
 bin capstan-coordinator

@@ -16,7 +16,7 @@
 
 use crate::event::{Cause, Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
-use crate::log::{Log, LogError};
+use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
 use crate::plan::{self, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
@@ -27,6 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 mod lifecycle;
 pub use lifecycle::{ReconcileReport, SweepReport};
+#[cfg(test)]
+mod pruned_tests;
 #[cfg(test)]
 mod tests;
 
@@ -48,20 +50,32 @@ pub struct Executor {
 
 /// `id_conflict` when the log received this id with other content
 /// ([`Command::content`]: everything but `issued_at` and `sig`), so that a reused id is
-/// never answered "duplicate, succeeded" for a command that was not carried out. A
-/// stored command that no longer parses cannot be compared and is not a conflict.
-fn id_conflict(history: &[Record], command: &Command) -> Option<Rejection> {
-    let (seq, stored) = history.iter().find_map(|r| match &r.event {
+/// never answered "duplicate, succeeded" for a command that was not carried out: its
+/// `command_received` in `history`, or what is kept of it once `pruned`. A stored
+/// command that no longer parses cannot be compared and is not a conflict.
+fn id_conflict(
+    history: &[Record],
+    pruned: Option<&PrunedCommand>,
+    command: &Command,
+) -> Option<Rejection> {
+    let received = history.iter().find_map(|r| match &r.event {
         Event::CommandReceived { command, .. } => Some((r.seq, command)),
         _ => None,
-    })?;
-    let stored = Command::parse(stored).ok()?;
-    (stored.content() != command.content()).then(|| {
+    });
+    let (seq, same, since) = match (received, pruned) {
+        (Some((seq, stored)), _) => {
+            let stored = Command::parse(stored).ok()?;
+            (seq, stored.content() == command.content(), "")
+        }
+        (None, Some(p)) => (p.received_seq, p.same_content(command)?, ", since pruned"),
+        (None, None) => return None,
+    };
+    (!same).then(|| {
         Rejection::new(
             ErrorCode::IdConflict,
             format!(
-                "id {} was already used for another command (received as seq {}); send new content under a new id",
-                command.id, seq
+                "id {} was already used for another command (received as seq {seq}{since}); send new content under a new id",
+                command.id
             ),
         )
     })
@@ -248,10 +262,17 @@ impl Executor {
             .into_iter()
             .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
             .collect();
-        if let Some(rejection) = id_conflict(&history, command) {
+        // Retention may have pruned its records: what the log kept of it answers.
+        let received = |r: &Record| matches!(r.event, Event::CommandReceived { .. });
+        let pruned = match history.iter().any(received) {
+            true => None,
+            false => self.log.pruned_command(id)?,
+        };
+        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
             return Ok(self.record_rejection(Some(id.clone()), rejection).await);
         }
-        if let Some(answer) = history.iter().find_map(|r| completed(r, id)) {
+        let answer = history.iter().find_map(|r| completed(r, id));
+        if let Some(answer) = answer.or_else(|| pruned.map(|p| pruned_answer(&p, id))) {
             tracing::info!(command_id = %id, "duplicate command answered from the log");
             return Ok(answer);
         }
@@ -655,12 +676,24 @@ fn completed(record: &Record, id: &str) -> Option<CommandResult> {
             code,
             message,
             ..
-        } => Some(result(
-            Some(id.to_string()),
-            *outcome,
-            true,
-            code.map(|c| Rejection::new(c, message.clone().unwrap_or_default())),
-        )),
+        } => Some(duplicate(id, *outcome, *code, message.as_deref())),
         _ => None,
     }
+}
+
+/// The answer for `id` from what the log kept of it once pruned: the same as from
+/// its records.
+fn pruned_answer(pruned: &PrunedCommand, id: &str) -> CommandResult {
+    duplicate(id, pruned.outcome, pruned.code, pruned.message.as_deref())
+}
+
+/// A duplicate's answer: how `id` completed.
+fn duplicate(
+    id: &str,
+    outcome: Outcome,
+    code: Option<ErrorCode>,
+    message: Option<&str>,
+) -> CommandResult {
+    let error = code.map(|c| Rejection::new(c, message.unwrap_or_default().to_string()));
+    result(Some(id.to_string()), outcome, true, error)
 }

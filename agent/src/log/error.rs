@@ -76,6 +76,17 @@ pub enum LogError {
     /// it opens the log).
     #[error("the log at {path} is in an earlier storage layout: start the agent once (it converts the log when it opens it), then read it")]
     OldLayout { path: PathBuf },
+    /// A log in a layout this build does not read (a newer build's, or data it cannot
+    /// tell): refused, never taken for an empty log.
+    #[error(
+        "the log at {path} is {found}; this build (capstan-agent {build}) reads storage layouts {reads}: run a build that reads it (`capstan-agent --version` lists the layouts a build reads)",
+        build = super::layout::BUILD,
+        reads = super::layout::reads()
+    )]
+    UnknownLayout {
+        path: PathBuf,
+        found: super::layout::Unknown,
+    },
     /// Converting a log in an earlier layout failed on the file system (the copy
     /// beside it, or the renames that put it in place).
     #[error("cannot convert the log to the current storage layout at {path}")]
@@ -98,6 +109,14 @@ pub enum LogError {
     Snapshot(#[source] serde_json::Error),
     #[error("the log could not be made durable: {0}")]
     Flush(String),
+    /// What the log keeps of a pruned command cannot be read (written by a newer
+    /// build, or damaged).
+    #[error("a pruned command's entry cannot be read")]
+    PrunedIds(#[source] stored::StoredError),
+    /// A prune reached a command that has not completed (a prune never cuts through
+    /// one: it stops before the oldest command in flight).
+    #[error("command {id} is in the records to prune and has not completed")]
+    InFlight { id: String },
 }
 
 impl From<TransactionError<()>> for LogError {

@@ -366,4 +366,30 @@ fn a_pruned_format_2_log_opens_from_its_anchor_reads_and_grows() {
     let log = fx.open();
     assert_eq!(log.intent(), after);
     assert_eq!(log.verify().unwrap(), log.last_seq() - anchor.seq);
+    drop(log);
+
+    // Pruned again by this build (a snapshot at the end, so all may go): it keeps
+    // what it pruned of the new commands, in trees the fixture's build did not have.
+    // The commands that build pruned were not kept (it kept nothing of them).
+    let log = Log::open(&fx.data.join("log"), LogOptions::snapshot_every(1)).unwrap();
+    let policy = super::retention::Policy {
+        max_records: Some(1),
+        max_age: None,
+        export_dir: fx.data.with_file_name("export-again"),
+        interval: std::time::Duration::from_secs(1),
+        pruned_ids_max_age: std::time::Duration::from_secs(30 * 86_400),
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    while log.prune(&policy, log.last_seq(), now).unwrap().is_some() {}
+    assert!(log.for_command("upgrade-act").unwrap().is_empty());
+    let kept = log.pruned_command("upgrade-act").unwrap().expect("kept");
+    assert_eq!(kept.outcome, Outcome::Succeeded);
+    let old_id = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["kind"] == "command_received")
+        .and_then(|l| l["command_id"].as_str().map(str::to_string))
+        .expect("a command in the first export");
+    assert_eq!(log.pruned_command(&old_id).unwrap(), None);
+    assert_eq!(log.intent(), after);
 }

@@ -20,6 +20,21 @@
 //! an unfinished copy (removed, and the conversion starts again); a `.converting`
 //! without `dir` is a finished one (renamed into place); a `.layout1` is the old
 //! copy (removed once `dir` is in layout 2).
+//!
+//! **Refuse, never empty.** A database in a layout this build does not know — a
+//! `layout` marker it does not know (a newer build's), or data without a marker that
+//! is not layout 1's — is refused ([`Found::Unknown`], `LogError::UnknownLayout`,
+//! naming what was found and the build that last opened it for writing), never taken
+//! for an empty log: an agent that did would start with empty intent, take every
+//! workload for drift and remove it. Only a database holding nothing at all is new.
+//! Beside the marker, the default tree's `written_by` key holds the version of the
+//! last build that opened the log for writing (set when a log is created, converted,
+//! or opened by [`super::Log::open`]).
+//!
+//! What changes the layout number: anything an older build of the same layout would
+//! misread or take for missing (records or indexes moved or re-encoded). Trees added
+//! beside the others (`pruned_ids`, `pruned_batches`) are ignored by the builds that
+//! do not know them, so they are not a new layout.
 
 use super::records::{self, PER_CHUNK};
 use super::{codec, key_seq, postings, query, release, LogError};
@@ -28,6 +43,20 @@ use std::path::{Path, PathBuf};
 /// The default tree's key naming the layout, and this build's.
 const KEY: &[u8] = b"layout";
 const CURRENT: &[u8] = b"2";
+/// The layouts this build reads: 1 (converted when the agent opens it) and 2.
+pub const READS: [u32; 2] = [1, 2];
+/// The default tree's key holding the version of the last build that opened the log
+/// for writing.
+const WRITTEN_BY: &[u8] = b"written_by";
+/// This build's version, as `capstan-agent --version` gives it.
+pub const BUILD: &str = env!("CARGO_PKG_VERSION");
+/// [`READS`] as the error says it: `1, 2`.
+pub(super) fn reads() -> String {
+    READS.map(|l| l.to_string()).join(", ")
+}
+
+/// sled's own default tree, in every database.
+const DEFAULT_TREE: &[u8] = b"__sled__default";
 /// Layout 2's trees: the records' and the three indexes'.
 pub(super) const TREES: [&str; 4] = [
     records::TREE,
@@ -43,7 +72,7 @@ const BATCH: u64 = 10_000;
 const PROGRESS: u64 = 100_000;
 
 /// What a database holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Found {
     /// Layout 2.
     Current,
@@ -51,6 +80,36 @@ pub(super) enum Found {
     Old,
     /// No log.
     Empty,
+    /// Something this build cannot read: refused.
+    Unknown(Unknown),
+}
+
+/// A database in no layout this build reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    /// Its `layout` marker, if it has one.
+    pub layout: Option<String>,
+    /// The version of the last build that opened it for writing, if it says.
+    pub written_by: Option<String>,
+    /// Its trees (sled's default one left out).
+    pub trees: Vec<String>,
+}
+
+impl std::fmt::Display for Unknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.layout {
+            Some(layout) => write!(f, "in storage layout {layout}")?,
+            None => write!(
+                f,
+                "in no storage layout this build knows (no layout marker; its trees: {})",
+                self.trees.join(", ")
+            )?,
+        }
+        match &self.written_by {
+            Some(v) => write!(f, ", last opened for writing by capstan-agent {v}"),
+            None => write!(f, ", by a build that does not say which"),
+        }
+    }
 }
 
 fn has_tree(db: &sled::Db, name: &str) -> bool {
@@ -59,15 +118,79 @@ fn has_tree(db: &sled::Db, name: &str) -> bool {
         .any(|n| n.as_ref() == name.as_bytes())
 }
 
+fn text(db: &sled::Db, key: &[u8]) -> Result<Option<String>, LogError> {
+    let value = db.get(key).map_err(LogError::Storage)?;
+    Ok(value.map(|v| String::from_utf8_lossy(&v).into_owned()))
+}
+
 /// Which layout the database in `db` is in.
 pub(super) fn found(db: &sled::Db) -> Result<Found, LogError> {
-    if db.get(KEY).map_err(LogError::Storage)?.as_deref() == Some(CURRENT) {
+    let marker = db.get(KEY).map_err(LogError::Storage)?;
+    if marker.as_deref() == Some(CURRENT) {
         return Ok(Found::Current);
     }
-    if has_tree(db, OLD_TREES[0]) {
+    if marker.is_none() && has_tree(db, OLD_TREES[0]) {
         return Ok(Found::Old);
     }
-    Ok(Found::Empty)
+    let trees: Vec<String> = db
+        .tree_names()
+        .iter()
+        .filter(|n| n.as_ref() != DEFAULT_TREE)
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    // Nothing at all: a new database. Anything else without a marker this build
+    // knows is not taken for empty.
+    if marker.is_none() && trees.is_empty() && db.is_empty() {
+        return Ok(Found::Empty);
+    }
+    Ok(Found::Unknown(Unknown {
+        layout: marker.map(|m| String::from_utf8_lossy(&m).into_owned()),
+        written_by: text(db, WRITTEN_BY)?,
+        trees,
+    }))
+}
+
+/// The layout of the log in `dir` as `capstan-agent log layout` reports it, read
+/// without converting or writing anything of the log: `Some` of its marker (`1` for
+/// a layout-1 log, which has none), `None` when there is no log.
+pub(super) fn of(dir: &Path) -> Result<Option<String>, LogError> {
+    if !dir.join("db").exists() {
+        // A converted copy not yet put in place is what the next open puts there.
+        let converted = sibling(dir, "converting").exists();
+        return Ok(converted.then(|| current().to_string()));
+    }
+    let db = open_raw(dir)?;
+    let layout = match found(&db)? {
+        Found::Current => Some(current().to_string()),
+        Found::Old => Some("1".to_string()),
+        Found::Empty => None,
+        Found::Unknown(u) => Some(u.layout.unwrap_or_else(|| "unknown".to_string())),
+    };
+    drop(db);
+    release::wait_until_released(&dir.join("db"));
+    Ok(layout)
+}
+
+/// This build's layout, as [`of`] names it.
+pub(super) fn current() -> &'static str {
+    std::str::from_utf8(CURRENT).expect("the layout marker is ASCII")
+}
+
+/// The error for a database in no layout this build reads.
+pub(super) fn refused(dir: &Path, found: Unknown) -> LogError {
+    LogError::UnknownLayout {
+        path: dir.to_path_buf(),
+        found,
+    }
+}
+
+/// Records this build as the last one to open `db` for writing (no write when it is
+/// already).
+fn sign(db: &sled::Db) -> Result<(), LogError> {
+    if db.get(WRITTEN_BY).map_err(LogError::Storage)?.as_deref() != Some(BUILD.as_bytes()) {
+        db.insert(WRITTEN_BY, BUILD).map_err(LogError::Storage)?;
+    }
+    Ok(())
 }
 
 /// `<dir>.<what>`, beside `dir`.
@@ -138,14 +261,24 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
         return Ok(());
     }
     let db = open_raw(dir)?;
-    if found(&db)? != Found::Old {
-        close(db, dir)?;
-        return remove(&old);
+    match found(&db)? {
+        Found::Old => {}
+        // Untouched, and nothing beside it removed: a newer build's to deal with.
+        Found::Unknown(unknown) => {
+            drop(db);
+            release::wait_until_released(&dir.join("db"));
+            return Err(refused(dir, unknown));
+        }
+        Found::Current | Found::Empty => {
+            close(db, dir)?;
+            return remove(&old);
+        }
     }
     remove(&old)?;
     let copy = open_raw(&converting)?;
     convert(&db, &copy)?;
     copy.insert(KEY, CURRENT).map_err(LogError::Storage)?;
+    sign(&copy)?;
     close(copy, &converting)?;
     close(db, dir)?;
     rename(dir, &old)?;
@@ -153,14 +286,21 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
     remove(&old)
 }
 
-/// Marks a database that holds no log yet as layout 2.
+/// Marks a database that holds no log yet as layout 2, and records this build as the
+/// last one to open it for writing; refuses one in another layout.
 pub(super) fn mark_new(db: &sled::Db, dir: &Path) -> Result<(), LogError> {
     match found(db)? {
-        Found::Current => Ok(()),
-        Found::Empty => db.insert(KEY, CURRENT).map(drop).map_err(LogError::Storage),
+        Found::Current => sign(db),
+        // The marker first: a crash between the two leaves a layout-2 log that does
+        // not say who wrote it, never a key without a marker (which is refused).
+        Found::Empty => {
+            db.insert(KEY, CURRENT).map_err(LogError::Storage)?;
+            sign(db)
+        }
         Found::Old => Err(LogError::OldLayout {
             path: dir.to_path_buf(),
         }),
+        Found::Unknown(unknown) => Err(refused(dir, unknown)),
     }
 }
 

@@ -234,3 +234,117 @@ fn a_conversion_stopped_after_its_swap_only_removes_the_old_copy() {
     assert_eq!(tree_names(&dir), names);
     assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
 }
+
+/// Writes at `dir` what a later build's storage layout `layout` might leave: its
+/// marker, the build that wrote it, and a tree of records this build has no name for.
+fn newer_layout(dir: &Path, layout: &str) {
+    raw(dir, |db| {
+        db.insert(b"layout", layout.as_bytes()).unwrap();
+        db.insert(b"written_by", &b"9.1.0"[..]).unwrap();
+        let records = db.open_tree(format!("records_v{layout}")).unwrap();
+        records
+            .insert(1u64.to_be_bytes(), &b"a record"[..])
+            .unwrap();
+    });
+}
+
+/// The errors opening `dir` gives, for the agent and for a reader.
+fn refusals(dir: &Path) -> [String; 2] {
+    let err = |e: super::super::LogError| {
+        let mut text = e.to_string();
+        if let Some(source) = std::error::Error::source(&e) {
+            text = format!("{text}: {source}");
+        }
+        text
+    };
+    let log = Log::open(dir, LogOptions::default()).err().map(err);
+    let reader = super::super::LogReader::open(dir).err().map(err);
+    [
+        log.expect("the agent refuses the log"),
+        reader.expect("a reader refuses the log"),
+    ]
+}
+
+#[test]
+fn a_log_in_a_newer_layout_is_refused_naming_it_and_its_build_and_left_as_it_is() {
+    // Given a log a later build wrote in layout 3
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    newer_layout(&dir, "3");
+    let before = tree_names(&dir);
+    // When the agent or a reader opens it, then it is refused, saying what it is
+    for text in refusals(&dir) {
+        assert!(
+            text.contains(&format!(
+                "the log at {} is in storage layout 3",
+                dir.display()
+            )) && text.contains("last opened for writing by capstan-agent 9.1.0")
+                && text.contains(&format!(
+                    "this build (capstan-agent {}) reads storage layouts 1, 2",
+                    env!("CARGO_PKG_VERSION")
+                )),
+            "{text}"
+        );
+    }
+    // and nothing was written to it: no layout 2 beside its records
+    assert_eq!(tree_names(&dir), before);
+    let mut marker = None;
+    raw(&dir, |db| marker = db.get(b"layout").unwrap());
+    assert_eq!(marker.as_deref(), Some(&b"3"[..]));
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn data_without_a_marker_this_build_knows_is_refused_not_taken_for_empty() {
+    // Given a database with a tree of records under an unknown name and no marker
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    raw(&dir, |db| {
+        let t = db.open_tree("chunks_v9").unwrap();
+        t.insert(b"k", &b"v"[..]).unwrap();
+    });
+    // When opened, then it is refused, naming its trees
+    for text in refusals(&dir) {
+        assert!(
+            text.contains(
+                "in no storage layout this build knows (no layout marker; its trees: chunks_v9)"
+            ),
+            "{text}"
+        );
+    }
+    // Given only keys in the default tree (no marker), the same
+    let other = root.path().join("other");
+    raw(&other, |db| {
+        db.insert(b"tip", &7u64.to_be_bytes()[..]).unwrap();
+    });
+    for text in refusals(&other) {
+        assert!(text.contains("no layout marker"), "{text}");
+    }
+}
+
+#[test]
+fn a_log_records_the_last_build_that_opened_it_for_writing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    let written_by = |dir: &Path| {
+        let mut v = None;
+        raw(dir, |db| v = db.get(b"written_by").unwrap());
+        v.map(|v| String::from_utf8(v.to_vec()).unwrap())
+    };
+    drop(Log::open(&dir, LogOptions::default()).unwrap());
+    assert_eq!(written_by(&dir).as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    // An older build opened it last: this one says it is the last now; a reader
+    // writes nothing.
+    raw(&dir, |db| {
+        db.insert(b"written_by", &b"0.0.9"[..]).unwrap();
+    });
+    drop(super::super::LogReader::open(&dir).unwrap());
+    assert_eq!(written_by(&dir).as_deref(), Some("0.0.9"));
+    drop(Log::open(&dir, LogOptions::default()).unwrap());
+    assert_eq!(written_by(&dir).as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    // A converted log says which build converted it.
+    let old = root.path().join("old");
+    layout_1(&old);
+    drop(Log::open(&old, LogOptions::default()).unwrap());
+    assert_eq!(written_by(&old).as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}

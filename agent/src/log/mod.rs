@@ -13,7 +13,10 @@
 //!   [`LogOptions::snapshot_every`] records (more on a host with many workloads: see
 //!   [`LogOptions::snapshot_per_workload`]), so opening replays only the tail;
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
-//!   [`retention`]).
+//!   [`retention`]);
+//! - `pruned_ids`, `pruned_batches`: what is kept of the commands retention pruned,
+//!   so that they are answered as duplicates, never carried out again (see
+//!   [`pruned`]).
 //!
 //! A batch of records and their index entries are written as plain sled writes, then
 //! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
@@ -29,6 +32,7 @@ mod flusher;
 mod kv;
 mod layout;
 mod postings;
+mod pruned;
 mod query;
 mod reader;
 mod records;
@@ -40,6 +44,10 @@ mod tip;
 mod verify;
 
 pub use error::{Corruption, Defect, LogError};
+/// The storage layouts this build reads (`capstan-agent --version`), and this
+/// build's version as the log records it.
+pub use layout::{BUILD, READS as LAYOUTS};
+pub use pruned::PrunedCommand;
 pub use query::uses_index;
 pub use reader::LogReader;
 /// The sled tree that holds the records (benchmarks that read a log's database raw).
@@ -127,6 +135,8 @@ pub struct Log {
     by_workload: sled::Tree,
     by_time: sled::Tree,
     snapshots: sled::Tree,
+    /// What is kept of pruned commands.
+    pruned: pruned::PrunedIds,
     options: LogOptions,
     tail: Mutex<Tail>,
     flusher: flusher::Flusher,
@@ -173,6 +183,7 @@ impl Log {
         let (records, by_command, by_workload, by_time) =
             (Records::new(records?), by_command?, by_workload?, by_time?);
         let snapshots = tree("snapshots")?;
+        let pruned = pruned::PrunedIds::open(&db)?;
         // An append a crash cut short: back to the tip, before anything reads.
         if let Some(tip) = tip::read(&db)? {
             let trees = tip::Trees {
@@ -265,6 +276,7 @@ impl Log {
             by_workload,
             by_time,
             snapshots,
+            pruned,
             options,
             tail: Mutex::new(tail),
             flusher,
@@ -519,6 +531,23 @@ impl Log {
         })
     }
 
+    /// What is kept of command `id` once retention pruned its `command_received`
+    /// (kept `pruned_ids_max_age_secs`, see [`retention`]).
+    pub fn pruned_command(&self, id: &str) -> Result<Option<PrunedCommand>, LogError> {
+        self.pruned.get(id)
+    }
+
+    /// Whether the log has received command `id`: its `command_received` is in the
+    /// log, or was pruned and is kept (an unreadable entry counts: it is known).
+    pub fn knows_command(&self, id: &str) -> bool {
+        let received = self.for_command(id).is_ok_and(|records| {
+            records
+                .iter()
+                .any(|r| matches!(r.event, Event::CommandReceived { .. }))
+        });
+        received || !matches!(self.pruned.get(id), Ok(None))
+    }
+
     /// Every record about `namespace/workload`, in order.
     pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
         self.query(&capstan_common::wire::LogRequest {
@@ -572,6 +601,39 @@ impl From<ScanError> for LogError {
             ScanError::Storage(e) => LogError::Storage(e),
         }
     }
+}
+
+/// The storage layout of the log in `dir` (`capstan-agent log layout`), read without
+/// converting or writing anything of the log: `Some("2")`, `Some("1")` for a log a
+/// build before layout 2 wrote, a newer build's marker as found (`Some("3")`), or
+/// `Some("unknown")` for data in no layout it can name; `None` when there is no log.
+/// Fails while another process holds the log (ask the running agent instead).
+pub fn layout_of(dir: &Path) -> Result<Option<String>, LogError> {
+    layout::of(dir)
+}
+
+/// The layout a running agent's log is in: this build's.
+pub fn current_layout() -> &'static str {
+    layout::current()
+}
+
+/// Test support: writes at `dir` (where no log is) the database a later build with
+/// storage layout `layout` might leave: its marker, `written_by` = `build`, and a
+/// tree of records this build has no name for.
+#[doc(hidden)]
+pub fn write_future_layout(dir: &Path, layout: &str, build: &str) -> Result<(), LogError> {
+    let db = layout::open_raw(dir)?;
+    let write = || -> Result<(), sled::Error> {
+        db.insert(b"layout", layout.as_bytes())?;
+        db.insert(b"written_by", build.as_bytes())?;
+        db.open_tree(format!("records_v{layout}"))?
+            .insert(1u64.to_be_bytes(), &b"a record"[..])?;
+        db.flush().map(drop)
+    };
+    write().map_err(LogError::Storage)?;
+    drop(db);
+    release::wait_until_released(&dir.join("db"));
+    Ok(())
 }
 
 /// Test support: flips one byte of a stored record in the log at `dir`, bypassing the

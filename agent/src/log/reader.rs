@@ -5,7 +5,8 @@
 //! Nothing of the log is written through it. (The storage itself, sled, may still
 //! write its own recovery state when it opens: see `docs/benchmarks.md`.) A log in an
 //! earlier layout (see [`super::layout`]) is not converted here: the reader refuses
-//! it, and the agent converts it when it next starts.
+//! it, and the agent converts it when it next starts. One in a layout this build does
+//! not know (a newer build's) is refused, as [`super::Log::open`] refuses it.
 //!
 //! Each record read is checked against its own hash; the chain is `log verify`'s.
 //! Records at or below the anchor (left by a prune that crashed before removing
@@ -59,6 +60,7 @@ impl LogReader {
                     path: dir.to_path_buf(),
                 })
             }
+            Found::Unknown(unknown) => return Err(layout::refused(dir, unknown)),
             Found::Current => {}
         }
         // `open_tree` creates a missing tree: only existing ones are opened.

@@ -8,21 +8,26 @@
 //! - only records before the newest snapshot (the snapshot and everything after it
 //!   stay, so opening rebuilds the intent as before);
 //! - at most [`MAX_BATCH`] records a prune (memory stays bounded; the next prune
-//!   goes on at once).
+//!   goes on at once);
+//! - nothing from the oldest command still in flight on (its `command_received` is
+//!   what recovery resumes it from, and what a duplicate is told apart by).
 //!
 //! A prune ([`Log::prune`]) first exports the records, checked link by link, as
 //! [`super::export`] lines to `capstan-log-<first>-<last>.jsonl` in `export_dir`,
-//! fsync'd; then writes and flushes the [`Anchor`] (the last pruned record's seq and
-//! hash, the count, the file, the intent at that seq); only then removes the records,
-//! their index entries and the snapshots at or before the anchor. A crash before the
+//! fsync'd; then writes what [`super::pruned`] keeps of the commands received in them
+//! (id, content hash, outcome: so an id is answered once, however old), then writes
+//! and flushes the [`Anchor`] (the last pruned record's seq and hash, the count, the
+//! file, the intent at that seq); only then removes the records, their index entries
+//! and the snapshots at or before the anchor. A crash before the
 //! anchor is written leaves a file that the next prune rewrites (same name, same
 //! lines) or removes (another last seq); a crash after it leaves records at or below
 //! the anchor, which opening, reading and verification ignore and the next prune
-//! removes. Nothing is lost, nothing exported twice.
+//! removes. Nothing is lost, nothing exported twice. Each prune also expires the
+//! pruned commands kept longer than `pruned_ids_max_age_secs`.
 
 use super::anchor::{self, Anchor};
 use super::export::{self, ExportError};
-use super::{postings, seq_key, snapshot, Log, LogError, ScanError};
+use super::{postings, pruned, seq_key, snapshot, Log, LogError, ScanError};
 use crate::intent::Intent;
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -36,11 +41,16 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_BATCH: u64 = 10_000;
 /// The default `interval_secs`.
 const DEFAULT_INTERVAL: u64 = 60;
+/// The default `pruned_ids_max_age_secs`: 30 days.
+pub const DEFAULT_PRUNED_IDS_MAX_AGE: u64 = 30 * 86_400;
+/// How long the coordinator accepts a re-post of a command id (its
+/// `commands_max_age`): the least a pruned id is kept, plus `[signing] max_age_secs`.
+pub const REPOST_WINDOW: u64 = 7 * 86_400;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
     #[error("invalid config: `[log.retention]` {0}")]
-    Config(&'static str),
+    Config(String),
     #[error("cannot prune the log")]
     Log(#[from] LogError),
     #[error("cannot export the records to prune")]
@@ -59,6 +69,9 @@ pub struct RetentionConfig {
     pub export_dir: Option<PathBuf>,
     /// How often the agent prunes (1 to 86400 s, default 60).
     pub interval_secs: Option<u64>,
+    /// How long what is kept of a pruned command stays (default 30 days; at least
+    /// [`REPOST_WINDOW`] plus `[signing] max_age_secs`).
+    pub pruned_ids_max_age_secs: Option<u64>,
 }
 
 /// A checked [`RetentionConfig`].
@@ -68,39 +81,52 @@ pub struct Policy {
     pub max_age: Option<Duration>,
     pub export_dir: PathBuf,
     pub interval: Duration,
+    /// How long what is kept of a pruned command stays.
+    pub pruned_ids_max_age: Duration,
 }
 
 impl RetentionConfig {
     /// The policy, `None` when retention is off, or what is wrong with it.
-    pub fn policy(&self) -> Result<Option<Policy>, RetentionError> {
+    /// `signing_max_age_secs`: `[signing] max_age_secs`, how long a re-posted
+    /// command may wait for this host (part of the least `pruned_ids_max_age_secs`).
+    pub fn policy(&self, signing_max_age_secs: u64) -> Result<Option<Policy>, RetentionError> {
+        let bad = |what: &str| Err(RetentionError::Config(what.to_string()));
         if self.max_records == Some(0) {
-            return Err(RetentionError::Config("`max_records` must be at least 1"));
+            return bad("`max_records` must be at least 1");
         }
         if self.max_age_secs == Some(0) {
-            return Err(RetentionError::Config("`max_age_secs` must be at least 1"));
+            return bad("`max_age_secs` must be at least 1");
         }
         let interval = self.interval_secs.unwrap_or(DEFAULT_INTERVAL);
         if !(1..=86_400).contains(&interval) {
-            return Err(RetentionError::Config("`interval_secs` must be 1 to 86400"));
+            return bad("`interval_secs` must be 1 to 86400");
+        }
+        let least = REPOST_WINDOW.saturating_add(signing_max_age_secs);
+        let ids_max_age = self
+            .pruned_ids_max_age_secs
+            .unwrap_or(DEFAULT_PRUNED_IDS_MAX_AGE.max(least));
+        if ids_max_age < least {
+            return Err(RetentionError::Config(format!(
+                "`pruned_ids_max_age_secs` must be at least {least}: the coordinator's \
+                 re-post window ({REPOST_WINDOW} s, 7 days) plus `[signing] max_age_secs` \
+                 ({signing_max_age_secs})"
+            )));
         }
         if self.max_records.is_none() && self.max_age_secs.is_none() {
             return Ok(None);
         }
         let Some(export_dir) = self.export_dir.clone() else {
-            return Err(RetentionError::Config(
-                "`export_dir` is required with `max_records` or `max_age_secs`",
-            ));
+            return bad("`export_dir` is required with `max_records` or `max_age_secs`");
         };
         if !export_dir.is_absolute() {
-            return Err(RetentionError::Config(
-                "`export_dir` must be an absolute path",
-            ));
+            return bad("`export_dir` must be an absolute path");
         }
         Ok(Some(Policy {
             max_records: self.max_records,
             max_age: self.max_age_secs.map(Duration::from_secs),
             export_dir,
             interval: Duration::from_secs(interval),
+            pruned_ids_max_age: Duration::from_secs(ids_max_age),
         }))
     }
 }
@@ -118,17 +144,21 @@ pub struct Bounds {
     pub snapshot: Option<u64>,
     /// The last record older than `max_age` (when there is one and a `max_age`).
     pub aged: Option<u64>,
+    /// The `command_received` seq of the oldest command in flight, if any.
+    pub in_flight: Option<u64>,
 }
 
 /// The last seq that may be pruned now, if any: what `max_records` or `max_age` asks
 /// for, but nothing the outbox has still to send, nothing from the newest snapshot on
-/// (and nothing at all without one), and at most [`MAX_BATCH`] records.
+/// (and nothing at all without one), nothing from the oldest command in flight on,
+/// and at most [`MAX_BATCH`] records.
 pub fn prunable(max_records: Option<u64>, b: &Bounds) -> Option<u64> {
     let by_count = max_records.map_or(0, |keep| b.last.saturating_sub(keep));
     let wanted = by_count.max(b.aged.unwrap_or(0));
     let allowed = b
         .published
-        .min(b.snapshot.map_or(0, |s| s.saturating_sub(1)));
+        .min(b.snapshot.map_or(0, |s| s.saturating_sub(1)))
+        .min(b.in_flight.map_or(u64::MAX, |s| s.saturating_sub(1)));
     let upto = wanted
         .min(allowed)
         .min(b.first.saturating_add(MAX_BATCH - 1));
@@ -169,19 +199,22 @@ impl Log {
         let last = self.last_seq();
         let aged = match policy.max_age {
             Some(age) => {
-                let cutoff =
-                    now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+                let cutoff = now_ms.saturating_sub(millis(age));
                 self.aged_through(first, published.min(last), cutoff)?
             }
             None => None,
         };
+        let in_flight = self.with_intent(|i| i.in_flight.values().min().copied());
         let bounds = Bounds {
             first,
             last,
             published,
             snapshot,
             aged,
+            in_flight,
         };
+        let ids_cutoff = now_ms.saturating_sub(millis(policy.pruned_ids_max_age));
+        self.pruned.expire(ids_cutoff)?;
         let Some(upto) = prunable(policy.max_records, &bounds) else {
             return Ok(None);
         };
@@ -190,6 +223,7 @@ impl Log {
             None => (Intent::default(), [0; 32]),
         };
         let mut lines = Vec::new();
+        let mut commands = pruned::Collector::default();
         let mut hash = prev;
         let count = upto - first + 1;
         for item in Log::scan(&self.records, first - 1, first, prev).take(count as usize) {
@@ -201,6 +235,7 @@ impl Log {
             let stored = self.records.get(record.seq)?.unwrap_or_default();
             lines.push(export::line(&record, &stored));
             intent.apply(record.seq, &record.event);
+            commands.add(&record);
             hash = h;
         }
         if lines.len() as u64 != count {
@@ -210,6 +245,14 @@ impl Log {
         let file = export::file_name(&policy.export_dir, first, upto);
         export::write_durably(&file, &lines)?;
         export::remove_leftovers(&policy.export_dir, first, &file)?;
+        // What an id is answered with once its records are gone, written before the
+        // anchor: a crash never leaves an id neither in the log nor kept.
+        let later = |id: &str| {
+            let records = self.for_command(id)?;
+            Ok(records.into_iter().filter(|r| r.seq > upto).collect())
+        };
+        let entries = commands.finish(now_ms, later)?;
+        self.pruned.write(&entries, now_ms, upto)?;
         let pruned = old.as_ref().map_or(0, |a| a.pruned) + count;
         anchor::write(
             &anchors,
@@ -303,6 +346,11 @@ impl Log {
         }
         Ok(())
     }
+}
+
+/// `d` in ms, as the log's times are.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Prunes under `policy` every `policy.interval` until `stop`. `published`: the

@@ -23,7 +23,6 @@
 //! pause) instead of handing it back, so nothing later in its namespace overtakes it.
 
 use super::{auth, pause, with_cause, Link};
-use crate::event::Event;
 use crate::executor::Executor;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use capstan_common::signing::Policy;
@@ -255,13 +254,7 @@ impl Handler {
 
     async fn carry_out(&self, text: &str) -> CommandResult {
         let executor = &self.executor;
-        let known = |id: &str| {
-            executor.log().for_command(id).is_ok_and(|records| {
-                records
-                    .iter()
-                    .any(|r| matches!(r.event, Event::CommandReceived { .. }))
-            })
-        };
+        let known = |id: &str| executor.log().knows_command(id);
         match auth::admit(&self.policy, text, chrono::Utc::now(), known) {
             Ok(command) => executor.execute(command).await,
             Err((id, rejection)) => executor.reject(id, rejection).await,

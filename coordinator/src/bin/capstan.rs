@@ -135,6 +135,10 @@ struct InstallArgs {
     /// config's `[nats] nkey_seed_file` must name (with `host_accounts = true`).
     #[arg(long, value_name = "DIR")]
     nats_credentials: Option<PathBuf>,
+    /// Replace an installed version with an older one, when the package reads the
+    /// storage layout of the host's log (its X-Capstan-Log-Layouts).
+    #[arg(long)]
+    allow_downgrade: bool,
     /// How many hosts at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -567,7 +571,7 @@ fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// `capstan install`: one summary line per host on stdout (`<host> installed`,
-/// `upgraded`, `reconfigured`, `unchanged`, or `failed: <reason>`); exit 1 if any
+/// `upgraded`, `downgraded`, `reconfigured`, `unchanged`, or `failed: <reason>`); exit 1 if any
 /// host failed.
 async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Result<ExitCode> {
     use capstan_coordinator::install::{self, ssh, target};
@@ -619,6 +623,7 @@ async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Resu
         package_bytes: std::sync::Arc::new(package_bytes),
         upgrade: args.upgrade,
         nats_credentials: args.nats_credentials,
+        allow_downgrade: args.allow_downgrade,
         connect_timeout: duration("connect-timeout", &args.connect_timeout)?,
         timeout: duration("timeout", &args.timeout)?,
     };

@@ -11,10 +11,11 @@
 pub mod plan;
 pub mod ssh;
 pub mod target;
+pub mod version;
 
 use crate::client::{Client, ClientError};
 use futures::StreamExt as _;
-use plan::{Observed, Outcome, Package, Plan, Start, Wanted};
+use plan::{LogLayout, Observed, Outcome, Package, Plan, Start, Wanted};
 use sha2::{Digest as _, Sha256};
 use ssh::{HostKeys, Session, SshError};
 use std::path::PathBuf;
@@ -22,6 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Target;
 
+/// The agent package's control field naming the log layouts its build reads
+/// (`packaging/deb/build.sh` writes it from `capstan-agent --version`).
+pub const LAYOUTS_FIELD: &str = "X-Capstan-Log-Layouts";
 /// Where the config goes on a host.
 pub const CONFIG_PATH: &str = "/etc/capstan/agent.toml";
 /// Where the host's NATS nkey seed goes (`--nats-credentials`); the config's
@@ -102,6 +106,7 @@ pub struct Install {
     /// `capstan-coordinator nats-config`'s output directory: each host's nkey seed
     /// (`credentials/<name>.nk`) goes to [`NKEY_PATH`].
     pub nats_credentials: Option<PathBuf>,
+    pub allow_downgrade: bool,
     pub connect_timeout: Duration,
     /// How long to wait for `alive` once the agent is started.
     pub timeout: Duration,
@@ -127,7 +132,8 @@ echo \"hostname=$(hostname)\"; \
 echo \"installed=$(dpkg-query -W -f='${db:Status-Abbrev}|${Version}' capstan-agent 2>/dev/null)\"; \
 echo \"config=$(sha256sum /etc/capstan/agent.toml 2>/dev/null | cut -d' ' -f1)|$(stat -c %a:%U:%G /etc/capstan/agent.toml 2>/dev/null)\"; \
 echo \"enabled=$(systemctl is-enabled capstan-agent 2>/dev/null)\"; \
-echo \"active=$(systemctl is-active capstan-agent 2>/dev/null)\"";
+echo \"active=$(systemctl is-active capstan-agent 2>/dev/null)\"; \
+echo \"layout=$(capstan-agent log layout 2>/dev/null)\"";
 
 /// A host's state as [`PROBE`] printed it.
 #[derive(Debug, PartialEq, Eq)]
@@ -139,6 +145,9 @@ pub struct Probe {
     pub config: String,
     pub enabled: bool,
     pub active: bool,
+    /// The log's storage layout (`capstan-agent log layout`: `2`, `none`), empty when
+    /// it did not answer (an agent before the command, or none installed).
+    pub layout: String,
 }
 
 impl Probe {
@@ -162,6 +171,8 @@ impl Probe {
             config: field("config")?.to_string(),
             enabled: field("enabled")? == "enabled",
             active: field("active")? == "active",
+            // Missing: a probe's line cut short reads as no answer, as does an error.
+            layout: field("layout").unwrap_or_default().to_string(),
         })
     }
 
@@ -172,6 +183,11 @@ impl Probe {
             config_same: self.config == format!("{config_sha}|640:root:root"),
             enabled: self.enabled,
             active: self.active,
+            log_layout: match self.layout.as_str() {
+                "" => LogLayout::Unknown,
+                "none" => LogLayout::None,
+                layout => LogLayout::In(layout.to_string()),
+            },
         }
     }
 }
@@ -424,12 +440,13 @@ impl OnHost<'_> {
         Ok(remote)
     }
 
-    /// Reads the uploaded package's name and version, plans, and carries it out.
+    /// Reads the uploaded package's name, version and the log layouts it reads, plans,
+    /// and carries it out.
     async fn apply(&self, probe: &Probe, remote: &str) -> Result<Outcome, InstallError> {
         let fields = self
             .run_ok(
                 "dpkg-deb -f",
-                &format!("dpkg-deb -f {remote} Package Version"),
+                &format!("dpkg-deb -f {remote} Package Version {LAYOUTS_FIELD}"),
                 b"",
             )
             .await?;
@@ -446,9 +463,13 @@ impl OnHost<'_> {
                 package: field("Package"),
             });
         }
+        let layouts = field(LAYOUTS_FIELD);
         let wanted = Wanted {
             version: field("Version"),
+            layouts: (!layouts.is_empty())
+                .then(|| layouts.split_whitespace().map(str::to_string).collect()),
             upgrade: self.install.upgrade,
+            allow_downgrade: self.install.allow_downgrade,
         };
         let config_sha = sha256_hex(&self.job.config);
         let plan = plan::plan(&probe.observed(&config_sha), &wanted)?;
@@ -471,9 +492,13 @@ impl OnHost<'_> {
                 self.progress(&format!("installing capstan-agent {version}"));
                 self.run_ok("dpkg -i", &dpkg, b"").await?;
             }
-            Package::Upgrade { from } => {
+            Package::Upgrade { from } | Package::Downgrade { from } => {
+                let how = match plan.package {
+                    Package::Downgrade { .. } => "downgrading",
+                    _ => "upgrading",
+                };
                 self.progress(&format!(
-                    "upgrading capstan-agent {from} to {version} (leave-running)"
+                    "{how} capstan-agent {from} to {version} (leave-running)"
                 ));
                 self.run_ok("dpkg -i", &dpkg, b"").await?;
             }
@@ -565,7 +590,7 @@ mod tests {
 
     #[test]
     fn the_probe_reads_an_installed_running_host() {
-        let text = "uid=0\nhostname=web-1\ninstalled=ii |0.1.0\nconfig=abc|640:root:root\nenabled=enabled\nactive=active\n";
+        let text = "uid=0\nhostname=web-1\ninstalled=ii |0.1.0\nconfig=abc|640:root:root\nenabled=enabled\nactive=active\nlayout=2\n";
         let probe = Probe::parse(text).unwrap();
         assert_eq!(probe.installed.as_deref(), Some("0.1.0"));
         assert_eq!(probe.hostname, "web-1");
@@ -575,7 +600,8 @@ mod tests {
                 installed: Some("0.1.0".into()),
                 config_same: true,
                 enabled: true,
-                active: true
+                active: true,
+                log_layout: LogLayout::In("2".into()),
             }
         );
         assert!(!probe.observed("abd").config_same);
@@ -583,16 +609,23 @@ mod tests {
 
     #[test]
     fn the_probe_reads_a_bare_host_and_a_half_installed_package() {
-        let text = "uid=1000\nhostname=db\ninstalled=\nconfig=|\nenabled=\nactive=inactive\n";
+        let text =
+            "uid=1000\nhostname=db\ninstalled=\nconfig=|\nenabled=\nactive=inactive\nlayout=none\n";
         let probe = Probe::parse(text).unwrap();
         assert_eq!(probe.uid, "1000");
         assert_eq!(probe.installed, None);
+        assert_eq!(probe.observed("abc").log_layout, LogLayout::None);
         assert!(!probe.enabled && !probe.active);
         assert!(!probe.observed("abc").config_same);
         let removed =
             Probe::parse("uid=0\nhostname=x\ninstalled=rc |0.1.0\nconfig=|\nenabled=\nactive=\n")
                 .unwrap();
         assert_eq!(removed.installed, None, "removed, its conffiles kept");
+        assert_eq!(
+            removed.observed("abc").log_layout,
+            LogLayout::Unknown,
+            "no `capstan-agent log layout` answered"
+        );
         let wrong_mode = Probe::parse(
             "uid=0\nhostname=x\ninstalled=\nconfig=abc|644:root:root\nenabled=\nactive=\n",
         )

@@ -101,6 +101,25 @@ fn the_packages_hold_binaries_units_and_conffiles_and_build_reproducibly() {
         );
     }
 
+    // The log layouts the agent reads, as its own --version says, for `capstan
+    // install` to read before it unpacks anything.
+    let says = Command::new(capstan_tests::binary("capstan-agent"))
+        .arg("--version")
+        .output()
+        .expect("capstan-agent --version");
+    let says = String::from_utf8(says.stdout).unwrap();
+    let layouts = says
+        .lines()
+        .find_map(|l| l.strip_prefix("log layouts: "))
+        .unwrap_or_else(|| panic!("{says}"));
+    assert_eq!(layouts, "1 2", "{says}");
+    assert_eq!(
+        dpkg_deb(&["-f"], agent)
+            .lines()
+            .find(|l| l.starts_with("X-Capstan-Log-Layouts")),
+        Some(format!("X-Capstan-Log-Layouts: {layouts}").as_str())
+    );
+    assert!(!control(coordinator, "control").contains("X-Capstan"));
     assert_eq!(control(agent, "conffiles"), "/etc/capstan/agent.toml\n");
     assert_eq!(
         control(coordinator, "conffiles"),

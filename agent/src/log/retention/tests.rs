@@ -10,6 +10,7 @@ fn bounds() -> Bounds {
         published: 100,
         snapshot: Some(90),
         aged: None,
+        in_flight: None,
     }
 }
 
@@ -82,21 +83,48 @@ fn given_a_huge_backlog_when_pruning_then_one_prune_takes_at_most_a_batch() {
         published: 1_000_000,
         snapshot: Some(999_000),
         aged: None,
+        in_flight: None,
     };
     assert_eq!(prunable(Some(10), &b), Some(MAX_BATCH));
 }
 
 #[test]
+fn given_a_command_in_flight_when_the_policy_asks_for_more_then_it_and_all_after_it_stay() {
+    let b = Bounds {
+        in_flight: Some(40),
+        ..bounds()
+    };
+    assert_eq!(prunable(Some(1), &b), Some(39));
+    assert_eq!(prunable(Some(80), &b), Some(20), "less asked for");
+    let b = Bounds {
+        in_flight: Some(1),
+        ..bounds()
+    };
+    assert_eq!(
+        prunable(Some(1), &b),
+        None,
+        "in flight from the first record"
+    );
+}
+
+#[test]
 fn the_config_is_off_by_default_and_checked() {
-    assert_eq!(RetentionConfig::default().policy().unwrap(), None);
+    assert_eq!(RetentionConfig::default().policy(3600).unwrap(), None);
     let dir = Some(PathBuf::from("/var/lib/capstan/export"));
     let ok = RetentionConfig {
         max_records: Some(5),
         export_dir: dir.clone(),
         ..RetentionConfig::default()
     };
-    let policy = ok.policy().unwrap().unwrap();
+    let policy = ok.policy(3600).unwrap().unwrap();
     assert_eq!(policy.interval, Duration::from_secs(60));
+    assert_eq!(policy.pruned_ids_max_age, Duration::from_secs(30 * 86_400));
+    let long_signing = ok.policy(40 * 86_400).unwrap().unwrap();
+    assert_eq!(
+        long_signing.pruned_ids_max_age,
+        Duration::from_secs(47 * 86_400),
+        "by default at least the floor"
+    );
     for (bad, says) in [
         (
             RetentionConfig {
@@ -133,8 +161,15 @@ fn the_config_is_off_by_default_and_checked() {
             },
             "interval_secs",
         ),
+        (
+            RetentionConfig {
+                pruned_ids_max_age_secs: Some(7 * 86_400),
+                ..ok.clone()
+            },
+            "`pruned_ids_max_age_secs` must be at least 608400",
+        ),
     ] {
-        let err = bad.policy().unwrap_err().to_string();
+        let err = bad.policy(3600).unwrap_err().to_string();
         assert!(err.contains(says), "{err}");
     }
 }
@@ -165,6 +200,7 @@ fn policy(dir: &std::path::Path, keep: u64) -> Policy {
         max_age: None,
         export_dir: dir.join("export"),
         interval: Duration::from_secs(1),
+        pruned_ids_max_age: Duration::from_secs(30 * 86_400),
     }
 }
 

@@ -8,10 +8,13 @@
 //! - [`v1`]: frozen; events with the wire enums and the spec stored by position.
 //! - [`v2`]: current; codes, outcomes and phases by spelling, the spec as JSON.
 //!
+//! [`pruned`] holds the shapes of what retention keeps of pruned commands.
+//!
 //! Evolving: a new event kind is appended to `v2::Event`; a field added to an event
 //! means a `v3` module (copy `v2`, add the field, `From<v2::Record> for v3::Record`,
 //! make it [`CURRENT`]) and a new fixture (`tests/fixtures/make-log-v3.sh`).
 
+pub mod pruned;
 pub mod v1;
 pub mod v2;
 

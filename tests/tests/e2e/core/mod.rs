@@ -2,6 +2,8 @@
 
 mod bad_input;
 mod crash;
+mod layout;
 mod local_reads;
+pub(crate) mod retention;
 mod stop;
 mod tamper;

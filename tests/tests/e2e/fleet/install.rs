@@ -8,7 +8,9 @@
 //! than root is refused. A package of
 //! another version is refused without `--upgrade`; with it every host says
 //! `upgraded`, each agent is a new process, and a workload running on one of them
-//! was not restarted (the package's leave-running stop).
+//! was not restarted (the package's leave-running stop). An older package is refused
+//! without `--allow-downgrade`; with it, one whose build does not read the hosts' log
+//! layout is refused, and one that does says `downgraded`, the workload running on.
 
 use super::hosts::boot_all;
 use capstan_tests::command::{Commands, Spec};
@@ -318,7 +320,8 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
         (web["state"].clone(), web["starts"].clone())
     };
     assert_eq!(web(), (serde_json::json!("running"), serde_json::json!(1)));
-    let newer = build_packages_as(debs.path(), Some("0.0.0+upgrade-test")).remove(0);
+    let upgrade = format!("{}+upgrade-test", env!("CARGO_PKG_VERSION"));
+    let newer = build_packages_as(debs.path(), Some(&upgrade)).remove(0);
     let before = started(&hosts);
     let mut args = common.to_vec();
     args.extend(["--known-hosts", learned.to_str().expect("path")]);
@@ -347,7 +350,7 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
             host.name()
         );
         let version = host.nsenter_ok(&["dpkg-query", "-W", "-f=${Version}", "capstan-agent"]);
-        assert_eq!(version, "0.0.0+upgrade-test");
+        assert_eq!(version, upgrade);
     }
     assert_eq!(
         web(),
@@ -357,8 +360,109 @@ fn capstan_install_puts_the_agent_on_three_hosts_once_refuses_a_changed_host_key
     let journal = hosts[0].journal(&["--unit", "capstan-agent.service", "--output", "cat"]);
     assert!(journal.contains("leaving workloads running"), "{journal}");
 
+    let installed = Installed {
+        coordinator: &coordinator,
+        fleet: &fleet,
+        hosts: &hosts,
+        version: &upgrade,
+    };
+    downgrades(&installed, &args, debs.path(), &web);
+
     coordinator.stop();
     for host in hosts {
         host.kill();
     }
+}
+
+/// The fleet as the upgrade left it: every host on `version`.
+struct Installed<'a> {
+    coordinator: &'a Coordinator,
+    fleet: &'a Fleet,
+    hosts: &'a [FleetHost<'a>],
+    version: &'a str,
+}
+
+/// `deb` repacked into `dir` declaring that its build reads log layouts `layouts`.
+fn declaring(deb: &Path, layouts: &str, dir: &Path) -> std::path::PathBuf {
+    let tree = dir.join("repack");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("dpkg-deb")
+            .args(args)
+            .output()
+            .expect("dpkg-deb");
+        assert!(out.status.success(), "dpkg-deb {args:?}: {out:?}");
+    };
+    run(&["-R".as_ref(), deb.as_os_str(), tree.as_os_str()]);
+    let control = tree.join("DEBIAN/control");
+    let text = std::fs::read_to_string(&control).expect("the control file");
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with("X-Capstan-Log-Layouts:") {
+            true => format!("X-Capstan-Log-Layouts: {layouts}\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&control, text).expect("write the control file");
+    let out = dir.join("blind.deb");
+    run(&[
+        "--root-owner-group".as_ref(),
+        "-b".as_ref(),
+        tree.as_os_str(),
+        out.as_os_str(),
+    ]);
+    out
+}
+
+/// An older package: refused without `--allow-downgrade`; with it refused when its
+/// build does not read the hosts' log layout (2), else `downgraded`, with a new
+/// agent on each host and `web` (its state and starts) as it was.
+fn downgrades(
+    at: &Installed<'_>,
+    args: &[&str],
+    debs: &Path,
+    web: &dyn Fn() -> (serde_json::Value, serde_json::Value),
+) {
+    let older = build_packages_as(debs, Some("0.0.0+downgrade-test")).remove(0);
+    let before = started(at.hosts);
+    let web_before = web();
+    let (refused, _) = install(at.coordinator, at.fleet, args, &older, 1);
+    let why = format!(
+        "failed: downgrade from {} to 0.0.0+downgrade-test refused",
+        at.version
+    );
+    assert_eq!(
+        refused,
+        each(at.hosts, &format!("{why}: pass --allow-downgrade"))
+    );
+    let mut allowed = args.to_vec();
+    allowed.push("--allow-downgrade");
+    let blind = declaring(&older, "1", debs);
+    let (refused, _) = install(at.coordinator, at.fleet, &allowed, &blind, 1);
+    assert_eq!(
+        refused,
+        each(
+            at.hosts,
+            &format!("{why}: the package reads log layouts 1, its log is in layout 2")
+        )
+    );
+    assert_eq!(
+        started(at.hosts),
+        before,
+        "a refused downgrade touched nothing"
+    );
+
+    let (out, err) = install(at.coordinator, at.fleet, &allowed, &older, 0);
+    assert_eq!(out, each(at.hosts, "downgraded"), "stderr {err}");
+    for ((host, (_, pid_before)), (_, pid_after)) in
+        at.hosts.iter().zip(&before).zip(started(at.hosts))
+    {
+        assert_ne!(*pid_before, pid_after, "{}: a new agent", host.name());
+        let version = host.nsenter_ok(&["dpkg-query", "-W", "-f=${Version}", "capstan-agent"]);
+        assert_eq!(version, "0.0.0+downgrade-test");
+    }
+    assert_eq!(
+        web(),
+        web_before,
+        "the workload ran on through the downgrade"
+    );
 }

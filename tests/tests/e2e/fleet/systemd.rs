@@ -424,7 +424,8 @@ fn systemd_workloads_with_hook_placeholders_roll_out_on_three_hosts_and_outlive_
     let partitioned = t0.elapsed();
 
     // 4. An upgrade: every agent a new process, no workload unit restarted.
-    let newer = build_packages_as(debs.path(), Some("0.0.0+systemd-upgrade")).remove(0);
+    let version = format!("{}+systemd-upgrade", env!("CARGO_PKG_VERSION"));
+    let newer = build_packages_as(debs.path(), Some(&version)).remove(0);
     let agents = started(&hosts);
     let workloads: Vec<_> = hosts.iter().map(|h| units(h, &ns)).collect();
     let mut upgrade = args.to_vec();

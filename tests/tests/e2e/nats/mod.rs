@@ -10,6 +10,7 @@ mod follow;
 mod metrics;
 mod openapi;
 mod outage;
+mod retention;
 mod scale;
 mod sim_fleet;
 mod soak;

@@ -78,6 +78,16 @@ impl SystemdDriver {
                 "the unit directory does not exist",
             ));
         }
+        // Each namespace's directory is systemd's (`StateDirectory=`), so it must be
+        // under /var/lib.
+        unit::state_directory(&config.state_dir.join("ns")).map_err(|e| {
+            DriverError::refused(
+                op,
+                config.state_dir.display(),
+                ErrorCode::DriverFailed,
+                e.to_string(),
+            )
+        })?;
         sweep(&config.unit_dir).map_err(io(op, config.unit_dir.display()))?;
         let version = bus.version().await.map_err(backend(op, "systemd"))?;
         tracing::info!(%version, unit_dir = %config.unit_dir.display(), "connected to systemd");
@@ -343,6 +353,42 @@ impl SystemdDriver {
         Ok(())
     }
 
+    /// Removes the namespace's state directory through its cleanup unit
+    /// ([`unit::cleanup`]): written, started (a oneshot: the start job ends when the
+    /// removal did) and removed again. systemd's own users own what is in the
+    /// directory, and the agent (root without capabilities, the file system
+    /// read-only but for its own dirs) could not. True when the unit file was removed
+    /// (a reload is due).
+    async fn remove_state(&self, op: &'static str, namespace: &str) -> Result<bool, DriverError> {
+        let unit = naming::cleanup_unit(namespace);
+        let path = self.unit_path(&unit);
+        match std::fs::read_to_string(&path) {
+            Ok(text) if !unit::is_cleanup(&self.host, &text) => {
+                return Err(DriverError::refused(
+                    op,
+                    &unit,
+                    ErrorCode::NotOwned,
+                    "the unit file exists but is not this host's capstan cleanup unit",
+                ))
+            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(op, &unit)(e)),
+            _ => {}
+        }
+        let text = unit::cleanup(&self.host, namespace, &self.namespace_dir(namespace))
+            .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?;
+        let changed = files::write_if_changed(&path, &text).map_err(io(op, &unit))?;
+        self.reload(op, changed).await?;
+        let ran = self.bus.start(&unit).await;
+        let removed = files::remove(&path).map_err(io(op, &unit))?;
+        if let Err(e) = ran {
+            if let Err(reset) = self.bus.reset_failed(&unit).await {
+                tracing::warn!(%unit, error = %reset, "could not reset a failed cleanup unit");
+            }
+            return Err(backend(op, &unit)(e));
+        }
+        Ok(removed)
+    }
+
     /// The state of one unit as a [`BackendState`].
     fn backend_state(status: &UnitStatus) -> BackendState {
         if status.active_state == "failed" {
@@ -479,8 +525,8 @@ impl Driver for SystemdDriver {
 
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
         let op = "ensure_namespace";
-        let dir = self.namespace_dir(namespace);
-        std::fs::create_dir_all(&dir).map_err(io(op, dir.display()))?;
+        // Its state directory is made by systemd when a unit of it first starts, for
+        // that unit's user (`StateDirectory=`).
         let slice = naming::slice_name(namespace);
         let changed = files::write_if_changed(
             &self.unit_path(&slice),
@@ -508,10 +554,10 @@ impl Driver for SystemdDriver {
                 format!("units of it exist: {}", left.join(", ")),
             ));
         }
+        let cleaned = self.remove_state(op, namespace).await?;
         let slice = naming::slice_name(namespace);
         let removed = files::remove(&self.unit_path(&slice)).map_err(io(op, &slice))?;
-        files::remove_dir(&self.namespace_dir(namespace)).map_err(io(op, namespace))?;
-        self.reload(op, removed).await
+        self.reload(op, removed || cleaned).await
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {

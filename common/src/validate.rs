@@ -231,6 +231,13 @@ fn systemd(spec: &Spec) -> Result<(), Rejection> {
             ),
         ));
     }
+    if s.capabilities
+        .iter()
+        .enumerate()
+        .any(|(i, c)| s.capabilities[..i].contains(c))
+    {
+        return invalid("`systemd.capabilities` names a capability twice");
+    }
     if s.syscalls.len() > MAX_SYSCALLS {
         return invalid("`systemd.syscalls` holds at most 128 items");
     }
@@ -462,6 +469,10 @@ mod tests {
         let mut many = systemd_spec(&["/bin/app"]);
         many.systemd.syscalls = vec!["read".into(); 129];
         assert!(invalid(&many).contains("at most 128"));
+        let mut twice = systemd_spec(&["/bin/app"]);
+        twice.systemd.capabilities =
+            vec!["CAP_CHOWN".into(), "CAP_LEASE".into(), "CAP_CHOWN".into()];
+        assert!(invalid(&twice).contains("twice"));
     }
 
     /// Given user and group names, when validated, then a unix account name or a

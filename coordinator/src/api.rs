@@ -546,6 +546,46 @@ mod tests {
         assert!(served.len() >= 10, "{served:?}");
     }
 
+    /// Given bodies with and without the fields the fleet fills in, when sized, then
+    /// the size is never less than what the fleet signs and publishes for them, and at
+    /// most 9 bytes more; a body that is no command has none.
+    #[test]
+    fn the_signed_size_of_a_body_bounds_what_the_fleet_publishes() {
+        use capstan_common::signing::Signer;
+        let signer = Signer::generate().unwrap();
+        let ports: Vec<serde_json::Value> = (1..=50)
+            .map(|p| serde_json::json!({"container_port": p}))
+            .collect();
+        for body in [
+            serde_json::json!({"host": "h1", "op": "ensure_namespace", "namespace": "ns"}),
+            serde_json::json!({"v": 1, "id": "mine", "issued_at": "2026-11-29T10:00:00+01:00",
+                "host": "h1", "op": "prepare_revision", "namespace": "ns", "workload": "w",
+                "revision": "r1", "spec": {"driver": "sim", "ports": ports}, "sig": "ab"}),
+        ] {
+            let size = super::signed_size(&body).unwrap();
+            // As the fleet fills it in: a fresh id, the time now.
+            let mut filled = body.clone();
+            let object = filled.as_object_mut().unwrap();
+            object.remove("sig");
+            object.entry("v").or_insert(1.into());
+            object.entry("id").or_insert("c-0123456789abcdef".into());
+            object
+                .entry("issued_at")
+                .or_insert(serde_json::json!(chrono::Utc::now()));
+            let command = capstan_common::Command::parse(&filled.to_string()).unwrap();
+            let published = signer.signed_json(&command).len();
+            assert!(
+                (published..=published + 9).contains(&size),
+                "{size} for {published}"
+            );
+        }
+        assert_eq!(super::signed_size(&serde_json::json!([1])), None);
+        assert_eq!(
+            super::signed_size(&serde_json::json!({"op": "reboot"})),
+            None
+        );
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));

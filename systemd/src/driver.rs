@@ -363,20 +363,7 @@ impl SystemdDriver {
     /// read-only but for its own dirs) could not. True when the unit file was removed
     /// (a reload is due).
     async fn remove_state(&self, op: &'static str, namespace: &str) -> Result<bool, DriverError> {
-        let unit = naming::cleanup_unit(namespace);
-        let path = self.unit_path(&unit);
-        match std::fs::read_to_string(&path) {
-            Ok(text) if !unit::is_cleanup(&self.host, &text) => {
-                return Err(DriverError::refused(
-                    op,
-                    &unit,
-                    ErrorCode::NotOwned,
-                    "the unit file exists but is not this host's capstan cleanup unit",
-                ))
-            }
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(op, &unit)(e)),
-            _ => {}
-        }
+        let (unit, path, _) = self.cleanup_file(op, namespace)?;
         let text = unit::cleanup(&self.host, namespace, &self.namespace_dir(namespace))
             .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?;
         let changed = files::write_if_changed(&path, &text).map_err(io(op, &unit))?;
@@ -390,6 +377,31 @@ impl SystemdDriver {
             return Err(backend(op, &unit)(e));
         }
         Ok(removed)
+    }
+
+    /// The namespace's cleanup unit, its path, and whether its file is there;
+    /// refused when a file of that name is not this host's cleanup unit.
+    fn cleanup_file(
+        &self,
+        op: &'static str,
+        namespace: &str,
+    ) -> Result<(String, PathBuf, bool), DriverError> {
+        let unit = naming::cleanup_unit(namespace);
+        let path = self.unit_path(&unit);
+        let exists = match std::fs::read_to_string(&path) {
+            Ok(text) if unit::is_cleanup(&self.host, &text) => true,
+            Ok(_) => {
+                return Err(DriverError::refused(
+                    op,
+                    &unit,
+                    ErrorCode::NotOwned,
+                    "the unit file exists but is not this host's capstan cleanup unit",
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io(op, &unit)(e)),
+        };
+        Ok((unit, path, exists))
     }
 
     /// The state of one unit as a [`BackendState`].
@@ -515,7 +527,10 @@ impl Driver for SystemdDriver {
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
         let op = "ensure_namespace";
         // Its state directory is made by systemd when a unit of it first starts, for
-        // that unit's user (`StateDirectory=`).
+        // that unit's user (`StateDirectory=`). A cleanup unit a delete killed midway
+        // left would remove it if started: it goes.
+        let (cleanup, path, left) = self.cleanup_file(op, namespace)?;
+        let removed = left && files::remove(&path).map_err(io(op, &cleanup))?;
         let slice = naming::slice_name(namespace);
         let changed = files::write_if_changed(
             &self.unit_path(&slice),
@@ -523,7 +538,7 @@ impl Driver for SystemdDriver {
                 .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?,
         )
         .map_err(io(op, &slice))?;
-        self.reload(op, changed).await
+        self.reload(op, changed || removed).await
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {

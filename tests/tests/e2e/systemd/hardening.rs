@@ -118,6 +118,19 @@ fn a_default_unit_runs_unprivileged_as_its_namespaces_dynamic_user() {
         private_state(&host, "other").exists(),
         "another namespace's is not"
     );
+
+    // A cleanup unit a delete killed midway left goes when the namespace comes back
+    // (started, it would remove the new state); a file of that name not ours stays.
+    let leftover = host.unit_dir().join(naming::cleanup_unit("shop"));
+    let text = capstan_systemd::unit::cleanup("h1", "shop", &host.state_dir().join("shop"))
+        .expect("a cleanup unit");
+    std::fs::write(&leftover, text).unwrap();
+    rt.block_on(d.ensure_namespace("shop")).unwrap();
+    assert!(!leftover.exists(), "the leftover cleanup unit is removed");
+    std::fs::write(&leftover, "[Service]\nExecStart=/bin/true\n").unwrap();
+    let err = rt.block_on(d.ensure_namespace("shop")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotOwned, "{}", err.report());
+    assert!(leftover.exists());
 }
 
 #[test]

@@ -35,6 +35,9 @@ impl Cause {
 /// "How to add an event kind" and "How to add a field" in `docs/architecture.md`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+// `RevisionPrepared` carries a whole spec (~400 bytes): events live a page of records
+// at a time, and boxing it would touch every use for nothing measurable.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// A valid command arrived and was written down before anything was done about it.
     /// `command` is its canonical JSON: the exact thing that was asked.

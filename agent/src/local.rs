@@ -15,8 +15,10 @@
 //! - `{"verb":"layout"}` → `{"layout":"2"}`: the storage layout of the log the agent
 //!   holds (this build's: it opened it), for `capstan-agent log layout`.
 //!
-//! The socket is made `0600` in the agent's data dir (the shipped unit's is `0700`
-//! root): whoever may read the log files may ask.
+//! The socket is `0600` in the agent's data dir (the shipped unit's is `0700` root):
+//! whoever may read the log files may ask. It is never reachable by another user, not
+//! even for a moment: [`bind`] makes it inside a private directory and renames it
+//! into place.
 
 use crate::executor::Executor;
 use crate::log::{export, LogError};
@@ -37,6 +39,12 @@ use tracing::Instrument;
 
 /// The socket's file name in the data dir.
 pub const SOCKET: &str = "agent.sock";
+
+/// The private directory, beside [`SOCKET`], the socket is made in ([`bind`]), and its
+/// name in there: short, since a socket's whole path must fit in 107 bytes, and this
+/// one is no longer than the socket's own.
+const STAGING: &str = ".sock.d";
+const STAGED: &str = "s";
 
 /// The longest request line taken.
 const MAX_REQUEST: u64 = 64 * 1024;
@@ -68,20 +76,81 @@ pub enum LocalError {
     Refused(Value),
 }
 
-/// Makes the socket at `path`. The caller holds the log, so no other agent serves
-/// this data dir: a file left there by one that died is replaced.
+/// Makes the socket at `path`, never reachable by another user. The caller holds the
+/// log, so no other agent serves this data dir: a socket left there by one that died
+/// is replaced, and so is the staging directory a crash in here left.
+///
+/// How: the socket is bound inside a new directory of mode `0700` beside `path`
+/// ([`stage`]), made `0600` there, then renamed over `path` ([`publish`]): while its
+/// mode is the umask's, nobody else can pass the directory to reach it, and `path`
+/// names the finished socket from its first moment (a rename is atomic; a client
+/// meanwhile finds the old socket, refused, or none). Not a umask: it is the whole
+/// process's, and while the agent sets one for its bind, every file its other threads
+/// create would get it too. Not a `chmod` of the socket before `bind`: a path socket's
+/// file only exists from `bind` on, and a `chmod` after it leaves the window this
+/// closes.
 pub fn bind(path: &Path) -> Result<UnixListener, LocalError> {
+    let (listener, staged) = stage(path)?;
+    publish(&staged, path)?;
+    Ok(listener)
+}
+
+/// The first half of [`bind`]: a `0700` directory beside `path` (a stale one removed
+/// first), a socket bound in it, made `0600`. Returns the listener and where the
+/// socket is.
+fn stage(path: &Path) -> Result<(UnixListener, PathBuf), LocalError> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    let dir = path.with_file_name(STAGING);
     let error = |source| LocalError::Bind {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(error(e)),
-        _ => {}
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&dir).map_err(error)?,
+        Ok(_) => std::fs::remove_file(&dir).map_err(error)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(error(e)),
     }
-    let listener = UnixListener::bind(path).map_err(error)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(error)?;
-    Ok(listener)
+    // `create`, not `create_all`: it fails rather than reuse a directory someone made
+    // since. The umask can only take bits away from 0700.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(error)?;
+    let staged = dir.join(STAGED);
+    let made = (|| {
+        let m = std::fs::symlink_metadata(&dir)?;
+        if !m.is_dir() || m.mode() & 0o077 != 0 {
+            return Err(std::io::Error::other(
+                "the staging directory is not this user's alone",
+            ));
+        }
+        let listener = UnixListener::bind(&staged)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        Ok(listener)
+    })();
+    match made {
+        Ok(listener) => Ok((listener, staged)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(error(e))
+        }
+    }
+}
+
+/// The second half of [`bind`]: renames the staged socket over `path` and removes its
+/// directory.
+fn publish(staged: &Path, path: &Path) -> Result<(), LocalError> {
+    let error = |source| LocalError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = staged.parent().unwrap_or(staged);
+    if let Err(e) = std::fs::rename(staged, path) {
+        let _ = std::fs::remove_dir_all(dir);
+        return Err(error(e));
+    }
+    std::fs::remove_dir(dir).map_err(error)
 }
 
 /// Answers on `listener` until `stop`, then removes the socket file.
@@ -273,6 +342,86 @@ mod tests {
         })
         .await
         .unwrap()
+    }
+
+    /// The data dir's entries as they appear, from inotify: (name, created by
+    /// `bind`/`mkdir` rather than moved in, a directory).
+    fn appeared(inotify: &nix::sys::inotify::Inotify) -> Vec<(String, bool, bool)> {
+        use nix::sys::inotify::AddWatchFlags as F;
+        inotify
+            .read_events()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.mask.intersects(F::IN_CREATE | F::IN_MOVED_TO))
+            .map(|e| {
+                let name = e.name.map(|n| n.to_string_lossy().into_owned());
+                (
+                    name.unwrap_or_default(),
+                    e.mask.contains(F::IN_CREATE),
+                    e.mask.contains(F::IN_ISDIR),
+                )
+            })
+            .collect()
+    }
+
+    /// Given a data dir with a socket a dead agent left and the staging directory a
+    /// crash in `bind` left, when the socket is bound, then it never appears in the data
+    /// dir but renamed in, finished (no file of its name is ever created there, where
+    /// its mode would be the umask's); it is made inside a fresh `0700` directory, is
+    /// `0600`, answers, and the stale files are gone.
+    #[tokio::test]
+    async fn the_socket_is_made_in_a_private_directory_and_renamed_into_place() {
+        use nix::sys::inotify::{AddWatchFlags as F, InitFlags, Inotify};
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SOCKET);
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let stale = dir.path().join(STAGING);
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(stale.join("left"), "").unwrap();
+
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+        inotify
+            .add_watch(dir.path(), F::IN_CREATE | F::IN_MOVED_TO)
+            .unwrap();
+        let (listener, staged) = stage(&path).unwrap();
+        let meta = std::fs::metadata(staged.parent().unwrap()).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o700, "the staging directory");
+        let socket = std::fs::symlink_metadata(&staged).unwrap();
+        assert_eq!(
+            socket.mode() & 0o777,
+            0o600,
+            "the socket before it is in place"
+        );
+        assert!(!staged.parent().unwrap().join("left").exists());
+        publish(&staged, &path).unwrap();
+        let placed = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(placed.ino(), socket.ino(), "renamed, not made again");
+        assert_eq!(placed.mode() & 0o777, 0o600);
+        assert!(!dir.path().join(STAGING).exists());
+        let client = tokio::net::UnixStream::connect(&path);
+        let (accepted, connected) = tokio::join!(listener.accept(), client);
+        accepted.unwrap();
+        connected.unwrap();
+        drop(listener);
+
+        // And `bind` as a whole: the socket arrives by a rename only.
+        let _ = appeared(&inotify);
+        let _listener = bind(&path).unwrap();
+        let events = appeared(&inotify);
+        assert!(
+            !events
+                .iter()
+                .any(|(name, created, _)| name == SOCKET && *created),
+            "{SOCKET} was created in the data dir, reachable before its chmod: {events:?}"
+        );
+        assert!(
+            events.contains(&(SOCKET.to_string(), false, false)),
+            "{SOCKET} renamed into place: {events:?}"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[tokio::test]

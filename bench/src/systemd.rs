@@ -324,7 +324,8 @@ impl Capstan {
                 kube: Default::default(),
             };
             capstan.units.push(naming::unit_name(rev(&workload)));
-            capstan.dumps.push(dump);
+            // The namespace's state directory resolves inside the host only.
+            capstan.dumps.push(host.inside(&dump));
             capstan.workloads.push((workload, spec));
         }
         runtime

@@ -152,15 +152,28 @@ pub struct Spec {
 
 /// A systemd unit's own settings. Each one relaxes or bounds the hardened default the
 /// systemd driver writes (`docs/systemd.md`).
+// Fields added later are left out of the JSON while empty (`skip_serializing_if`), so
+// the canonical JSON — and the hash and id binding — of a spec written before them
+// stays what it was.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SystemdSpec {
-    /// `User=`: a user name or a numeric uid; `None`: root.
+    /// `User=`: a user name or a numeric uid; `None`: the namespace's own dynamic
+    /// user (`DynamicUser=`), never root unless asked for.
     #[serde(default)]
     pub user: Option<String>,
     /// `Group=`: a group name or a numeric gid.
     #[serde(default)]
     pub group: Option<String>,
+    /// Capabilities the unit holds (`CapabilityBoundingSet=` and
+    /// `AmbientCapabilities=`), from [`crate::validate::SYSTEMD_CAPABILITIES`]; empty:
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// System calls allowed besides `@system-service` (`SystemCallFilter=`): `@group`
+    /// names of systemd's sets or single syscall names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub syscalls: Vec<String>,
     /// Absolute paths the workload may write besides its namespace's state directory
     /// (`ReadWritePaths=`; the rest of the file system is read-only).
     #[serde(default)]

@@ -37,6 +37,18 @@ pub fn canonical_bytes(command: &Command) -> Vec<u8> {
     bytes
 }
 
+/// What [`Signer::signed_json`] adds to a command's canonical JSON: `,"sig":"…"` with
+/// the 128 hex digits of an ed25519 signature.
+const SIG_FIELD_BYTES: usize = r#","sig":"""#.len() + 128;
+
+/// The length of [`Signer::signed_json`] of `command`, whatever the key: the size of
+/// what the coordinator publishes, which the agent holds to
+/// [`crate::MAX_COMMAND_BYTES`]. It can be several times the size of the JSON a client
+/// sent: the canonical form spells out every field, defaults included.
+pub fn signed_len(command: &Command) -> usize {
+    command.to_json().len() + SIG_FIELD_BYTES
+}
+
 /// Lower-case hex.
 pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -249,6 +261,37 @@ mod tests {
             code(Some(&signer.sign(&future)), &future),
             ErrorCode::IssuedInFuture
         );
+    }
+
+    /// Given commands with escapes, non-ASCII text and defaults the client left out,
+    /// when signed, then `signed_len` is the signed JSON's length, and a compact body
+    /// can grow past the limit in its canonical form.
+    #[test]
+    fn signed_len_is_the_length_of_the_signed_json() {
+        let signer = Signer::generate().unwrap();
+        let ports: Vec<serde_json::Value> = (1..=2000)
+            .map(|p| serde_json::json!({"container_port": p}))
+            .collect();
+        let prepare = |id: &str, spec: serde_json::Value| {
+            serde_json::json!({"v": 1, "id": id, "host": "h1",
+                "issued_at": "2026-12-01T10:00:00.123456789+02:00", "op": "prepare_revision",
+                "namespace": "ns", "workload": "w", "revision": "r1", "spec": spec})
+            .to_string()
+        };
+        for text in [
+            prepare("c-1", serde_json::json!({"driver": "sim"})),
+            prepare(
+                "c-2",
+                serde_json::json!({"driver": "sim", "command": ["a\"b\\c\n\u{1}é✓\u{2028}"],
+                    "env": {"X": "%$\t"}, "ports": ports}),
+            ),
+        ] {
+            let c = Command::parse(&text).unwrap();
+            assert_eq!(signed_len(&c), signer.signed_json(&c).len(), "{text:.80}");
+        }
+        let compact = prepare("c-3", serde_json::json!({"driver": "sim", "ports": ports}));
+        let c = Command::parse(&compact).unwrap();
+        assert!(signed_len(&c) > 2 * compact.len(), "{}", signed_len(&c));
     }
 
     #[test]

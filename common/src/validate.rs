@@ -213,9 +213,43 @@ fn systemd(spec: &Spec) -> Result<(), Rejection> {
     for id in [&s.user, &s.group].into_iter().flatten() {
         if !is_account_name(id) {
             return invalid(
-                "`systemd.user`/`group` must be a number or match ^[a-z_][a-z0-9_-]{0,31}$",
+                "`systemd.user`/`group` must be a number (0-4294967294, not 65535) or match ^[a-z_][a-z0-9_-]{0,31}$",
             );
         }
+    }
+    if let Some(bad) = s
+        .capabilities
+        .iter()
+        .find(|c| !SYSTEMD_CAPABILITIES.contains(&c.as_str()))
+    {
+        return Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!(
+                "`systemd.capabilities`: {:?} is not one a spec may ask for ({})",
+                truncate(bad),
+                SYSTEMD_CAPABILITIES.join(", ")
+            ),
+        ));
+    }
+    if s.capabilities
+        .iter()
+        .enumerate()
+        .any(|(i, c)| s.capabilities[..i].contains(c))
+    {
+        return invalid("`systemd.capabilities` names a capability twice");
+    }
+    if s.syscalls.len() > MAX_SYSCALLS {
+        return invalid("`systemd.syscalls` holds at most 128 items");
+    }
+    if let Some(bad) = s.syscalls.iter().find(|c| !is_syscall_item(c)) {
+        return Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!(
+                "`systemd.syscalls`: {:?} is neither one of systemd's groups ({}) nor a syscall name ^[a-z_][a-z0-9_]{{0,63}}$",
+                truncate(bad),
+                SYSCALL_GROUPS.join(", ")
+            ),
+        ));
     }
     if !s.read_write_paths.iter().all(|p| is_abs_path(p)) {
         return invalid(
@@ -228,12 +262,88 @@ fn systemd(spec: &Spec) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A user or group as systemd's `User=`/`Group=` take it: a numeric id or a portable
-/// account name.
+/// The capabilities a systemd spec may ask for (`systemd.capabilities`). Left out on
+/// purpose, as each one reaches beyond the workload's own files and processes on a
+/// shared host: `CAP_SYS_ADMIN`, `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_SYS_PTRACE`,
+/// `CAP_SYS_BOOT`, `CAP_SYS_TIME`, `CAP_SYS_NICE`, `CAP_SYS_RESOURCE`,
+/// `CAP_SYS_PACCT`, `CAP_SYS_TTY_CONFIG`, `CAP_SYS_CHROOT`, `CAP_NET_ADMIN`,
+/// `CAP_KILL`, `CAP_SETUID`, `CAP_SETGID`, `CAP_SETPCAP`, `CAP_SETFCAP`,
+/// `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_MKNOD`, `CAP_LINUX_IMMUTABLE`,
+/// `CAP_IPC_OWNER`, `CAP_MAC_ADMIN`, `CAP_MAC_OVERRIDE`, `CAP_AUDIT_CONTROL`,
+/// `CAP_AUDIT_READ`, `CAP_SYSLOG`, `CAP_BPF`, `CAP_PERFMON`, `CAP_CHECKPOINT_RESTORE`
+/// (`docs/systemd.md`, *Hardening*).
+pub const SYSTEMD_CAPABILITIES: &[&str] = &[
+    "CAP_AUDIT_WRITE",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_IPC_LOCK",
+    "CAP_LEASE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_RAW",
+    "CAP_WAKE_ALARM",
+];
+
+/// systemd 252's system call groups (`systemd-analyze syscall-filter`), which
+/// `systemd.syscalls` may name.
+pub const SYSCALL_GROUPS: &[&str] = &[
+    "@aio",
+    "@basic-io",
+    "@chown",
+    "@clock",
+    "@cpu-emulation",
+    "@debug",
+    "@file-system",
+    "@io-event",
+    "@ipc",
+    "@keyring",
+    "@known",
+    "@memlock",
+    "@module",
+    "@mount",
+    "@network-io",
+    "@obsolete",
+    "@pkey",
+    "@privileged",
+    "@process",
+    "@raw-io",
+    "@reboot",
+    "@resources",
+    "@sandbox",
+    "@setuid",
+    "@signal",
+    "@swap",
+    "@sync",
+    "@system-service",
+    "@timer",
+];
+
+/// The most items `systemd.syscalls` holds.
+const MAX_SYSCALLS: usize = 128;
+
+/// One of [`SYSCALL_GROUPS`], or a system call's name: `^[a-z_][a-z0-9_]{0,63}$`.
+pub fn is_syscall_item(s: &str) -> bool {
+    if s.starts_with('@') {
+        return SYSCALL_GROUPS.contains(&s);
+    }
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// A user or group as systemd's `User=`/`Group=` take it: a numeric id (not
+/// 4294967295 nor 65535, the 32- and 16-bit "no id") or a portable account name.
 pub fn is_account_name(s: &str) -> bool {
     let b = s.as_bytes();
-    if !b.is_empty() && b.len() <= 10 && b.iter().all(u8::is_ascii_digit) {
-        return true;
+    if !b.is_empty() && b.iter().all(u8::is_ascii_digit) {
+        return s
+            .parse::<u32>()
+            .is_ok_and(|id| id != u32::MAX && id != 65535);
     }
     !b.is_empty()
         && b.len() <= 32
@@ -317,6 +427,90 @@ mod tests {
         let mut zero = systemd_spec(&["/bin/app"]);
         zero.systemd.memory_max_bytes = Some(0);
         assert!(invalid(&zero).contains("above 0"));
+    }
+
+    /// Given a systemd spec asking for more than the hardened default, when it is
+    /// validated, then only names from the allow-lists and grammars pass.
+    #[test]
+    fn a_systemd_spec_may_ask_for_listed_capabilities_and_syscalls_only() {
+        let mut ok = systemd_spec(&["/bin/app"]);
+        ok.systemd.user = Some("0".into());
+        ok.systemd.capabilities = vec!["CAP_NET_BIND_SERVICE".into(), "CAP_IPC_LOCK".into()];
+        ok.systemd.syscalls = vec!["@privileged".into(), "ptrace".into(), "_llseek".into()];
+        super::spec(&ok).unwrap();
+
+        for cap in [
+            "CAP_SYS_ADMIN",
+            "cap_net_bind_service",
+            "NET_BIND_SERVICE",
+            "CAP_NET_BIND_SERVICE\nUser=root",
+            "CAP_NET_BIND_SERVICE CAP_SYS_ADMIN",
+            "",
+            "CAP_NËT",
+        ] {
+            let mut s = systemd_spec(&["/bin/app"]);
+            s.systemd.capabilities = vec!["CAP_CHOWN".into(), cap.into()];
+            assert!(invalid(&s).contains("systemd.capabilities"), "{cap:?}");
+        }
+        for call in [
+            "@nosuchgroup",
+            "~@privileged",
+            "Ptrace",
+            "ptrace\n[Service]",
+            "a b",
+            "",
+            "é",
+            &"a".repeat(65),
+        ] {
+            let mut s = systemd_spec(&["/bin/app"]);
+            s.systemd.syscalls = vec![call.into()];
+            assert!(invalid(&s).contains("systemd.syscalls"), "{call:?}");
+        }
+        let mut many = systemd_spec(&["/bin/app"]);
+        many.systemd.syscalls = vec!["read".into(); 129];
+        assert!(invalid(&many).contains("at most 128"));
+        let mut twice = systemd_spec(&["/bin/app"]);
+        twice.systemd.capabilities =
+            vec!["CAP_CHOWN".into(), "CAP_LEASE".into(), "CAP_CHOWN".into()];
+        assert!(invalid(&twice).contains("twice"));
+    }
+
+    /// Given user and group names, when validated, then a unix account name or a
+    /// usable numeric id passes, and nothing that could end a unit-file line does.
+    #[test]
+    fn systemd_user_and_group_names_are_account_names() {
+        for ok in [
+            "app",
+            "_svc",
+            "web-1",
+            "a_b-c",
+            "0",
+            "1001",
+            "4294967294",
+            &"a".repeat(32),
+        ] {
+            assert!(is_account_name(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "Root",
+            "1a",
+            "-x",
+            "a b",
+            "app\nUser=root",
+            "app\r",
+            "app;id",
+            "ápp",
+            "4294967295",
+            "65535",
+            "99999999999",
+            &"a".repeat(33),
+        ] {
+            assert!(!is_account_name(bad), "{bad:?}");
+            let mut s = systemd_spec(&["/bin/app"]);
+            s.systemd.group = Some(bad.into());
+            assert!(invalid(&s).contains("user`/`group"), "{bad:?}");
+        }
     }
 
     #[test]

@@ -5,10 +5,14 @@
 //! a tokens file ([`crate::auth`]): `GET` a `read` or `submit` token, `POST` a
 //! `submit` token. `/healthz` and `/metrics` stay open (counts only, no host's data).
 //! A `POST` body must be `application/json`, which a web page cannot send to another
-//! origin without a CORS preflight (that this API never answers).
+//! origin without a CORS preflight (that this API never answers). Without a tokens
+//! file, every request must name a loopback `Host` (403 `forbidden_host`): a page on
+//! another site, its name rebound to 127.0.0.1, sends its own. Waits and reads through
+//! a consumer of their own are bounded ([`crate::guard::Limits`]; 503 `busy`).
 
 use crate::auth::{Role, Tokens};
 use crate::fleet::{Fleet, FleetError};
+use crate::guard::{self, Bound, Limits};
 use crate::metrics::{FleetGauges, Metrics};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
@@ -18,10 +22,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use capstan_common::wire::ErrorReply;
+use capstan_common::{signing, Command, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest `wait` allowed.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -32,9 +37,13 @@ pub struct AppState {
     pub fleet: Fleet,
     pub metrics: Metrics,
     /// `None`: no authentication (a loopback development setup only; the config
-    /// refuses anything else).
+    /// refuses anything else), and then only loopback `Host`s.
     pub tokens: Option<Tokens>,
+    pub limits: Limits,
 }
+
+/// How long a client refused `busy` is told to wait (`Retry-After`, seconds).
+pub const BUSY_RETRY_AFTER_SECS: u32 = 1;
 
 type Shared = State<Arc<AppState>>;
 
@@ -43,6 +52,8 @@ pub struct ApiError {
     status: StatusCode,
     code: String,
     message: String,
+    /// `Retry-After` in seconds.
+    retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -51,8 +62,40 @@ impl ApiError {
             status,
             code: code.into(),
             message: message.into(),
+            retry_after: None,
         }
     }
+
+    /// 503 `busy`: every permit of `bound` is taken.
+    fn busy(bound: Bound) -> ApiError {
+        let what = match bound {
+            Bound::Waits => "waits",
+            Bound::StreamReads => "reads of the event stream",
+        };
+        ApiError {
+            retry_after: Some(BUSY_RETRY_AFTER_SECS),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                format!(
+                    "as many {what} as this coordinator allows (`{}`) are running; try again",
+                    bound.key()
+                ),
+            )
+        }
+    }
+
+    fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+}
+
+/// A permit of `bound` for the request's whole run, or 503 `busy`.
+fn permit(state: &AppState, bound: Bound) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    state
+        .limits
+        .try_take(bound)
+        .ok_or_else(|| ApiError::busy(bound))
 }
 
 impl From<FleetError> for ApiError {
@@ -62,6 +105,9 @@ impl From<FleetError> for ApiError {
             other => other.to_string(),
         };
         let (status, code) = match &e {
+            FleetError::BadCommand(r) if r.code == capstan_common::ErrorCode::TooLarge => {
+                (StatusCode::PAYLOAD_TOO_LARGE, r.code.as_str())
+            }
             FleetError::BadCommand(r) => (StatusCode::BAD_REQUEST, r.code.as_str()),
             FleetError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             FleetError::CommandNotFound(_) => (StatusCode::NOT_FOUND, "command_not_found"),
@@ -93,6 +139,11 @@ impl IntoResponse for ApiError {
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
             );
+        }
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
         response
     }
@@ -128,6 +179,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         })
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
+            loopback_only,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
             count,
         ))
         .with_state(state)
@@ -137,6 +192,29 @@ async fn count(State(state): Shared, request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     state.metrics.request(response.status().as_u16());
     response
+}
+
+/// Without tokens, the `Host` check of every request: 403 `forbidden_host` unless it
+/// names a loopback host ([`guard::is_loopback_host`]; HTTP/2's `:authority` when
+/// there is no `Host`). With tokens any `Host` goes: a rebinding page has no token.
+async fn loopback_only(State(state): Shared, request: Request, next: Next) -> Response {
+    if state.tokens.is_some() {
+        return next.run(request).await;
+    }
+    let host = match request.headers().get(header::HOST) {
+        Some(value) => value.to_str().ok().map(str::to_string),
+        None => request.uri().authority().map(|a| a.as_str().to_string()),
+    };
+    if host.as_deref().is_some_and(guard::is_loopback_host) {
+        return next.run(request).await;
+    }
+    tracing::warn!(host = ?host, path = %request.uri().path(), "refused a request for another host name (no tokens_file: loopback only)");
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden_host",
+        "without a tokens file this coordinator answers requests for localhost, 127.0.0.1 or [::1] only",
+    )
+    .into_response()
 }
 
 /// The token check of every `/v1` route: 401 `unauthorized` without a known token,
@@ -210,12 +288,11 @@ async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Byte
             "the body must be `Content-Type: application/json`",
         ));
     }
-    if body.len() > capstan_common::MAX_COMMAND_BYTES {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            "the command is too large",
-        ));
+    if body.len() > MAX_COMMAND_BYTES {
+        return Err(ApiError::too_large(format!(
+            "the body is {} bytes; the limit is {MAX_COMMAND_BYTES}",
+            body.len()
+        )));
     }
     let value: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
@@ -224,12 +301,50 @@ async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Byte
             format!("not JSON: {e}"),
         )
     })?;
+    if let Some(size) = signed_size(&value) {
+        if size > MAX_COMMAND_BYTES {
+            return Err(ApiError::too_large(format!(
+                "the command is {size} bytes as signed (its canonical JSON spells out every field); the limit is {MAX_COMMAND_BYTES}"
+            )));
+        }
+    }
     let (id, host) = state.fleet.submit(value).await?;
     state.metrics.submitted();
     ok(StatusCode::ACCEPTED, json!({"id": id, "host": host}))
 }
 
+/// An `id` as long as any the fleet makes (`c-` and 16 hex digits).
+const ID_PLACEHOLDER: &str = "c-0000000000000000";
+/// An `issued_at` as long as any the fleet fills in (`Utc::now()`, at most nanoseconds).
+const ISSUED_AT_PLACEHOLDER: &str = "2000-01-01T00:00:00.000000001Z";
+
+/// The size of what the fleet would sign and publish for this body (the agent holds
+/// that, not the body, to [`MAX_COMMAND_BYTES`]), or `None` when the body is no valid
+/// command (the fleet says why). What the fleet fills in when absent — `v`, `id`,
+/// `issued_at` — is filled in here with values at least as long as it would use, so
+/// this is never less than the published size (at most 9 bytes more).
+fn signed_size(body: &Value) -> Option<usize> {
+    let mut probe = body.clone();
+    let object = probe.as_object_mut()?;
+    object.remove("sig");
+    object
+        .entry("v")
+        .or_insert(json!(capstan_common::PROTOCOL_VERSION));
+    object.entry("id").or_insert(json!(ID_PLACEHOLDER));
+    object
+        .entry("issued_at")
+        .or_insert(json!(ISSUED_AT_PLACEHOLDER));
+    match Command::parse(&probe.to_string()) {
+        Ok(command) => Some(signing::signed_len(&command)),
+        // Over the limit before it is even canonical.
+        Err(r) if r.code == capstan_common::ErrorCode::TooLarge => Some(MAX_COMMAND_BYTES + 1),
+        Err(_) => None,
+    }
+}
+
 async fn command(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    // A result entry that left its events out is completed from CAPSTAN_EVT.
+    let _read = permit(&state, Bound::StreamReads)?;
     ok(StatusCode::OK, state.fleet.command(&id).await?)
 }
 
@@ -264,6 +379,7 @@ async fn wait(
             )
         })?,
     };
+    let _wait = permit(&state, Bound::Waits)?;
     ok(
         StatusCode::OK,
         state.fleet.wait(&id, timeout.min(MAX_WAIT)).await?,
@@ -315,6 +431,7 @@ async fn events(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let (since, limit) = page(&query)?;
+    let _read = permit(&state, Bound::StreamReads)?;
     let events = state.fleet.events(&host, since, limit).await?;
     ok(StatusCode::OK, json!({"host": host, "events": events}))
 }
@@ -406,14 +523,19 @@ async fn healthz(State(state): Shared) -> ApiResult {
     }
 }
 
+/// The metrics; the fleet gauges from [`crate::metrics::FleetCache`]: one registry
+/// read per interval, however many scrape.
 async fn metrics(State(state): Shared) -> Response {
-    let fleet = match state.fleet.hosts().await {
-        Ok(hosts) => Some(FleetGauges::count(&hosts)),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics: cannot read the host registry");
-            None
+    let read = || async {
+        match state.fleet.hosts().await {
+            Ok(hosts) => Some(FleetGauges::count(&hosts)),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: cannot read the host registry");
+                None
+            }
         }
     };
+    let fleet = state.metrics.fleet.get(Instant::now(), read).await;
     (
         [("content-type", "text/plain; version=0.0.4")],
         state.metrics.render(state.fleet.connected(), fleet),
@@ -487,6 +609,46 @@ mod tests {
         served.sort();
         assert_eq!(described, served);
         assert!(served.len() >= 10, "{served:?}");
+    }
+
+    /// Given bodies with and without the fields the fleet fills in, when sized, then
+    /// the size is never less than what the fleet signs and publishes for them, and at
+    /// most 9 bytes more; a body that is no command has none.
+    #[test]
+    fn the_signed_size_of_a_body_bounds_what_the_fleet_publishes() {
+        use capstan_common::signing::Signer;
+        let signer = Signer::generate().unwrap();
+        let ports: Vec<serde_json::Value> = (1..=50)
+            .map(|p| serde_json::json!({"container_port": p}))
+            .collect();
+        for body in [
+            serde_json::json!({"host": "h1", "op": "ensure_namespace", "namespace": "ns"}),
+            serde_json::json!({"v": 1, "id": "mine", "issued_at": "2026-11-29T10:00:00+01:00",
+                "host": "h1", "op": "prepare_revision", "namespace": "ns", "workload": "w",
+                "revision": "r1", "spec": {"driver": "sim", "ports": ports}, "sig": "ab"}),
+        ] {
+            let size = super::signed_size(&body).unwrap();
+            // As the fleet fills it in: a fresh id, the time now.
+            let mut filled = body.clone();
+            let object = filled.as_object_mut().unwrap();
+            object.remove("sig");
+            object.entry("v").or_insert(1.into());
+            object.entry("id").or_insert("c-0123456789abcdef".into());
+            object
+                .entry("issued_at")
+                .or_insert(serde_json::json!(chrono::Utc::now()));
+            let command = capstan_common::Command::parse(&filled.to_string()).unwrap();
+            let published = signer.signed_json(&command).len();
+            assert!(
+                (published..=published + 9).contains(&size),
+                "{size} for {published}"
+            );
+        }
+        assert_eq!(super::signed_size(&serde_json::json!([1])), None);
+        assert_eq!(
+            super::signed_size(&serde_json::json!({"op": "reboot"})),
+            None
+        );
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! The coordinator's HTTP API from the caller's side (used by the `capstan` CLI).
 
 use serde_json::Value;
+use std::time::Duration;
+
+/// How long [`Client::get`] keeps asking again while the coordinator says `busy`:
+/// longer than the longest wait (5 min), so the waits that fill it end meanwhile.
+pub const BUSY_PATIENCE: Duration = Duration::from_secs(330);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -20,6 +25,13 @@ pub enum ClientError {
         code: String,
         message: String,
     },
+    /// 503 `busy`: as many waits or stream reads as it allows are running.
+    #[error("busy: {message} (HTTP 503)")]
+    Busy {
+        message: String,
+        /// Its `Retry-After`.
+        retry_after: Duration,
+    },
     #[error("the coordinator sent an unreadable answer (HTTP {status})")]
     Decode { status: u16 },
 }
@@ -29,7 +41,7 @@ impl ClientError {
     /// answering 502/503/504 (its NATS, or a host, not there right now).
     pub fn transient(&self) -> bool {
         match self {
-            ClientError::Unreachable { .. } => true,
+            ClientError::Unreachable { .. } | ClientError::Busy { .. } => true,
             ClientError::Api { status, .. } => matches!(status, 502..=504),
             _ => false,
         }
@@ -60,8 +72,21 @@ impl Client {
         }
     }
 
+    /// `GET path`; asked again after the coordinator's `Retry-After` while it
+    /// answers `busy`, for up to [`BUSY_PATIENCE`] (a rollout to more hosts than its
+    /// `max_waits` waits its turn).
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
-        self.send(self.request(reqwest::Method::GET, path)).await
+        let deadline = tokio::time::Instant::now() + BUSY_PATIENCE;
+        loop {
+            match self.send(self.request(reqwest::Method::GET, path)).await {
+                Err(ClientError::Busy { retry_after, .. })
+                    if tokio::time::Instant::now() + retry_after < deadline =>
+                {
+                    tokio::time::sleep(retry_after).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
@@ -98,6 +123,13 @@ impl Client {
                 source,
             })?;
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(1), |s| {
+                Duration::from_secs(s.clamp(1, 30))
+            });
         let bytes = response
             .bytes()
             .await
@@ -108,18 +140,20 @@ impl Client {
             return Ok(value);
         }
         let message = value["error"]["message"].as_str().unwrap_or("").to_string();
-        Err(match status {
-            401 => ClientError::Unauthorized {
+        let code = value["error"]["code"].as_str().unwrap_or("unknown");
+        Err(match (status, code) {
+            (401, _) => ClientError::Unauthorized {
                 base: self.base.clone(),
                 message,
             },
-            403 => ClientError::Forbidden { message },
+            (403, "forbidden") => ClientError::Forbidden { message },
+            (503, "busy") => ClientError::Busy {
+                message,
+                retry_after,
+            },
             _ => ClientError::Api {
                 status,
-                code: value["error"]["code"]
-                    .as_str()
-                    .unwrap_or("unknown")
-                    .to_string(),
+                code: code.to_string(),
                 message,
             },
         })

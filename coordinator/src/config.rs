@@ -30,8 +30,30 @@ pub struct CoordinatorConfig {
     /// only; a host with a key is always checked).
     #[serde(default)]
     pub allow_unregistered_hosts: bool,
+    /// How many `GET /v1/commands/{id}/wait` may be open at once (each holds a NATS
+    /// subscription for up to 5 minutes); one more is answered 503 `busy`.
+    #[serde(default = "default_max_waits")]
+    pub max_waits: usize,
+    /// How many requests that read `CAPSTAN_EVT` through a consumer of their own
+    /// (`GET /v1/hosts/{host}/events`, `GET /v1/commands/{id}`) may run at once; one
+    /// more is answered 503 `busy`.
+    #[serde(default = "default_max_stream_reads")]
+    pub max_stream_reads: usize,
     #[serde(default)]
     pub nats: NatsConfig,
+}
+
+/// The range of `max_waits`.
+pub const MAX_WAITS: std::ops::RangeInclusive<usize> = 1..=65536;
+/// The range of `max_stream_reads`.
+pub const MAX_STREAM_READS: std::ops::RangeInclusive<usize> = 1..=1024;
+
+fn default_max_waits() -> usize {
+    1024
+}
+
+fn default_max_stream_reads() -> usize {
+    64
 }
 
 fn default_listen() -> SocketAddr {
@@ -60,6 +82,14 @@ pub enum ConfigError {
         #[source]
         source: toml::de::Error,
     },
+    #[error("{path}: {key} = {value} is out of range ({min} to {max})")]
+    OutOfRange {
+        path: PathBuf,
+        key: &'static str,
+        value: usize,
+        min: usize,
+        max: usize,
+    },
     #[error("{path}: listen = \"{listen}\" is not a loopback address, and without `tokens_file` anyone who reaches it could have any command signed; set `tokens_file` (make tokens with `capstan-coordinator token`) or listen on 127.0.0.1")]
     OpenListen { path: PathBuf, listen: SocketAddr },
 }
@@ -75,6 +105,24 @@ impl CoordinatorConfig {
                 path: path.to_path_buf(),
                 source,
             })?;
+        for (key, value, range) in [
+            ("max_waits", config.max_waits, MAX_WAITS),
+            (
+                "max_stream_reads",
+                config.max_stream_reads,
+                MAX_STREAM_READS,
+            ),
+        ] {
+            if !range.contains(&value) {
+                return Err(ConfigError::OutOfRange {
+                    path: path.to_path_buf(),
+                    key,
+                    value,
+                    min: *range.start(),
+                    max: *range.end(),
+                });
+            }
+        }
         if config.tokens_file.is_none() && !config.listen.ip().is_loopback() {
             return Err(ConfigError::OpenListen {
                 path: path.to_path_buf(),
@@ -101,10 +149,49 @@ mod tests {
         let c = CoordinatorConfig::load(&path).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:7400");
         assert_eq!(c.nats.url, "nats://h:1");
+        assert_eq!((c.max_waits, c.max_stream_reads), (1024, 64));
         std::fs::write(&path, "signing_key_file = \"/k\"\nlisten_addr = \"x\"\n").unwrap();
         let err = CoordinatorConfig::load(&path).unwrap_err();
         let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(text.contains("listen_addr"), "{text}");
+    }
+
+    /// Given request limits in and out of their ranges, when loaded, then the ones out
+    /// of range stop the coordinator naming the key and the range.
+    #[test]
+    fn request_limits_are_within_their_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "signing_key_file = \"/k\"\nmax_waits = 1\nmax_stream_reads = 1024\n",
+        )
+        .unwrap();
+        let c = CoordinatorConfig::load(&path).unwrap();
+        assert_eq!((c.max_waits, c.max_stream_reads), (1, 1024));
+        for (line, key) in [
+            (
+                "max_waits = 0",
+                "max_waits = 0 is out of range (1 to 65536)",
+            ),
+            ("max_waits = 65537", "max_waits = 65537"),
+            (
+                "max_stream_reads = 0",
+                "max_stream_reads = 0 is out of range (1 to 1024)",
+            ),
+            ("max_stream_reads = 1025", "max_stream_reads = 1025"),
+        ] {
+            std::fs::write(&path, format!("signing_key_file = \"/k\"\n{line}\n")).unwrap();
+            let err = CoordinatorConfig::load(&path).unwrap_err().to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+        std::fs::write(&path, "signing_key_file = \"/k\"\nmax_wait = 3\n").unwrap();
+        let err = CoordinatorConfig::load(&path).unwrap_err();
+        let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            text.contains("max_wait"),
+            "unknown keys stay errors: {text}"
+        );
     }
 
     #[test]

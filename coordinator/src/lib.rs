@@ -7,6 +7,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod fleet;
+pub mod guard;
 pub mod install;
 pub mod metrics;
 pub mod natsconf;

@@ -9,6 +9,7 @@ use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
 use capstan_coordinator::config::CoordinatorConfig;
 use capstan_coordinator::fleet::{Fleet, Trust};
+use capstan_coordinator::guard::Limits;
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -221,6 +222,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         fleet,
         metrics: Default::default(),
         tokens,
+        limits: Limits::new(config.max_waits, config.max_stream_reads),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -1,139 +1,12 @@
 //! The HTTP API in process, over a real nats-server (`capstan_testsupport`):
 //! tokens and roles, JSON-only bodies, and ids bound to their content.
 
-use capstan_common::nats::Retention;
+mod common;
+
 use capstan_common::published::Publication;
-use capstan_common::signing::Signer;
-use capstan_coordinator::api::{self, AppState};
-use capstan_coordinator::auth::{self, Role, Tokens};
-use capstan_coordinator::fleet::{Fleet, Trust};
-use capstan_testsupport::NatsServer;
-use serde_json::{json, Value};
+use common::{api, code, ns, registered, signed, two_tokens};
+use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// A coordinator API on a free loopback port.
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    nats: NatsServer,
-}
-
-async fn api(tokens: Option<Tokens>) -> Api {
-    let nats = NatsServer::start(&[]);
-    let client = async_nats::connect(&nats.url).await.expect("connect");
-    let fleet = Fleet::new(
-        client,
-        Signer::generate().expect("key"),
-        Duration::from_secs(15),
-        Retention::default(),
-        Trust::default(),
-    );
-    let state = Arc::new(AppState {
-        fleet,
-        metrics: Default::default(),
-        tokens,
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
-    Api {
-        base,
-        // Every request bounded: a stuck handler fails the test instead of hanging it.
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("HTTP client"),
-        nats,
-    }
-}
-
-impl Api {
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: Option<&str>,
-        content_type: Option<&str>,
-        body: &str,
-    ) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .body(body.to_string());
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(content_type) = content_type {
-            request = request.header("content-type", content_type);
-        }
-        let response = request.send().await.expect("request");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("body");
-        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, value)
-    }
-
-    async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
-        self.send(reqwest::Method::GET, path, token, None, "").await
-    }
-
-    async fn post(&self, token: Option<&str>, command: &Value) -> (u16, Value) {
-        let body = command.to_string();
-        let json = Some("application/json");
-        self.send(reqwest::Method::POST, "/v1/commands", token, json, &body)
-            .await
-    }
-}
-
-/// Registers a new key for `host` through the API; the key, to sign with.
-async fn registered(api: &Api, host: &str) -> Signer {
-    let key = Signer::generate().expect("key");
-    let body = json!({"public_key": key.public_hex()}).to_string();
-    let (status, answer) = api
-        .send(
-            reqwest::Method::PUT,
-            &format!("/v1/hosts/{host}/keys"),
-            None,
-            Some("application/json"),
-            &body,
-        )
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    key
-}
-
-/// `Capstan-Sig` of `payload` as `what`, by `key`.
-fn signed(key: &Signer, what: Publication<'_>, payload: &[u8]) -> async_nats::HeaderMap {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        capstan_common::published::HEADER,
-        key.sign_publication(what, payload).as_str(),
-    );
-    headers
-}
-
-fn code(v: &Value) -> &str {
-    v["error"]["code"].as_str().unwrap_or_default()
-}
-
-/// A submit and a read token, and the tokens they load into.
-fn two_tokens() -> (String, String, Tokens) {
-    let (submit, submit_line) = auth::generate(Role::Submit, Some("ops")).expect("token");
-    let (read, read_line) = auth::generate(Role::Read, None).expect("token");
-    let tokens = Tokens::parse(
-        std::path::Path::new("tokens"),
-        &format!("{submit_line}\n{read_line}\n"),
-    )
-    .expect("tokens");
-    (submit, read, tokens)
-}
-
-fn ns(id: &str, host: &str, namespace: &str) -> Value {
-    json!({"id": id, "host": host, "op": "ensure_namespace", "namespace": namespace})
-}
 
 #[tokio::test]
 async fn tokens_and_roles_guard_every_v1_endpoint() {
@@ -345,43 +218,9 @@ async fn the_client_says_plainly_when_the_token_is_missing_or_too_weak() {
 #[tokio::test]
 async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
     let api = api(None).await;
-    let client = async_nats::connect(&api.nats.url).await.expect("connect");
-    let js = async_nats::jetstream::new(client);
-    let hosts = capstan_common::nats::bucket(
-        &js,
-        capstan_common::wire::HOSTS_BUCKET,
-        Retention::default().hosts_max_age,
-        1,
-    )
-    .await
-    .expect("bucket");
     for (host, healthy) in [("h1", true), ("h2", false)] {
-        let beat = capstan_common::wire::HostBeat {
-            host: host.into(),
-            version: "test".into(),
-            drivers: vec!["sim".into()],
-            capabilities: Value::Null,
-            last_seq: 1,
-            healthy,
-            degraded: None,
-            log_failed: (!healthy).then(|| "flush failed".into()),
-            outbox_alarm: None,
-            figures: None,
-            at: chrono::Utc::now(),
-        };
-        let body = serde_json::to_vec(&beat).expect("beat");
-        let key = registered(&api, host).await;
-        js.publish_with_headers(
-            format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET),
-            signed(&key, Publication::Beat, &body),
-            body.into(),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("put");
+        api.beat(host, healthy).await;
     }
-    drop(hosts);
     let text = api
         .http
         .get(format!("{}/metrics", api.base))

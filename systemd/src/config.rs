@@ -14,7 +14,8 @@ pub struct SystemdConfig {
     #[serde(default = "default_unit_dir")]
     pub unit_dir: PathBuf,
     /// Each namespace's state directory is `<state_dir>/<namespace>`: the default
-    /// working directory of its units and always writable by them.
+    /// working directory of its units and always writable by them. systemd makes it
+    /// (`StateDirectory=`), so it must be under `/var/lib`.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
     /// The agent owns the units' lifecycle: its stop sweep stops them and its startup

@@ -4,6 +4,9 @@ use crate::bus::{self, Bus, BusError, Change, UnitStatus};
 use crate::config::SystemdConfig;
 use crate::unit::{Markers, UnitSettings};
 use crate::{files, naming, unit};
+use exits::is_exit;
+
+mod exits;
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use capstan_driver::{
     merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
@@ -78,6 +81,16 @@ impl SystemdDriver {
                 "the unit directory does not exist",
             ));
         }
+        // Each namespace's directory is systemd's (`StateDirectory=`), so it must be
+        // under /var/lib.
+        unit::state_directory(&config.state_dir.join("ns")).map_err(|e| {
+            DriverError::refused(
+                op,
+                config.state_dir.display(),
+                ErrorCode::DriverFailed,
+                e.to_string(),
+            )
+        })?;
         sweep(&config.unit_dir).map_err(io(op, config.unit_dir.display()))?;
         let version = bus.version().await.map_err(backend(op, "systemd"))?;
         tracing::info!(%version, unit_dir = %config.unit_dir.display(), "connected to systemd");
@@ -343,6 +356,54 @@ impl SystemdDriver {
         Ok(())
     }
 
+    /// Removes the namespace's state directory through its cleanup unit
+    /// ([`unit::cleanup`]): written, started (a oneshot: the start job ends when the
+    /// removal did) and removed again. systemd's own users own what is in the
+    /// directory, and the agent (root without capabilities, the file system
+    /// read-only but for its own dirs) could not. True when the unit file was removed
+    /// (a reload is due).
+    async fn remove_state(&self, op: &'static str, namespace: &str) -> Result<bool, DriverError> {
+        let (unit, path, _) = self.cleanup_file(op, namespace)?;
+        let text = unit::cleanup(&self.host, namespace, &self.namespace_dir(namespace))
+            .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?;
+        let changed = files::write_if_changed(&path, &text).map_err(io(op, &unit))?;
+        self.reload(op, changed).await?;
+        let ran = self.bus.start(&unit).await;
+        let removed = files::remove(&path).map_err(io(op, &unit))?;
+        if let Err(e) = ran {
+            if let Err(reset) = self.bus.reset_failed(&unit).await {
+                tracing::warn!(%unit, error = %reset, "could not reset a failed cleanup unit");
+            }
+            return Err(backend(op, &unit)(e));
+        }
+        Ok(removed)
+    }
+
+    /// The namespace's cleanup unit, its path, and whether its file is there;
+    /// refused when a file of that name is not this host's cleanup unit.
+    fn cleanup_file(
+        &self,
+        op: &'static str,
+        namespace: &str,
+    ) -> Result<(String, PathBuf, bool), DriverError> {
+        let unit = naming::cleanup_unit(namespace);
+        let path = self.unit_path(&unit);
+        let exists = match std::fs::read_to_string(&path) {
+            Ok(text) if unit::is_cleanup(&self.host, &text) => true,
+            Ok(_) => {
+                return Err(DriverError::refused(
+                    op,
+                    &unit,
+                    ErrorCode::NotOwned,
+                    "the unit file exists but is not this host's capstan cleanup unit",
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(io(op, &unit)(e)),
+        };
+        Ok((unit, path, exists))
+    }
+
     /// The state of one unit as a [`BackendState`].
     fn backend_state(status: &UnitStatus) -> BackendState {
         if status.active_state == "failed" {
@@ -443,20 +504,6 @@ fn sweep(unit_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether a unit going from `before` (its last state seen; `None`: never seen) to
-/// `active_state`/`sub_state` is an exit: leaving `active`/`deactivating`/`reloading`
-/// for `inactive`, `failed` or an `auto-restart`, or arriving in `failed` (systemd
-/// gave up) from anything else. Repeated signals of one state are not new exits.
-fn is_exit(before: Option<&str>, active_state: &str, sub_state: &str) -> bool {
-    let was_up = before.is_some_and(|s| matches!(s, "active" | "deactivating" | "reloading"));
-    match active_state {
-        "failed" => before != Some("failed"),
-        "inactive" => was_up,
-        "activating" => was_up && sub_state == "auto-restart",
-        _ => false,
-    }
-}
-
 fn remove_unit_files(dir: &Path, unit: &str) -> std::io::Result<bool> {
     let dropins = files::remove_dir(&dir.join(naming::dropin_dir(unit)))?;
     Ok(files::remove(&dir.join(unit))? || dropins)
@@ -479,8 +526,11 @@ impl Driver for SystemdDriver {
 
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
         let op = "ensure_namespace";
-        let dir = self.namespace_dir(namespace);
-        std::fs::create_dir_all(&dir).map_err(io(op, dir.display()))?;
+        // Its state directory is made by systemd when a unit of it first starts, for
+        // that unit's user (`StateDirectory=`). A cleanup unit a delete killed midway
+        // left would remove it if started: it goes.
+        let (cleanup, path, left) = self.cleanup_file(op, namespace)?;
+        let removed = left && files::remove(&path).map_err(io(op, &cleanup))?;
         let slice = naming::slice_name(namespace);
         let changed = files::write_if_changed(
             &self.unit_path(&slice),
@@ -488,7 +538,7 @@ impl Driver for SystemdDriver {
                 .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?,
         )
         .map_err(io(op, &slice))?;
-        self.reload(op, changed).await
+        self.reload(op, changed || removed).await
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
@@ -508,10 +558,10 @@ impl Driver for SystemdDriver {
                 format!("units of it exist: {}", left.join(", ")),
             ));
         }
+        let cleaned = self.remove_state(op, namespace).await?;
         let slice = naming::slice_name(namespace);
         let removed = files::remove(&self.unit_path(&slice)).map_err(io(op, &slice))?;
-        files::remove_dir(&self.namespace_dir(namespace)).map_err(io(op, namespace))?;
-        self.reload(op, removed).await
+        self.reload(op, removed || cleaned).await
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
@@ -631,53 +681,5 @@ impl Driver for SystemdDriver {
 
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
         self.forward_exits(exits).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_exit;
-
-    #[test]
-    fn a_crash_loop_is_one_exit_per_crash_and_one_when_systemd_gives_up() {
-        // What systemd 252 signals for a unit that exits 3 with Restart=on-failure,
-        // until its start limit (seen on a real one).
-        let signals = [
-            ("inactive", "dead"),
-            ("activating", "start"),
-            ("active", "running"),
-            ("failed", "failed"),
-            ("activating", "auto-restart"),
-            ("inactive", "dead"),
-            ("activating", "start"),
-            ("active", "running"),
-            ("active", "running"),
-            ("failed", "failed"),
-            ("activating", "auto-restart"),
-            ("inactive", "dead"),
-            ("failed", "failed"),
-            ("failed", "failed"),
-        ];
-        let mut before: Option<&str> = None;
-        let exits: Vec<usize> = signals
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (active, sub))| {
-                let exit = is_exit(before, active, sub);
-                before = Some(active);
-                exit.then_some(i)
-            })
-            .collect();
-        assert_eq!(exits, [3, 9, 12]);
-    }
-
-    #[test]
-    fn a_stop_is_an_exit_and_a_unit_never_seen_up_is_not() {
-        assert!(is_exit(Some("deactivating"), "inactive", "dead"));
-        assert!(is_exit(Some("active"), "activating", "auto-restart"));
-        assert!(!is_exit(None, "inactive", "dead"));
-        assert!(!is_exit(Some("inactive"), "inactive", "dead"));
-        assert!(!is_exit(Some("active"), "activating", "start"));
-        assert!(is_exit(None, "failed", "failed"));
     }
 }

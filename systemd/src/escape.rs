@@ -232,6 +232,62 @@ pub fn plain(field: &'static str, s: &str) -> Result<String, EscapeError> {
     Ok(s.to_string())
 }
 
+/// The value of `StateDirectory=`: a path relative to `/var/lib`, written as it is.
+/// systemd 252 splits that setting on white space and `:` (a second field names
+/// symlinks), unquotes it and expands specifiers, so only `[A-Za-z0-9._-]`
+/// components are taken, none of them empty, `.` or `..`.
+pub fn state_directory(rel: &str) -> Result<String, EscapeError> {
+    let refuse = |why| EscapeError::Invalid {
+        field: "state_dir",
+        why,
+    };
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    if rel.starts_with('/') || !rel.split('/').all(part_ok) {
+        return Err(refuse(
+            "must be a path under /var/lib of [A-Za-z0-9._-] components",
+        ));
+    }
+    check_path(&format!("/var/lib/{rel}")).map_err(refuse)?;
+    Ok(rel.to_string())
+}
+
+/// The value of `CapabilityBoundingSet=` and `AmbientCapabilities=`: the names, each
+/// one of [`capstan_common::validate::SYSTEMD_CAPABILITIES`], separated by spaces;
+/// empty for none (an empty assignment empties the set).
+pub fn capabilities(names: &[String]) -> Result<String, EscapeError> {
+    let allowed = capstan_common::validate::SYSTEMD_CAPABILITIES;
+    if let Some(index) = names.iter().position(|n| !allowed.contains(&n.as_str())) {
+        return Err(EscapeError::InvalidItem {
+            field: "systemd.capabilities",
+            index,
+            why: "not a capability a spec may ask for",
+        });
+    }
+    Ok(names.join(" "))
+}
+
+/// The value of a `SystemCallFilter=` line allowing `items` (systemd groups or
+/// syscall names, [`capstan_common::validate::is_syscall_item`]), separated by spaces.
+pub fn syscalls(items: &[String]) -> Result<String, EscapeError> {
+    if let Some(index) = items
+        .iter()
+        .position(|c| !capstan_common::validate::is_syscall_item(c))
+    {
+        return Err(EscapeError::InvalidItem {
+            field: "systemd.syscalls",
+            index,
+            why: "neither a systemd syscall group nor a syscall name",
+        });
+    }
+    fits_a_line("systemd.syscalls", items.join(" "))
+}
+
 /// `value`, when one line holds it after a directive's name.
 fn fits_a_line(field: &'static str, value: String) -> Result<String, EscapeError> {
     if value.len() > MAX_LINE - DIRECTIVE_ROOM {

@@ -52,6 +52,35 @@ pub fn slice_name(namespace: &str) -> String {
     format!("{PREFIX}{}.slice", namespace_part(namespace))
 }
 
+/// The longest user name systemd takes for `User=` with `DynamicUser=` (its
+/// `UT_NAMESIZE - 1`).
+pub const MAX_USER_NAME: usize = 31;
+
+/// The user a namespace's units run as unless their spec names one: `capstan-<ns>`,
+/// allocated by systemd (`DynamicUser=`) while one of them runs. Every unit of the
+/// namespace shares it, so they share the namespace's state directory, and no other
+/// namespace has it. A name longer than [`MAX_USER_NAME`] becomes `capstan-_` and 22
+/// hex digits of the namespace's SHA-256 (88 bits; a DNS label never holds `_`, so
+/// the two forms cannot meet).
+pub fn namespace_user(namespace: &str) -> String {
+    let readable = format!("{PREFIX}{namespace}");
+    if readable.len() <= MAX_USER_NAME {
+        return readable;
+    }
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(namespace.as_bytes());
+    format!(
+        "{PREFIX}_{}",
+        capstan_common::signing::to_hex(&digest[..11])
+    )
+}
+
+/// The unit that removes a namespace's state directory when the namespace is
+/// deleted: `capstan-<ns>.service` (one part: never a revision's name).
+pub fn cleanup_unit(namespace: &str) -> String {
+    format!("{PREFIX}{}.service", namespace_part(namespace))
+}
+
 /// The drop-in directory of a unit.
 pub fn dropin_dir(unit: &str) -> String {
     format!("{unit}.d")
@@ -121,6 +150,31 @@ mod tests {
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b":_.\\-".contains(&b))
+    }
+
+    /// Given namespaces short and long, when their user is named, then it is a user
+    /// name systemd takes for a dynamic user, one per namespace.
+    #[test]
+    fn given_namespaces_when_their_user_is_named_then_a_valid_distinct_name_each() {
+        assert_eq!(namespace_user("shop"), "capstan-shop");
+        let exact = "a".repeat(MAX_USER_NAME - PREFIX.len());
+        assert_eq!(namespace_user(&exact), format!("capstan-{exact}"));
+        let long = format!("{exact}b");
+        let hashed = namespace_user(&long);
+        assert!(hashed.starts_with("capstan-_"), "{hashed}");
+        assert_ne!(hashed, namespace_user(&format!("{exact}c")));
+        for ns in ["shop", "team-a", "0ns", &exact, &long, &"z".repeat(63)] {
+            let user = namespace_user(ns);
+            let b = user.as_bytes();
+            assert!(user.len() <= MAX_USER_NAME, "{user}");
+            assert!(b[0].is_ascii_alphabetic(), "{user}");
+            assert!(
+                b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || b"_-".contains(c)),
+                "{user}"
+            );
+        }
+        assert_eq!(cleanup_unit("team-a"), r"capstan-team\x2da.service");
     }
 
     #[test]

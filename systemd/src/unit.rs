@@ -37,8 +37,9 @@ pub struct Markers {
 /// The agent's settings for the units it writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitSettings {
-    /// The namespace's state directory: the default `WorkingDirectory=` and always
-    /// in `ReadWritePaths=`.
+    /// The namespace's state directory, `<state_dir>/<namespace>`: under `/var/lib`,
+    /// made by systemd (`StateDirectory=`) for the unit's user; the default
+    /// `WorkingDirectory=`.
     pub state_dir: PathBuf,
     /// `TimeoutStopSec=` (0: no timeout).
     pub stop_timeout_secs: u32,
@@ -66,6 +67,44 @@ impl UnitSettings {
     }
 }
 
+/// Where `StateDirectory=` paths are relative to.
+pub const STATE_ROOT: &str = "/var/lib/";
+/// Where systemd keeps the state directory of a unit with `DynamicUser=`: the unit
+/// reaches it there whatever the modes of the directories above `state_dir` (the
+/// shipped agent's data dir is `0700`); `state_dir/<ns>` is systemd's symlink to it.
+pub const PRIVATE_STATE_ROOT: &str = "/var/lib/private/";
+
+/// The sandbox every revision's unit gets, whatever its spec
+/// (`docs/systemd.md`, *Hardening*). Its user, capabilities and extra system calls
+/// come from the spec ([`service`]); `MemoryDenyWriteExecute=` is left out: it
+/// breaks every JIT (JVM, V8, LuaJIT, .NET), so a site turns it on per namespace with a
+/// drop-in.
+pub const HARDENING: &[&str] = &[
+    "NoNewPrivileges=yes",
+    "SystemCallFilter=@system-service",
+    "SystemCallErrorNumber=EPERM",
+    "SystemCallArchitectures=native",
+    "ProtectSystem=strict",
+    "ProtectHome=yes",
+    "PrivateTmp=yes",
+    "PrivateDevices=yes",
+    "PrivateIPC=yes",
+    "ProtectProc=invisible",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictNamespaces=yes",
+    "RestrictSUIDSGID=yes",
+    "RestrictRealtime=yes",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+    "LockPersonality=yes",
+    "RemoveIPC=yes",
+    "UMask=0077",
+];
+
 /// The `.service` of a revision. No environment (that is the drop-in's, see
 /// [`env_dropin`]). `[Install]` says what enabling it means: started at boot with
 /// `multi-user.target` (the driver enables a revision while intent wants it running,
@@ -79,20 +118,18 @@ pub fn service(
     let ns = escape::plain("namespace", rev.namespace)?;
     let workload = escape::plain("workload", rev.workload)?;
     let revision = escape::plain("revision", rev.revision)?;
-    let state_dir = settings.state_dir.to_str().ok_or(EscapeError::Invalid {
-        field: "state_dir",
-        why: "not UTF-8",
-    })?;
-    let working_dir = spec.working_dir.as_deref().unwrap_or(state_dir);
-    let mut read_write =
-        escape::path_list(&[state_dir.to_string()]).map_err(|e| e.within("state_dir"))?;
-    if !spec.systemd.read_write_paths.is_empty() {
-        read_write.push(' ');
-        read_write.push_str(
-            &escape::path_list(&spec.systemd.read_write_paths)
-                .map_err(|e| e.within("systemd.read_write_paths"))?,
-        );
-    }
+    let s = &spec.systemd;
+    let state = state_directory(&settings.state_dir)?;
+    let working_dir = match &spec.working_dir {
+        Some(dir) => escape::path(dir).map_err(|e| e.within("working_dir"))?,
+        None => escape::path(&format!("{PRIVATE_STATE_ROOT}{state}"))
+            .map_err(|e| e.within("state_dir"))?,
+    };
+    let user = match &s.user {
+        Some(user) => escape::plain("systemd.user", user)?,
+        None => escape::plain("systemd.user", &naming::namespace_user(rev.namespace))?,
+    };
+    let capabilities = escape::capabilities(&s.capabilities)?;
 
     let mut t = format!("{HEADER}\n[Unit]\n");
     line(
@@ -114,11 +151,7 @@ pub fn service(
     t.push_str("\n[Service]\n");
     line(&mut t, "Type", "exec");
     line(&mut t, "ExecStart", escape::exec_start(&spec.command)?);
-    line(
-        &mut t,
-        "WorkingDirectory",
-        escape::path(working_dir).map_err(|e| e.within("working_dir"))?,
-    );
+    line(&mut t, "WorkingDirectory", working_dir);
     line(&mut t, "Restart", "on-failure");
     line(
         &mut t,
@@ -127,28 +160,31 @@ pub fn service(
     );
     line(&mut t, "TimeoutStopSec", settings.stop_timeout_secs);
     line(&mut t, "Slice", naming::slice_name(rev.namespace));
-    for setting in [
-        "NoNewPrivileges=yes",
-        "PrivateTmp=yes",
-        "ProtectSystem=strict",
-        "ProtectHome=read-only",
-        "PrivateDevices=yes",
-        "ProtectKernelTunables=yes",
-        "ProtectKernelModules=yes",
-        "ProtectControlGroups=yes",
-        "RestrictSUIDSGID=yes",
-        "LockPersonality=yes",
-    ] {
+    // Never root unless the spec says so: a dynamic user (the namespace's, or the
+    // spec's name when no account has it; an existing account is used as it is).
+    line(&mut t, "DynamicUser", "yes");
+    line(&mut t, "User", user);
+    if let Some(group) = &s.group {
+        line(&mut t, "Group", escape::plain("systemd.group", group)?);
+    }
+    line(&mut t, "StateDirectory", state);
+    line(&mut t, "StateDirectoryMode", "0700");
+    line(&mut t, "CapabilityBoundingSet", &capabilities);
+    line(&mut t, "AmbientCapabilities", &capabilities);
+    for setting in HARDENING {
         t.push_str(setting);
         t.push('\n');
     }
-    line(&mut t, "ReadWritePaths", read_write);
-    let s = &spec.systemd;
-    if let Some(user) = &s.user {
-        line(&mut t, "User", escape::plain("systemd.user", user)?);
+    if !s.syscalls.is_empty() {
+        line(&mut t, "SystemCallFilter", escape::syscalls(&s.syscalls)?);
     }
-    if let Some(group) = &s.group {
-        line(&mut t, "Group", escape::plain("systemd.group", group)?);
+    if !s.read_write_paths.is_empty() {
+        line(
+            &mut t,
+            "ReadWritePaths",
+            escape::path_list(&s.read_write_paths)
+                .map_err(|e| e.within("systemd.read_write_paths"))?,
+        );
     }
     if let Some(bytes) = s.memory_max_bytes {
         line(&mut t, "MemoryMax", bytes);
@@ -159,6 +195,62 @@ pub fn service(
     t.push_str("\n[Install]\n");
     line(&mut t, "WantedBy", "multi-user.target");
     Ok(t)
+}
+
+/// The namespace's state directory as `StateDirectory=` takes it: relative to
+/// [`STATE_ROOT`].
+pub fn state_directory(dir: &std::path::Path) -> Result<String, EscapeError> {
+    let refuse = |why| EscapeError::Invalid {
+        field: "state_dir",
+        why,
+    };
+    let dir = dir.to_str().ok_or(refuse("not UTF-8"))?;
+    let rel = dir
+        .strip_prefix(STATE_ROOT)
+        .ok_or(refuse("must be under /var/lib (systemd's StateDirectory=)"))?;
+    escape::state_directory(rel)
+}
+
+/// The unit that removes namespace `namespace`'s state directory
+/// ([`naming::cleanup_unit`]): run once by `delete_namespace`, as root, after the
+/// last unit of the namespace is gone. It removes both where systemd keeps the
+/// directory of a dynamic user and `state_dir/<ns>` (systemd's symlink to it, or the
+/// plain directory an older agent made). Its `[Unit]` names the host only: it is
+/// neither a revision nor a namespace.
+pub fn cleanup(
+    host: &str,
+    namespace: &str,
+    state_dir: &std::path::Path,
+) -> Result<String, EscapeError> {
+    let ns = escape::plain("namespace", namespace)?;
+    let state = state_directory(state_dir)?;
+    let command = [
+        "/bin/rm",
+        "-rf",
+        "--one-file-system",
+        "--",
+        &format!("{PRIVATE_STATE_ROOT}{state}"),
+        &format!("{STATE_ROOT}{state}"),
+    ]
+    .map(String::from);
+    let mut t = format!("{HEADER}\n[Unit]\n");
+    line(
+        &mut t,
+        "Description",
+        format!("capstan: remove the state of namespace {ns}"),
+    );
+    line(&mut t, HOST, escape::plain("host", host)?);
+    t.push_str("\n[Service]\n");
+    line(&mut t, "Type", "oneshot");
+    line(&mut t, "ExecStart", escape::exec_start(&command)?);
+    line(&mut t, "PrivateNetwork", "yes");
+    line(&mut t, "NoNewPrivileges", "yes");
+    Ok(t)
+}
+
+/// Whether `text` is a cleanup unit ([`cleanup`]) this host wrote.
+pub fn is_cleanup(host: &str, text: &str) -> bool {
+    unit_markers(text).is_some_and(|m| m.len() == 1 && m.get(HOST) == Some(&host))
 }
 
 /// The drop-in ([`naming::ENV_DROPIN`]) holding a revision's whole environment, one

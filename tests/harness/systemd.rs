@@ -12,6 +12,11 @@
 //! - fresh tmpfs on `/run` (its D-Bus socket, its runtime state), `/tmp` and `/var/tmp`
 //!   (its boot-time `systemd-tmpfiles --remove` would otherwise empty the machine's
 //!   `/tmp` and delete other hosts' `/var/tmp/systemd-private-*`);
+//! - its own `/var/lib/private` (where systemd keeps the state directories of units
+//!   with `DynamicUser=`, as every revision's unit has): a host dir, so they go with
+//!   the host and never land in the machine's; a namespace's state directory
+//!   `<state_dir>/<ns>` is then a symlink into it that only resolves inside
+//!   ([`SystemdHost::inside`]);
 //! - its own persistent journal, a host dir bound on `/var/log/journal` (several
 //!   journalds must not write the machine's one journal), kept across
 //!   [`SystemdHost::reboot`] and readable after the host is gone
@@ -54,10 +59,11 @@ const ROOT: &str = "/var/lib/capstan-tests/systemd";
 
 /// The setup run by `sh` inside the new namespaces before it becomes systemd. `$1` is
 /// the unit dir, `$2` the file to be its console, `$3` its journal dir, `$4` the file
-/// holding this boot's id; the other arguments are the host's cgroup dirs, which it
-/// joins (`echo 0`: the writer itself) before anything else.
+/// holding this boot's id, `$5` its `/var/lib/private`; the other arguments are the
+/// host's cgroup dirs, which it joins (`echo 0`: the writer itself) before anything
+/// else.
 const SETUP: &str = r#"set -e
-units=$1; console=$2; journal=$3; boot_id=$4; shift 4
+units=$1; console=$2; journal=$3; boot_id=$4; private=$5; shift 5
 for cg in "$@"; do echo 0 > "$cg/cgroup.procs"; done
 mount --make-rprivate /
 mount --bind "$boot_id" /proc/sys/kernel/random/boot_id
@@ -65,6 +71,8 @@ mount --bind "$units" /etc/systemd/system
 mount --bind "$console" /dev/console
 mkdir -p /var/log/journal
 mount --bind "$journal" /var/log/journal
+mkdir -p /var/lib/private
+mount --bind "$private" /var/lib/private
 mount -t tmpfs -o mode=755 tmpfs /run
 mkdir -p /run/lock
 mount -t tmpfs -o mode=1777 tmpfs /tmp
@@ -120,6 +128,9 @@ impl SystemdHost {
             ("state", 0o1777),
             ("bin", 0o755),
             ("journal", 0o2755),
+            // As systemd makes it: only root may pass (the state dirs below belong to
+            // dynamic users whose ids are reused later).
+            ("private", 0o700),
         ] {
             let path = dir.path().join(sub);
             if sub != "." {
@@ -163,6 +174,7 @@ impl SystemdHost {
             .arg(&console)
             .arg(self.dir.path().join("journal"))
             .arg(&boot_id)
+            .arg(self.dir.path().join("private"))
             .args(&self.cgroups)
             // systemd passes nothing of its environment on to units; `container`
             // tells it that it runs in one (no hardware to set up).
@@ -226,6 +238,14 @@ impl SystemdHost {
     /// there (e.g. `capstan-envdump`'s dumps) and the test reads.
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
+    }
+
+    /// `path` as the host sees it, reached from the machine (through its PID 1's
+    /// root, `/proc/<pid>/root`): what a namespace's state directory, a symlink into
+    /// the host's own `/var/lib/private`, holds is only there.
+    pub fn inside(&self, path: &Path) -> PathBuf {
+        let relative = path.strip_prefix("/").unwrap_or(path);
+        PathBuf::from(format!("/proc/{}/root", self.pid)).join(relative)
     }
 
     /// The host's dir: the same path inside and outside (under `/var/lib`).

@@ -257,3 +257,68 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn given_hardening_lists_when_written_then_only_allowed_plain_names_pass() {
+    let caps = |v: &[&str]| capabilities(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(caps(&[]), Ok(String::new()));
+    assert_eq!(
+        caps(&["CAP_NET_BIND_SERVICE", "CAP_CHOWN"]),
+        Ok("CAP_NET_BIND_SERVICE CAP_CHOWN".into())
+    );
+    for bad in [
+        "CAP_SYS_ADMIN",
+        "CAP_CHOWN\nUser=root",
+        "CAP_CHOWN CAP_SYS_ADMIN",
+        "~CAP_CHOWN",
+        "",
+    ] {
+        let err = caps(&["CAP_CHOWN", bad]).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidSpec);
+        assert!(
+            err.to_string().starts_with("systemd.capabilities[1]: "),
+            "{err}"
+        );
+    }
+    let calls = |v: &[&str]| syscalls(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(calls(&["@mount", "ptrace"]), Ok("@mount ptrace".into()));
+    for bad in [
+        "~@mount",
+        "@mount\n[Service]",
+        "@nosuch",
+        "a b",
+        "%h",
+        "ptrace;",
+    ] {
+        let err = calls(&[bad]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("systemd.syscalls[0]: "),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn given_state_directories_when_written_then_relative_plain_paths_pass() {
+    assert_eq!(
+        state_directory("capstan/units/team-a"),
+        Ok("capstan/units/team-a".into())
+    );
+    for bad in [
+        "/var/lib/capstan",
+        "capstan/../etc",
+        "capstan//units",
+        "capstan/./units",
+        "capstan/units/",
+        "",
+        "with space/ns",
+        "a:b/ns",
+        "%h/ns",
+        "a\nStateDirectory=x",
+        "é/ns",
+    ] {
+        let err = state_directory(bad).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidSpec);
+        assert!(err.to_string().starts_with("state_dir: "), "{bad:?}: {err}");
+    }
+}

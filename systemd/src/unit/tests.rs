@@ -76,6 +76,8 @@ fn given_a_spec_with_settings_when_rendered_then_each_appears_once() {
         read_write_paths: vec!["/srv/data".into(), "/srv/with space".into()],
         memory_max_bytes: Some(1 << 20),
         cpu_quota_percent: Some(150),
+        capabilities: vec!["CAP_NET_BIND_SERVICE".into(), "CAP_IPC_LOCK".into()],
+        syscalls: vec!["@mount".into(), "ptrace".into()],
     };
     let settings = UnitSettings {
         stop_timeout_secs: 45,
@@ -98,48 +100,155 @@ fn given_a_spec_with_settings_when_rendered_then_each_appears_once() {
         ("NoNewPrivileges", "yes"),
         ("PrivateTmp", "yes"),
         ("ProtectSystem", "strict"),
-        ("ProtectHome", "read-only"),
+        ("ProtectHome", "yes"),
         ("PrivateDevices", "yes"),
         ("ProtectKernelTunables", "yes"),
         ("ProtectKernelModules", "yes"),
         ("ProtectControlGroups", "yes"),
         ("RestrictSUIDSGID", "yes"),
         ("LockPersonality", "yes"),
+        ("DynamicUser", "yes"),
         ("User", "svc"),
         ("Group", "1000"),
+        ("StateDirectory", "capstan/ns/team-a"),
+        ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE CAP_IPC_LOCK"),
+        ("AmbientCapabilities", "CAP_NET_BIND_SERVICE CAP_IPC_LOCK"),
         ("MemoryMax", "1048576"),
         ("CPUQuota", "150%"),
     ] {
         assert_eq!(the(&text, key), value, "{key}");
     }
+    // The spec's system calls are allowed besides the default set.
+    let filters: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+        .collect();
+    assert_eq!(filters, ["@system-service", "@mount ptrace"]);
     let exec = format!("ExecStart={}", the(&text, "ExecStart"));
     assert_eq!(decode::exec_start(&exec), Ok(s.command.clone()));
     let rw = format!("ReadWritePaths={}", the(&text, "ReadWritePaths"));
     assert_eq!(
         decode::path_list(&rw, "ReadWritePaths"),
-        Ok(vec![
-            "/var/lib/capstan/ns/team-a".to_string(),
-            "/srv/data".into(),
-            "/srv/with space".into()
-        ])
+        Ok(vec!["/srv/data".to_string(), "/srv/with space".into()])
     );
     assert!(!text.contains("Environment"));
     assert_eq!(text.matches("[Install]").count(), 1);
     assert!(text.ends_with("[Install]\nWantedBy=multi-user.target\n"));
 }
 
+/// Given a spec that asks for nothing, when rendered, then the unit runs as the
+/// namespace's dynamic user with no capabilities, the default system call filter and
+/// every sandboxing setting, in the state directory systemd makes for it.
 #[test]
-fn given_a_spec_without_settings_when_rendered_then_the_state_dir_is_the_default() {
-    let text = service("h", rev("ns", "web", "r1"), &spec(), &settings()).unwrap();
-    assert_eq!(the(&text, "WorkingDirectory"), "/var/lib/capstan/ns/team-a");
+fn given_a_spec_without_settings_when_rendered_then_the_unit_is_hardened() {
+    let text = service("h", rev("team-a", "web", "r1"), &spec(), &settings()).unwrap();
     assert_eq!(
-        the(&text, "ReadWritePaths"),
-        "\"/var/lib/capstan/ns/team-a\""
+        the(&text, "WorkingDirectory"),
+        "/var/lib/private/capstan/ns/team-a"
     );
+    assert_eq!(the(&text, "StateDirectory"), "capstan/ns/team-a");
+    assert_eq!(the(&text, "StateDirectoryMode"), "0700");
+    assert_eq!(the(&text, "DynamicUser"), "yes");
+    assert_eq!(the(&text, "User"), "capstan-team-a");
+    assert_eq!(the(&text, "CapabilityBoundingSet"), "");
+    assert_eq!(the(&text, "AmbientCapabilities"), "");
+    assert_eq!(the(&text, "SystemCallFilter"), "@system-service");
+    for setting in HARDENING {
+        let (key, value) = setting.split_once('=').unwrap();
+        assert_eq!(the(&text, key), value, "{key}");
+    }
     assert_eq!(the(&text, "StartLimitBurst"), "10");
-    for absent in ["User=", "Group=", "MemoryMax=", "CPUQuota="] {
+    for absent in [
+        "Group=",
+        "ReadWritePaths=",
+        "MemoryMax=",
+        "CPUQuota=",
+        "MemoryDenyWriteExecute=",
+    ] {
         assert!(!text.contains(absent), "{absent}");
     }
+}
+
+/// Given values a spec or the config could hold that no unit file may carry — a
+/// newline, a byte outside ASCII, a capability not on the list, a state dir systemd
+/// cannot make — when rendered, then refused naming the field, nothing rendered.
+#[test]
+fn given_hardening_values_that_could_add_a_directive_when_rendered_then_refused() {
+    let r = rev("ns", "web", "r1");
+    for (field, change) in [
+        (
+            "systemd.user",
+            (|s: &mut Spec| s.systemd.user = Some("app\nUser=root".into())) as fn(&mut Spec),
+        ),
+        ("systemd.user", |s| s.systemd.user = Some("ápp".into())),
+        ("systemd.group", |s| {
+            s.systemd.group = Some("g\r[Service]".into())
+        }),
+        ("systemd.capabilities[0]", |s| {
+            s.systemd.capabilities = vec!["CAP_CHOWN\nCapabilityBoundingSet=CAP_SYS_ADMIN".into()]
+        }),
+        ("systemd.capabilities[1]", |s| {
+            s.systemd.capabilities = vec!["CAP_CHOWN".into(), "CAP_SYS_ADMIN".into()]
+        }),
+        ("systemd.syscalls[0]", |s| {
+            s.systemd.syscalls = vec!["read\nUser=root".into()]
+        }),
+        ("systemd.syscalls[0]", |s| {
+            s.systemd.syscalls = vec!["réad".into()]
+        }),
+    ] {
+        let mut s = spec();
+        change(&mut s);
+        let err = service("h", r, &s, &settings()).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidSpec, "{field}");
+        assert!(err.to_string().starts_with(&format!("{field}: ")), "{err}");
+    }
+    for dir in [
+        "/srv/capstan/ns",
+        "/var/lib",
+        "/var/lib/a b/ns",
+        "/var/lib/a\n[Service]/ns",
+    ] {
+        let err = service("h", r, &spec(), &UnitSettings::new(dir.into())).unwrap_err();
+        assert!(err.to_string().starts_with("state_dir: "), "{dir:?}: {err}");
+    }
+}
+
+/// Given a namespace, when its cleanup unit is rendered, then it is a oneshot that
+/// removes exactly its state directory, both where systemd keeps it and its symlink,
+/// and it is recognised as this host's cleanup unit only.
+#[test]
+fn given_a_namespace_when_its_cleanup_unit_is_rendered_then_it_removes_its_state_only() {
+    let text = cleanup(
+        "host-1",
+        "team-a",
+        std::path::Path::new("/var/lib/capstan/units/team-a"),
+    )
+    .unwrap();
+    assert_eq!(sections(&text), ["[Unit]", "[Service]"]);
+    assert_eq!(the(&text, "Type"), "oneshot");
+    let exec = format!("ExecStart={}", the(&text, "ExecStart"));
+    assert_eq!(
+        decode::exec_start(&exec),
+        Ok([
+            "/bin/rm",
+            "-rf",
+            "--one-file-system",
+            "--",
+            "/var/lib/private/capstan/units/team-a",
+            "/var/lib/capstan/units/team-a"
+        ]
+        .map(String::from)
+        .to_vec())
+    );
+    assert!(is_cleanup("host-1", &text));
+    assert!(!is_cleanup("host-2", &text));
+    assert_eq!(markers(&text), None);
+    assert_eq!(slice_markers(&text), None);
+    let service = service("host-1", rev("team-a", "web", "r1"), &spec(), &settings()).unwrap();
+    assert!(!is_cleanup("host-1", &service));
+    assert!(!is_cleanup("host-1", &slice("host-1", "team-a").unwrap()));
+    assert!(cleanup("h", "ns", std::path::Path::new("/srv/ns")).is_err());
 }
 
 #[test]
@@ -161,16 +270,18 @@ fn given_hostile_arguments_when_rendered_then_one_line_a_directive_and_no_new_se
         Ok("/srv/%h/$HOME/\"x\";y".into())
     );
     assert_eq!(markers(&text).unwrap().host, "host-1");
-    // Every other line is a setting, each setting once: 8 in [Unit], 18 in [Service],
-    // 1 in [Install].
+    // Every other line is a setting, each setting once: 8 in [Unit]; in [Service] 7,
+    // then 6 of user, state and capabilities, the hardening and `ReadWritePaths=`; 1
+    // in [Install].
+    let service = 7 + 6 + HARDENING.len() + 1;
     let keys: std::collections::BTreeSet<&str> = text
         .lines()
         .skip(1)
         .filter(|l| !l.is_empty() && !l.starts_with('['))
         .map(|l| l.split_once('=').expect("a setting").0)
         .collect();
-    assert_eq!(keys.len(), 8 + 18 + 1);
-    assert_eq!(text.lines().count(), 1 + 3 + 2 + 8 + 18 + 1);
+    assert_eq!(keys.len(), 8 + service + 1);
+    assert_eq!(text.lines().count(), 1 + 3 + 2 + 8 + service + 1);
 }
 
 #[test]

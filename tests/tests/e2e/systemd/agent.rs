@@ -5,7 +5,7 @@
 //! `driver.rs`.
 
 use super::{
-    argv, dump, dump_path, spec_crashing_once_flagged, spec_hostile, spec_running,
+    argv, dump, dump_file, spec_crashing_once_flagged, spec_hostile, spec_running,
     start_crash_loop, systemd_own,
 };
 use capstan_driver::RevisionRef;
@@ -90,7 +90,7 @@ fn env_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[track_caller]
 fn running_with(host: &SystemdHost, workload: &str, env: &BTreeMap<String, String>) -> u64 {
     let seen = dump(host, "ns", workload);
-    std::fs::remove_file(dump_path(host, "ns", workload)).expect("remove the dump");
+    std::fs::remove_file(dump_file(host, "ns", workload)).expect("remove the dump");
     let wanted = spec_running(host, "ns", workload).command;
     assert_eq!(argv(&seen), wanted, "argv");
     assert_eq!(&own_env(&seen["env"]), env, "the process's environment");
@@ -157,16 +157,18 @@ fn a_rollout_through_the_agent_runs_each_start_with_the_spec_env_and_both_placeh
         c.prepare("p1", "web", "r1", spec(&host, "web", "r1")),
     ]));
     assert!(host.unit_dir().join(naming::slice_name("ns")).exists());
-    assert!(host.state_dir().join("ns").is_dir());
+    // systemd makes the namespace's state directory when a unit of it first starts.
+    assert!(!host.inside(&host.state_dir().join("ns")).exists());
     assert_eq!(
         host.property(&u1, "ActiveState"),
         "inactive",
         "prepared, not started"
     );
-    assert!(!dump_path(&host, "ns", "web").exists());
+    assert!(!dump_file(&host, "ns", "web").exists());
 
     outputs.push(a.apply_ok(&[c.activate("a1", "web", "r1")]));
     let first = running_with(&host, "web", &with("r1"));
+    assert!(host.inside(&host.state_dir().join("ns")).is_dir());
 
     outputs.push(a.apply_ok(&[c.stop("s1", "web")]));
     assert_eq!(host.property(&u1, "ActiveState"), "inactive");
@@ -208,7 +210,11 @@ fn a_rollout_through_the_agent_runs_each_start_with_the_spec_env_and_both_placeh
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(left.is_empty(), "nothing of ours is left: {left:?}");
-    assert!(!host.state_dir().join("ns").exists());
+    assert!(!host.inside(&host.state_dir().join("ns")).exists());
+    assert!(
+        !super::private_state(&host, "ns").exists(),
+        "its state is gone"
+    );
     assert_eq!(host.property(&u2, "LoadState"), "not-found");
     let intent = a.intent();
     assert_eq!(intent["namespaces"], serde_json::json!({}), "{intent}");
@@ -462,7 +468,8 @@ fn a_start_systemd_refuses_fails_the_command_with_its_results_and_the_agent_carr
     let a = agent(&host, "sdfail").systemd_tuning(10, 100).build();
     let c = a.commands("ns");
     let mut bad = spec_running(&host, "ns", "bad");
-    bad.systemd.user = Some("nosuchuser".into());
+    // A program that is not there: the start job fails (`Type=exec`).
+    bad.command[0] = "/nonexistent/capstan-envdump".into();
     let applied = a.apply(&[
         c.ensure_namespace("ns"),
         c.prepare("p1", "bad", "r1", bad.into()),

@@ -31,7 +31,7 @@ pub fn connect(
     (rt, driver)
 }
 
-fn rev<'a>(ns: &'a str, workload: &'a str, revision: &'a str) -> RevisionRef<'a> {
+pub fn rev<'a>(ns: &'a str, workload: &'a str, revision: &'a str) -> RevisionRef<'a> {
     RevisionRef {
         namespace: ns,
         workload,
@@ -47,7 +47,7 @@ fn launch(pairs: &[(&str, &str)]) -> LaunchEnv {
 }
 
 /// Prepares and activates `r` with `launch_env`.
-fn up(
+pub fn up(
     rt: &tokio::runtime::Runtime,
     d: &SystemdDriver,
     r: RevisionRef<'_>,
@@ -210,7 +210,7 @@ fn reactivation_restarts_once_on_a_change_and_never_without_one() {
     );
     assert_eq!(d.bus().reloads(), reloads, "no reload either");
 
-    std::fs::remove_file(super::dump_path(&host, "ns", "web")).unwrap();
+    std::fs::remove_file(super::dump_file(&host, "ns", "web")).unwrap();
     rt.block_on(d.activate(r1, &spec, &launch(&[("T", "opaque-2")]), None))
         .unwrap();
     let second = dump(&host, "ns", "web");
@@ -229,7 +229,8 @@ fn a_failed_start_carries_the_job_result_and_the_units_result() {
     let host = SystemdHost::boot();
     let (rt, d) = connect(&host, |_| {});
     let mut spec = spec_running(&host, "ns", "bad");
-    spec.systemd.user = Some("nosuchuser".into());
+    // A program that is not there: the start job fails (`Type=exec`).
+    spec.command[0] = "/nonexistent/capstan-envdump".into();
     let r1 = rev("ns", "bad", "r1");
     let err = rt
         .block_on(async {
@@ -495,8 +496,8 @@ fn a_host_reboot_brings_back_what_intent_runs_and_nothing_else() {
     assert_eq!(is_enabled(&host, api), "disabled", "an explicit stop");
     assert_eq!(is_enabled(&host, old), "disabled", "a replaced revision");
     let before = dump(&host, "ns", "web");
-    std::fs::remove_file(super::dump_path(&host, "ns", "web")).unwrap();
-    std::fs::remove_file(super::dump_path(&host, "ns", "api")).unwrap();
+    std::fs::remove_file(super::dump_file(&host, "ns", "web")).unwrap();
+    std::fs::remove_file(super::dump_file(&host, "ns", "api")).unwrap();
 
     host.reboot();
     let after = dump(&host, "ns", "web");
@@ -518,7 +519,7 @@ fn a_host_reboot_brings_back_what_intent_runs_and_nothing_else() {
         rt.block_on(d.state(old)).unwrap(),
         Some(BackendState::Stopped)
     );
-    assert!(!super::dump_path(&host, "ns", "api").exists());
+    assert!(!super::dump_file(&host, "ns", "api").exists());
 }
 
 #[test]

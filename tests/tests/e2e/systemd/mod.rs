@@ -5,6 +5,7 @@ mod agent;
 mod bus;
 mod crash_loop;
 mod driver;
+mod hardening;
 mod service;
 mod smoke;
 
@@ -14,10 +15,27 @@ use capstan_tests::{wait_until, READY};
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// Where the workload `ns/workload` of [`spec_running`] writes what it saw: its
-/// namespace's state directory, which its unit may write.
+/// Where the workload `ns/workload` of [`spec_running`] writes what it saw, as the
+/// host sees it: its namespace's state directory, which systemd makes for the unit's
+/// (dynamic) user. From the machine, read it at [`SystemdHost::inside`] of this.
 pub fn dump_path(host: &SystemdHost, ns: &str, workload: &str) -> PathBuf {
     host.state_dir().join(ns).join(format!("{workload}.json"))
+}
+
+/// Where systemd keeps namespace `ns`'s state directory (its units' dynamic users'),
+/// in the host's own `/var/lib/private`, from the machine.
+pub fn private_state(host: &SystemdHost, ns: &str) -> PathBuf {
+    let rel = host
+        .state_dir()
+        .strip_prefix("/var/lib")
+        .expect("the state dir is under /var/lib")
+        .join(ns);
+    host.dir().join("private").join(rel)
+}
+
+/// [`dump_path`] as the machine reaches it.
+pub fn dump_file(host: &SystemdHost, ns: &str, workload: &str) -> PathBuf {
+    host.inside(&dump_path(host, ns, workload))
 }
 
 /// A systemd spec running `capstan-envdump`, which writes its argv and env to
@@ -66,7 +84,7 @@ pub fn crash_flag(host: &SystemdHost, ns: &str, workload: &str) -> PathBuf {
 /// Starts the crash loop of [`spec_crashing_once_flagged`]'s running `unit`: the
 /// flag, then SIGKILL to the process (a failure, which `Restart=on-failure` restarts).
 pub fn start_crash_loop(host: &SystemdHost, ns: &str, workload: &str, unit: &str) {
-    std::fs::write(crash_flag(host, ns, workload), "").expect("write the crash flag");
+    std::fs::write(host.inside(&crash_flag(host, ns, workload)), "").expect("write the crash flag");
     host.systemctl_ok(&["kill", "--signal=KILL", unit]);
 }
 
@@ -82,7 +100,7 @@ pub fn argv(seen: &Value) -> Vec<String> {
 
 /// What `ns/workload` saw, once it wrote it.
 pub fn dump(host: &SystemdHost, ns: &str, workload: &str) -> Value {
-    let path = dump_path(host, ns, workload);
+    let path = dump_file(host, ns, workload);
     let text = wait_until(format_args!("{}", path.display()), READY, || {
         std::fs::read_to_string(&path).ok()
     });
@@ -90,7 +108,9 @@ pub fn dump(host: &SystemdHost, ns: &str, workload: &str) -> Value {
 }
 
 /// The variables systemd itself gives every unit's process (besides `LC_*`): whatever
-/// else a process sees came from the spec or the launch environment.
+/// else a process sees came from the spec or the launch environment. `USER`,
+/// `LOGNAME` (and for an account with a home, `HOME` and `SHELL`) come with `User=`,
+/// `STATE_DIRECTORY` with `StateDirectory=`.
 pub const SYSTEMD_OWN: &[&str] = &[
     "PATH",
     "INVOCATION_ID",
@@ -98,6 +118,11 @@ pub const SYSTEMD_OWN: &[&str] = &[
     "JOURNAL_STREAM",
     "LANG",
     "LANGUAGE",
+    "USER",
+    "LOGNAME",
+    "HOME",
+    "SHELL",
+    "STATE_DIRECTORY",
 ];
 
 /// Whether `name` is one of [`SYSTEMD_OWN`] or a locale variable.

@@ -1,0 +1,195 @@
+//! The coordinator's HTTP API in process, over a real nats-server
+//! (`capstan_testsupport`), for the integration tests of this crate.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use capstan_common::nats::Retention;
+use capstan_common::published::Publication;
+use capstan_common::signing::Signer;
+use capstan_coordinator::api::{self, AppState};
+use capstan_coordinator::auth::{self, Role, Tokens};
+use capstan_coordinator::fleet::{Fleet, Trust};
+use capstan_coordinator::guard::Limits;
+use capstan_coordinator::metrics::Metrics;
+use capstan_testsupport::NatsServer;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A coordinator API on a free loopback port.
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub nats: NatsServer,
+    /// What its handlers share: its limits and metrics, for tests to look at.
+    pub state: Arc<AppState>,
+}
+
+/// An API with the default limits and metrics.
+pub async fn api(tokens: Option<Tokens>) -> Api {
+    api_with(tokens, Limits::default(), Metrics::default()).await
+}
+
+pub async fn api_with(tokens: Option<Tokens>, limits: Limits, metrics: Metrics) -> Api {
+    let nats = NatsServer::start(&[]);
+    let client = async_nats::connect(&nats.url).await.expect("connect");
+    let fleet = Fleet::new(
+        client,
+        Signer::generate().expect("key"),
+        Duration::from_secs(15),
+        Retention::default(),
+        Trust::default(),
+    );
+    let state = Arc::new(AppState {
+        fleet,
+        metrics,
+        tokens,
+        limits,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let router = api::router(Arc::clone(&state));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Api {
+        base,
+        // Every request bounded: a stuck handler fails the test instead of hanging it.
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("HTTP client"),
+        nats,
+        state,
+    }
+}
+
+impl Api {
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .body(body.to_string());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, token, None, "").await
+    }
+
+    pub async fn post(&self, token: Option<&str>, command: &Value) -> (u16, Value) {
+        let body = command.to_string();
+        let json = Some("application/json");
+        self.send(reqwest::Method::POST, "/v1/commands", token, json, &body)
+            .await
+    }
+}
+
+pub fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or_default()
+}
+
+/// A submit and a read token, and the tokens they load into.
+pub fn two_tokens() -> (String, String, Tokens) {
+    let (submit, submit_line) = auth::generate(Role::Submit, Some("ops")).expect("token");
+    let (read, read_line) = auth::generate(Role::Read, None).expect("token");
+    let tokens = Tokens::parse(
+        std::path::Path::new("tokens"),
+        &format!("{submit_line}\n{read_line}\n"),
+    )
+    .expect("tokens");
+    (submit, read, tokens)
+}
+
+pub fn ns(id: &str, host: &str, namespace: &str) -> Value {
+    json!({"id": id, "host": host, "op": "ensure_namespace", "namespace": namespace})
+}
+
+impl Api {
+    /// Puts a fresh heartbeat of `host` into the host registry (`healthy: false` says
+    /// its log failed a flush).
+    pub async fn beat(&self, host: &str, healthy: bool) {
+        let client = async_nats::connect(&self.nats.url).await.expect("connect");
+        let js = async_nats::jetstream::new(client);
+        let hosts = capstan_common::nats::bucket(
+            &js,
+            capstan_common::wire::HOSTS_BUCKET,
+            Retention::default().hosts_max_age,
+            1,
+        )
+        .await
+        .expect("bucket");
+        let beat = capstan_common::wire::HostBeat {
+            host: host.into(),
+            version: "test".into(),
+            drivers: vec!["sim".into()],
+            capabilities: Value::Null,
+            last_seq: 1,
+            healthy,
+            degraded: None,
+            log_failed: (!healthy).then(|| "flush failed".into()),
+            outbox_alarm: None,
+            figures: None,
+            at: chrono::Utc::now(),
+        };
+        let body = serde_json::to_vec(&beat).expect("beat");
+        drop(hosts);
+        let key = registered(self, host).await;
+        js.publish_with_headers(
+            format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET),
+            signed(&key, Publication::Beat, &body),
+            body.into(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("put");
+    }
+}
+
+/// `host`'s key (the same for a name every time), registered through the API: what
+/// the coordinator checks the host's publications against.
+pub async fn registered(api: &Api, host: &str) -> Signer {
+    use sha2::Digest as _;
+    let seed = capstan_common::signing::to_hex(&sha2::Sha256::digest(host.as_bytes()));
+    let key = Signer::from_hex(&seed).expect("key");
+    let body = json!({"public_key": key.public_hex()}).to_string();
+    let (status, answer) = api
+        .send(
+            reqwest::Method::PUT,
+            &format!("/v1/hosts/{host}/keys"),
+            None,
+            Some("application/json"),
+            &body,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    key
+}
+
+/// `Capstan-Sig` of `payload` as `what`, by `key`.
+pub fn signed(key: &Signer, what: Publication<'_>, payload: &[u8]) -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        capstan_common::published::HEADER,
+        key.sign_publication(what, payload).as_str(),
+    );
+    headers
+}

@@ -115,6 +115,18 @@ async fn subjects(js: &jetstream::Context, name: &str) -> BTreeSet<String> {
     out
 }
 
+/// h1's last record in its own event stream, read as h1 (`attacker`).
+async fn last_record(attacker: &jetstream::Context) -> jetstream::message::StreamMessage {
+    let stream = attacker
+        .get_stream("CAPSTAN_EVT")
+        .await
+        .expect("own stream");
+    stream
+        .direct_get_last_for_subject("capstan.v1.evt.h1")
+        .await
+        .expect("h1's last record")
+}
+
 /// The hex form of a command id in a key.
 fn hex(id: &str) -> String {
     capstan_common::signing::to_hex(id.as_bytes())
@@ -389,14 +401,7 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
             .expect("publish")
             .await
             .expect("stored");
-        let stream = attacker
-            .get_stream("CAPSTAN_EVT")
-            .await
-            .expect("own stream");
-        let last = stream
-            .direct_get_last_for_subject("capstan.v1.evt.h1")
-            .await
-            .expect("h1's last record");
+        let last = last_record(&attacker).await;
         let seq = serde_json::from_slice::<Value>(&last.payload).expect("record")["seq"]
             .as_u64()
             .expect("seq");
@@ -484,15 +489,7 @@ fn h1s_own_subject_takes_a_record_only_right_after_its_last() {
     v.stop_h1();
     runtime().block_on(async {
         let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
-        let stream = attacker
-            .get_stream("CAPSTAN_EVT")
-            .await
-            .expect("own stream");
-        let last = stream
-            .direct_get_last_for_subject("capstan.v1.evt.h1")
-            .await
-            .expect("h1's last record")
-            .sequence;
+        let last = last_record(&attacker).await.sequence;
         for expected in [0, last - 1] {
             let message = jetstream::message::PublishMessage::build()
                 .payload("{}".into())

@@ -11,7 +11,7 @@
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
 use capstan_common::nats::{self as cnats, NatsError, Retention, Scope};
-use capstan_common::published::{self, Publication, Unverified};
+use capstan_common::published::{Publication, Unverified};
 use capstan_common::signing::Signer;
 pub use capstan_common::status::CommandStatus;
 use capstan_common::wire::{self, HostBeat};
@@ -71,13 +71,6 @@ impl FleetError {
     fn nats(e: impl std::fmt::Display) -> FleetError {
         FleetError::Nats(e.to_string())
     }
-}
-
-/// The value of a message's signature header, if it has one.
-fn sig_of(headers: Option<&HeaderMap>) -> Option<&str> {
-    headers
-        .and_then(|h| h.get(published::HEADER))
-        .map(|v| v.as_str())
 }
 
 /// Where a command went (`capstan_commands`, key = hex of the id).
@@ -220,18 +213,19 @@ impl Fleet {
             .await
     }
 
-    /// Checks that `payload` (with signature `sig`) is a publication `what` of `host`.
+    /// Checks that `payload` (with its `headers`: signature, proof) is a publication
+    /// `what` of `host`.
     async fn check(
         &self,
         host: &str,
         what: Publication<'_>,
         payload: &[u8],
-        sig: Option<&str>,
+        headers: Option<&HeaderMap>,
     ) -> Result<(), FleetError> {
         let layout = self.layout().await?;
         layout
             .keys
-            .check(host, what, payload, sig)
+            .check(host, what, payload, headers)
             .map_err(|why| FleetError::Unverified {
                 host: host.to_string(),
                 what: match what {
@@ -386,13 +380,8 @@ impl Fleet {
             }
             Err(e) => Err(FleetError::nats(e)),
             Ok(m) => {
-                self.check(
-                    &s.host,
-                    Publication::Result,
-                    &m.payload,
-                    sig_of(Some(&m.headers)),
-                )
-                .await?;
+                self.check(&s.host, Publication::Result, &m.payload, Some(&m.headers))
+                    .await?;
                 self.whole(s, &m.payload).await
             }
         }
@@ -442,11 +431,11 @@ impl Fleet {
     async fn record_check(
         &self,
         host: &str,
-    ) -> Result<impl Fn(&[u8], Option<&str>) -> Result<(), FleetError> + '_, FleetError> {
+    ) -> Result<impl Fn(&[u8], Option<&HeaderMap>) -> Result<(), FleetError> + '_, FleetError> {
         let keys = &self.layout().await?.keys;
         let host = host.to_string();
-        Ok(move |payload: &[u8], sig: Option<&str>| {
-            keys.check(&host, Publication::Record, payload, sig)
+        Ok(move |payload: &[u8], headers: Option<&HeaderMap>| {
+            keys.check(&host, Publication::Record, payload, headers)
                 .map_err(|why| FleetError::Unverified {
                     host: host.clone(),
                     what: format!(
@@ -462,20 +451,23 @@ impl Fleet {
     }
 
     /// Waits until the command is done or `timeout` passes; returns its status then.
-    /// Follows the host's notices of the command's result puts
-    /// ([`wire::result_notice_subject`]; one not signed by the host is ignored), and
+    /// Follows the command's result puts (on per-host accounts their notices,
+    /// [`wire::result_notice_subject`]; one not signed by the host is ignored), and
     /// re-reads the entry after 25 ms, then doubling to every 2 s: a put whose notice
     /// was lost (across a reconnect, or sent just before the subscription began) is
     /// found that way.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
         // Subscribe before looking, so that nothing put in between is missed.
+        // The put itself, or on per-host accounts its notice (the same bytes).
+        let subject = if self.trust.host_accounts {
+            wire::result_notice_subject(&submission.host, &submission.id)
+        } else {
+            wire::result_subject(&submission.host, &submission.id)
+        };
         let mut live = self
             .client
-            .subscribe(wire::result_notice_subject(
-                &submission.host,
-                &submission.id,
-            ))
+            .subscribe(subject)
             .await
             .map_err(FleetError::nats)?;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -491,7 +483,7 @@ impl Fleet {
                 m = live.next() => status = match m {
                     Some(m) => {
                         let signed = self
-                            .check(&submission.host, Publication::Result, &m.payload, sig_of(m.headers.as_ref()))
+                            .check(&submission.host, Publication::Result, &m.payload, m.headers.as_ref())
                             .await;
                         match signed {
                             Ok(()) => self.whole(&submission, &m.payload).await?,
@@ -530,7 +522,7 @@ impl Fleet {
                 Err(e) => return Err(FleetError::nats(e)),
             };
             if let Err(e) = self
-                .check(&k, Publication::Beat, &m.payload, sig_of(Some(&m.headers)))
+                .check(&k, Publication::Beat, &m.payload, Some(&m.headers))
                 .await
             {
                 tracing::warn!(error = %e, "a heartbeat not signed by its host");
@@ -610,7 +602,7 @@ impl Fleet {
                     host,
                     Publication::Answer { subject: &subject },
                     &reply.payload,
-                    sig_of(reply.headers.as_ref()),
+                    reply.headers.as_ref(),
                 )
                 .await?;
                 serde_json::from_slice(&reply.payload).map_err(FleetError::nats)

@@ -82,7 +82,7 @@ impl Link {
         }
     }
 
-    /// `headers` with the host's signature of `payload` as `what`.
+    /// `headers` with the host's signature of `payload` as `what` (a beat).
     pub fn sign(
         &self,
         mut headers: async_nats::HeaderMap,
@@ -94,6 +94,26 @@ impl Link {
             self.key.sign_publication(what, payload).as_str(),
         );
         headers
+    }
+
+    /// One signature for a batch of `what` (records, results): each payload's
+    /// headers, in order, with the signature and its proof.
+    pub fn sign_batch(
+        &self,
+        what: Publication<'_>,
+        payloads: &[&[u8]],
+    ) -> Vec<async_nats::HeaderMap> {
+        let batch = self.key.sign_batch(what, payloads);
+        batch
+            .proofs
+            .into_iter()
+            .map(|proof| {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(published::HEADER, batch.sig.as_str());
+                headers.insert(published::PROOF_HEADER, proof.as_str());
+                headers
+            })
+            .collect()
     }
 
     /// A JetStream publish of `payload` on `subject`, signed as `what`.

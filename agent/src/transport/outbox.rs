@@ -246,11 +246,10 @@ async fn send_one(
     body: String,
     last_stream_seq: u64,
 ) -> Result<(u64, u64), OutboxError> {
-    let headers = link.sign(
-        async_nats::HeaderMap::new(),
-        Publication::Record,
-        body.as_bytes(),
-    );
+    let headers = link
+        .sign_batch(Publication::Record, &[body.as_bytes()])
+        .pop()
+        .expect("one member");
     let message = jetstream::message::PublishMessage::build()
         .headers(headers)
         .payload(body.into())
@@ -305,12 +304,10 @@ async fn send_batch(
     let js = &link.js;
     let client = js.client();
     let mut commit = None;
-    for (i, (_, body)) in batch.into_iter().enumerate() {
-        let mut headers = link.sign(
-            async_nats::HeaderMap::new(),
-            Publication::Record,
-            body.as_bytes(),
-        );
+    // One signature for the whole batch, each record with its proof.
+    let bodies: Vec<&[u8]> = batch.iter().map(|(_, b)| b.as_bytes()).collect();
+    let signed = link.sign_batch(Publication::Record, &bodies);
+    for (i, ((_, body), mut headers)) in batch.into_iter().zip(signed).enumerate() {
         headers.insert(header::NATS_BATCH_ID, id.as_str());
         headers.insert(header::NATS_BATCH_SEQUENCE, (i + 1).to_string().as_str());
         if i == 0 {

@@ -244,11 +244,12 @@ impl Results {
     }
 
     /// Puts the result of every pending command, summed up from its records up to
-    /// `upto`; all sent, then all acknowledged. Each put is signed, and followed by
-    /// a notice of the same bytes on [`wire::result_notice_subject`] (what `wait`s
-    /// follow).
+    /// `upto`; all sent, then all acknowledged. The round's puts are signed as one
+    /// batch; on per-host accounts each is followed by a notice of the same bytes and
+    /// headers on [`wire::result_notice_subject`] (what `wait`s follow there: a put
+    /// into the host's storage account is not seen by the coordinators' account).
     async fn put(&mut self, upto: u64) -> Result<(), ResultsError> {
-        let mut acks = Vec::with_capacity(self.pending.len());
+        let mut bodies = Vec::with_capacity(self.pending.len());
         for id in &self.pending {
             let events = self
                 .log
@@ -263,25 +264,35 @@ impl Results {
                 })
                 .collect();
             let status = summarize(id, &self.host, events).fit(MAX_EVENTS_BYTES);
-            let body = serde_json::to_vec(&status).expect("statuses serialise");
-            let headers = self
-                .link
-                .sign(async_nats::HeaderMap::new(), Publication::Result, &body);
+            bodies.push((
+                id.clone(),
+                serde_json::to_vec(&status).expect("statuses serialise"),
+            ));
+        }
+        // One signature for the round's results, each with its proof.
+        let payloads: Vec<&[u8]> = bodies.iter().map(|(_, b)| b.as_slice()).collect();
+        let signed = self.link.sign_batch(Publication::Result, &payloads);
+        let mut acks = Vec::with_capacity(bodies.len());
+        for ((id, body), headers) in bodies.into_iter().zip(signed) {
             let ack = self
                 .link
                 .js
                 .publish_with_headers(
-                    wire::result_subject(&self.host, id),
+                    wire::result_subject(&self.host, &id),
                     headers.clone(),
                     body.clone().into(),
                 )
                 .await
                 .map_err(|e| ResultsError::Put(e.into()))?;
-            acks.push((id.clone(), headers, body, ack));
+            acks.push((id, headers, body, ack));
         }
         let client = self.link.js.client();
         for (id, headers, body, ack) in acks {
             ack.await.map_err(|e| ResultsError::Put(e.into()))?;
+            // Without per-host accounts a coordinator sees the put itself.
+            if !self.link.host_accounts {
+                continue;
+            }
             // Best effort: a lost notice costs a waiter its next re-read, no more.
             let notice = wire::result_notice_subject(&self.host, &id);
             if let Err(e) = client

@@ -6,7 +6,7 @@
 
 use super::FleetError;
 use async_nats::jetstream::kv;
-use capstan_common::published::{HostKeys, Publication, Unverified};
+use capstan_common::published::{self, HostKeys, Publication, Unverified};
 use capstan_common::signing::public_key;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,9 @@ pub struct Entry {
 
 /// The most keys one host may have registered at once.
 pub const MAX_KEYS: usize = 8;
+/// How many checked batch signatures a coordinator remembers (then it forgets them
+/// all and starts again): a page of records from one batch costs one check.
+const CHECKED: usize = 4096;
 
 /// Feeds `copy` from a watch of `bucket` for ever; says `ready` once the first
 /// `initial` entries (the bucket's values when it started) are in.
@@ -72,6 +75,9 @@ pub(super) struct Registry {
     copy: Arc<RwLock<BTreeMap<String, HostKeys>>>,
     /// Hosts without a key pass unchecked (`allow_unregistered_hosts`).
     allow_unregistered: bool,
+    /// Batches whose signature was checked: a digest of the host, the signed bytes
+    /// and the signature.
+    checked: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
     _watch: tokio::task::JoinHandle<()>,
 }
 
@@ -100,6 +106,7 @@ impl Registry {
             bucket,
             copy,
             allow_unregistered,
+            checked: Default::default(),
             _watch: task,
         })
     }
@@ -123,20 +130,52 @@ impl Registry {
         copy.keys().cloned().collect()
     }
 
-    /// Checks a publication of `host`: signed by one of its keys, or the host has
-    /// none and unregistered hosts are allowed.
+    /// Checks a publication of `host` (its signature and, for a batch member, its
+    /// proof, from `headers`): signed by one of its keys, or the host has none and
+    /// unregistered hosts are allowed. A batch's signature, once checked, is not
+    /// checked again for its other members (their proofs still are).
     pub(super) fn check(
         &self,
         host: &str,
         what: Publication<'_>,
         payload: &[u8],
-        sig: Option<&str>,
+        headers: Option<&async_nats::HeaderMap>,
     ) -> Result<(), Unverified> {
         let keys = self.of(host);
         if keys.keys.is_empty() && self.allow_unregistered {
             return Ok(());
         }
-        keys.verify(what, payload, sig)
+        let get = |name| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
+        let (sig, proof) = (get(published::HEADER), get(published::PROOF_HEADER));
+        if !what.batched() {
+            return keys.verify(what, payload, sig, proof);
+        }
+        if keys.keys.is_empty() {
+            return Err(Unverified::NoKey(host.to_string()));
+        }
+        let sig = sig.ok_or(Unverified::Unsigned)?;
+        let message = published::batch_signed_bytes(what, payload, proof)?;
+        let seen = {
+            use sha2::Digest as _;
+            let mut h = sha2::Sha256::new();
+            h.update(host.as_bytes());
+            h.update([0]);
+            h.update(&message);
+            h.update(sig.as_bytes());
+            <[u8; 32]>::from(h.finalize())
+        };
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.contains(&seen) {
+            return Ok(());
+        }
+        drop(checked);
+        keys.verify_bytes(&message, sig)?;
+        checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.len() >= CHECKED {
+            checked.clear();
+        }
+        checked.insert(seen);
+        Ok(())
     }
 
     /// The registry entry of `host`, if any.

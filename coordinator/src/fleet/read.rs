@@ -80,7 +80,9 @@ struct Consumer<C> {
     check: C,
 }
 
-impl<C: Fn(&[u8], Option<&str>) -> Result<(), FleetError>> Source for Consumer<C> {
+impl<C: Fn(&[u8], Option<&async_nats::HeaderMap>) -> Result<(), FleetError>> Source
+    for Consumer<C>
+{
     async fn pending(&mut self) -> Result<u64, FleetError> {
         Ok(self
             .consumer
@@ -112,12 +114,7 @@ impl<C: Fn(&[u8], Option<&str>) -> Result<(), FleetError>> Source for Consumer<C
         while let Some(m) = batch.next().await {
             let m = m.map_err(FleetError::nats)?;
             got += 1;
-            let sig = m
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(capstan_common::published::HEADER))
-                .map(|v| v.as_str());
-            (self.check)(&m.payload, sig)?;
+            (self.check)(&m.payload, m.headers.as_ref())?;
             if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
                 page.push(v);
             }
@@ -137,7 +134,7 @@ pub(super) async fn read_subject(
     keep: impl Fn(&Value) -> bool,
     last: impl Fn(&Value) -> bool,
     limit: usize,
-    check: impl Fn(&[u8], Option<&str>) -> Result<(), FleetError>,
+    check: impl Fn(&[u8], Option<&async_nats::HeaderMap>) -> Result<(), FleetError>,
 ) -> Result<Vec<Value>, FleetError> {
     let consumer = stream
         .create_consumer(pull::Config {

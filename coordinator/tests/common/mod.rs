@@ -184,12 +184,22 @@ pub async fn registered(api: &Api, host: &str) -> Signer {
     key
 }
 
-/// `Capstan-Sig` of `payload` as `what`, by `key`.
+/// `Capstan-Sig` of `payload` as `what`, by `key` (a record or result as a batch of
+/// one, with its `Capstan-Proof`).
 pub fn signed(key: &Signer, what: Publication<'_>, payload: &[u8]) -> async_nats::HeaderMap {
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        capstan_common::published::HEADER,
-        key.sign_publication(what, payload).as_str(),
-    );
+    if what.batched() {
+        let batch = key.sign_batch(what, &[payload]);
+        headers.insert(capstan_common::published::HEADER, batch.sig.as_str());
+        headers.insert(
+            capstan_common::published::PROOF_HEADER,
+            batch.proofs[0].as_str(),
+        );
+    } else {
+        headers.insert(
+            capstan_common::published::HEADER,
+            key.sign_publication(what, payload).as_str(),
+        );
+    }
     headers
 }

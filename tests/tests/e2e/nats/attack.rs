@@ -459,9 +459,11 @@ fn a_result_claiming_a_billion_records_is_refused_not_read() {
         let body = status.to_string().into_bytes();
         let mut headers = async_nats::HeaderMap::new();
         let what = capstan_common::published::Publication::Result;
+        let batch = key.sign_batch(what, &[&body]);
+        headers.insert(capstan_common::published::HEADER, batch.sig.as_str());
         headers.insert(
-            capstan_common::published::HEADER,
-            key.sign_publication(what, &body).as_str(),
+            capstan_common::published::PROOF_HEADER,
+            batch.proofs[0].as_str(),
         );
         attacker
             .publish_with_headers(wire::result_subject("h1", "mine"), headers, body.into())

@@ -106,6 +106,7 @@ fn split(n: usize) -> usize {
     k
 }
 
+#[cfg(test)]
 fn root(leaves: &[Hash]) -> Hash {
     match leaves {
         [one] => *one,
@@ -116,7 +117,23 @@ fn root(leaves: &[Hash]) -> Hash {
     }
 }
 
-/// Leaf `m`'s audit path: the siblings from the bottom of the tree up.
+/// The root of `leaves`, with each leaf's audit path (its siblings from the bottom
+/// of the tree up) pushed onto its entry of `paths`: each node hashed once.
+fn tree(leaves: &[Hash], paths: &mut [Vec<Hash>]) -> Hash {
+    if leaves.len() <= 1 {
+        return leaves[0];
+    }
+    let k = split(leaves.len());
+    let (left_paths, right_paths) = paths.split_at_mut(k);
+    let left = tree(&leaves[..k], left_paths);
+    let right = tree(&leaves[k..], right_paths);
+    left_paths.iter_mut().for_each(|p| p.push(right));
+    right_paths.iter_mut().for_each(|p| p.push(left));
+    node(&left, &right)
+}
+
+/// Leaf `m`'s audit path, as [`tree`] makes it (the tests check the two agree).
+#[cfg(test)]
 fn path(m: usize, leaves: &[Hash]) -> Vec<Hash> {
     if leaves.len() <= 1 {
         return Vec::new();
@@ -167,15 +184,19 @@ impl Signer {
         debug_assert!(what.batched(), "{what:?} is signed one by one");
         let leaves: Vec<Hash> = payloads.iter().map(|p| leaf(p)).collect();
         let n = leaves.len();
-        let sig = match leaves.is_empty() {
-            true => String::new(),
-            false => self.sign_bytes(&batch_bytes(what, n as u64, &root(&leaves))),
-        };
-        let proofs = (0..n)
-            .map(|m| {
-                let siblings: Vec<u8> = path(m, &leaves).concat();
-                format!("{m}/{n}/{}", to_hex(&siblings))
-            })
+        if n == 0 {
+            return Batch {
+                sig: String::new(),
+                proofs: Vec::new(),
+            };
+        }
+        let mut paths = vec![Vec::new(); n];
+        let root = tree(&leaves, &mut paths);
+        let sig = self.sign_bytes(&batch_bytes(what, n as u64, &root));
+        let proofs = paths
+            .iter()
+            .enumerate()
+            .map(|(m, path)| format!("{m}/{n}/{}", to_hex(&path.concat())))
             .collect();
         Batch { sig, proofs }
     }
@@ -442,6 +463,18 @@ mod tests {
         assert_eq!(root(&[a, b, c]), node(&node(&a, &b), &c));
         assert_eq!(path(2, &[a, b, c]), vec![node(&a, &b)]);
         assert_eq!(path(0, &[a, b, c]), vec![b, c]);
+    }
+
+    #[test]
+    fn the_tree_gives_every_leaf_its_rfc_6962_path() {
+        for n in 1..=40 {
+            let leaves: Vec<Hash> = (0..n).map(|i| leaf(&[i as u8])).collect();
+            let mut paths = vec![Vec::new(); n];
+            assert_eq!(tree(&leaves, &mut paths), root(&leaves), "{n}");
+            for (m, p) in paths.iter().enumerate() {
+                assert_eq!(*p, path(m, &leaves), "{n}: {m}");
+            }
+        }
     }
 
     #[test]

@@ -386,3 +386,71 @@ async fn one_hosts_pending_commands_are_bounded_and_other_hosts_still_get_theirs
     let stream = js.get_stream("CAPSTAN_CMD").await.expect("stream");
     assert_eq!(stream.cached_info().state.messages, limit as u64 + 1);
 }
+
+/// A batch's signature is checked once and remembered; unregistering the key that
+/// signed it must make its records unverified again, not leave them taken from memory.
+#[tokio::test]
+async fn records_signed_by_an_unregistered_key_are_refused_even_when_checked_before() {
+    let api = api(None).await;
+    let (status, first) = api.get("/v1/hosts/h1/events", None).await;
+    assert_eq!(status, 200, "{first}");
+    let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
+    let subject = capstan_common::wire::evt_subject("h1");
+    let old = registered(&api, "h1").await;
+    let publish = |seq: u64| {
+        let (js, subject, old) = (js.clone(), subject.clone(), &old);
+        let body = json!({"seq": seq, "kind": "namespace_ready", "namespace": "ns"})
+            .to_string()
+            .into_bytes();
+        let headers = signed(old, Publication::Record, &body);
+        async move {
+            js.publish_with_headers(subject, headers, body.into())
+                .await
+                .expect("publish")
+                .await
+                .expect("stored");
+        }
+    };
+    publish(1).await;
+    let (status, body) = api.get("/v1/hosts/h1/events", None).await;
+    assert_eq!(
+        status, 200,
+        "checked (and remembered) while its key is registered: {body}"
+    );
+
+    // The host is re-keyed: a new key registered, the old one removed.
+    let new = capstan_common::signing::Signer::generate().expect("key");
+    let put = json!({"public_key": new.public_hex()}).to_string();
+    let path = "/v1/hosts/h1/keys";
+    let (status, body) = api
+        .send(
+            reqwest::Method::PUT,
+            path,
+            None,
+            Some("application/json"),
+            &put,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let path = format!("/v1/hosts/h1/keys/{}", old.public_hex());
+    let (status, body) = api
+        .send(reqwest::Method::DELETE, &path, None, None, "")
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Once the coordinator's copy has the change (the watch's lag, waited on), the
+    // record is refused; a coordinator that took it from memory answers 200 for ever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, body) = api.get("/v1/hosts/h1/events", None).await;
+        if (status, code(&body)) == (502, "unverified") {
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still taken 30 s after its key was unregistered: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

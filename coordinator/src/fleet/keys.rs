@@ -75,8 +75,8 @@ pub(super) struct Registry {
     copy: Arc<RwLock<BTreeMap<String, HostKeys>>>,
     /// Hosts without a key pass unchecked (`allow_unregistered_hosts`).
     allow_unregistered: bool,
-    /// Batches whose signature was checked: a digest of the host, the signed bytes
-    /// and the signature.
+    /// Batches whose signature was checked: a digest of the host, its keys then, the
+    /// signed bytes and the signature.
     checked: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
     _watch: tokio::task::JoinHandle<()>,
 }
@@ -160,6 +160,9 @@ impl Registry {
             let mut h = sha2::Sha256::new();
             h.update(host.as_bytes());
             h.update([0]);
+            // The keys it was checked against: once one is unregistered, what only it
+            // signed is checked again (and refused), never taken from memory.
+            keys.keys.iter().for_each(|k| h.update(k.as_bytes()));
             h.update(&message);
             h.update(sig.as_bytes());
             <[u8; 32]>::from(h.finalize())

@@ -397,21 +397,18 @@ async fn records_signed_by_an_unregistered_key_are_refused_even_when_checked_bef
     let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
     let subject = capstan_common::wire::evt_subject("h1");
     let old = registered(&api, "h1").await;
-    let publish = |seq: u64| {
-        let (js, subject, old) = (js.clone(), subject.clone(), &old);
-        let body = json!({"seq": seq, "kind": "namespace_ready", "namespace": "ns"})
-            .to_string()
-            .into_bytes();
-        let headers = signed(old, Publication::Record, &body);
-        async move {
-            js.publish_with_headers(subject, headers, body.into())
-                .await
-                .expect("publish")
-                .await
-                .expect("stored");
-        }
-    };
-    publish(1).await;
+    let body = json!({"seq": 1, "kind": "namespace_ready", "namespace": "ns"})
+        .to_string()
+        .into_bytes();
+    js.publish_with_headers(
+        subject,
+        signed(&old, Publication::Record, &body),
+        body.into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("stored");
     let (status, body) = api.get("/v1/hosts/h1/events", None).await;
     assert_eq!(
         status, 200,

@@ -4,7 +4,7 @@
 mod common;
 
 use capstan_common::published::Publication;
-use common::{api, code, ns, registered, signed, two_tokens};
+use common::{api, code, ns, publish_signed, registered, signed, two_tokens};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -400,15 +400,7 @@ async fn records_signed_by_an_unregistered_key_are_refused_even_when_checked_bef
     let body = json!({"seq": 1, "kind": "namespace_ready", "namespace": "ns"})
         .to_string()
         .into_bytes();
-    js.publish_with_headers(
-        subject,
-        signed(&old, Publication::Record, &body),
-        body.into(),
-    )
-    .await
-    .expect("publish")
-    .await
-    .expect("stored");
+    publish_signed(&js, subject, &old, Publication::Record, body).await;
     let (status, body) = api.get("/v1/hosts/h1/events", None).await;
     assert_eq!(
         status, 200,

@@ -152,16 +152,24 @@ impl Api {
         let body = serde_json::to_vec(&beat).expect("beat");
         drop(hosts);
         let key = registered(self, host).await;
-        js.publish_with_headers(
-            format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET),
-            signed(&key, Publication::Beat, &body),
-            body.into(),
-        )
+        let subject = format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET);
+        publish_signed(&js, subject, &key, Publication::Beat, body).await;
+    }
+}
+
+/// Publishes `body` on `subject` as `what`, signed by `key`, and waits for its ack.
+pub async fn publish_signed(
+    js: &async_nats::jetstream::Context,
+    subject: String,
+    key: &Signer,
+    what: Publication<'_>,
+    body: Vec<u8>,
+) {
+    js.publish_with_headers(subject, signed(key, what, &body), body.into())
         .await
         .expect("publish")
         .await
-        .expect("put");
-    }
+        .expect("stored");
 }
 
 /// `host`'s key (the same for a name every time), registered through the API: what

@@ -355,7 +355,7 @@ mod tests {
         let path = dir.path().join("agent.toml");
         std::fs::write(
             &path,
-            "[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\"]\ntimeout = 2.5\n[[hooks]]\nname = \"net\"\nkind = \"exec\"\nargv = [\"/no/such/hook\"]\nphases = [\"before_workload_stop\"]\n",
+            "[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\", \"before_workload_stop\"]\ntimeout = 2.5\n[[hooks]]\nname = \"net\"\nkind = \"exec\"\nargv = [\"/no/such/hook\"]\nphases = [\"before_workload_stop\"]\n",
         )
         .unwrap();
         let err = AgentConfig::load(Some(&path)).unwrap_err();
@@ -366,7 +366,7 @@ mod tests {
         );
         std::fs::write(
             &path,
-            "hook_cleanup_budget = 2\n[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\"]\ntimeout = 2.5\n",
+            "hook_cleanup_budget = 2\n[[hooks]]\nname = \"iam\"\nkind = \"exec\"\nargv = [\"/bin/true\"]\nphases = [\"before_workload_start\", \"before_workload_stop\"]\ntimeout = 2.5\n",
         )
         .unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
@@ -552,7 +552,7 @@ mod tests {
         std::fs::write(&secret, "p\n").unwrap();
         let hook = |nats: &str| {
             format!(
-                "[[hooks]]\nname = \"vault\"\nkind = \"nats\"\nsubject = \"vault.hooks\"\nphases = [\"before_workload_start\"]\n{nats}"
+                "[[hooks]]\nname = \"vault\"\nkind = \"nats\"\nsubject = \"vault.hooks\"\nphases = [\"before_workload_start\", \"before_workload_stop\"]\n{nats}"
             )
         };
         let load = |text: String| {

@@ -127,10 +127,19 @@ pub enum Event {
     },
     /// A hook owner is about to be called for one of the command's phases (durable
     /// before the call, so a crash leaves a trace of every call that may have begun).
+    /// `revision`: the revision the call grants or revokes access for (a workload
+    /// phase), which is not always the command's own (an activation revokes the
+    /// revision it replaced). `None` for namespace phases, and in records written
+    /// before the field existed, where it is the command's revision (see
+    /// [`crate::grants`]).
     HookStarted {
         command_id: String,
         phase: Phase,
         owner: String,
+        /// The revision the call is about (workload phases); absent in records
+        /// written before the agent named it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revision: Option<String>,
     },
     HookSucceeded {
         command_id: String,

@@ -3,6 +3,7 @@
 //! rebuilds the same intent, from scratch or from a snapshot.
 
 use crate::event::{Cause, Event};
+use crate::grants::{Grants, Target};
 use capstan_common::{ErrorCode, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -79,6 +80,9 @@ pub struct Intent {
     /// Commands received but not completed, by id, with the seq that received them.
     /// Startup finishes or compensates every one of them.
     pub in_flight: BTreeMap<String, u64>,
+    /// Which hook owners may hold access for what.
+    #[serde(default)]
+    pub grants: Grants,
 }
 
 /// The key of a workload in [`Intent::workloads`].
@@ -94,16 +98,34 @@ impl Intent {
     pub fn apply(&mut self, seq: u64, event: &Event) {
         self.applied_seq = seq;
         match event {
-            Event::CommandReceived { command_id, .. } => {
+            Event::CommandReceived {
+                command_id,
+                namespace,
+                workload,
+                revision,
+                ..
+            } => {
                 self.in_flight.insert(command_id.clone(), seq);
+                // A start or stop is about the revision active when it arrived.
+                let revision = revision.clone().or_else(|| {
+                    let w = self.workload(namespace, workload.as_deref()?)?;
+                    w.active_revision.clone()
+                });
+                let target = Target {
+                    namespace: namespace.clone(),
+                    workload: workload.clone(),
+                    revision,
+                };
+                self.grants.received(command_id, target);
             }
             Event::CommandCompleted { command_id, .. } => {
                 self.in_flight.remove(command_id);
+                self.grants.completed(command_id);
             }
-            Event::CommandRejected { .. }
-            | Event::HookStarted { .. }
-            | Event::HookSucceeded { .. }
-            | Event::HookFailed { .. } => {}
+            Event::CommandRejected { .. } => {}
+            Event::HookStarted { .. } | Event::HookSucceeded { .. } | Event::HookFailed { .. } => {
+                self.grants.apply(event)
+            }
             Event::NamespaceReady { namespace, .. } => {
                 self.namespaces
                     .entry(namespace.clone())
@@ -112,6 +134,7 @@ impl Intent {
             Event::NamespaceDeleted { namespace, .. } => {
                 self.namespaces.remove(namespace);
                 self.workloads.retain(|_, w| &w.namespace != namespace);
+                self.grants.namespace_deleted(namespace);
             }
             Event::RevisionPrepared {
                 namespace,
@@ -165,6 +188,7 @@ impl Intent {
                 revision,
                 ..
             } => {
+                self.grants.retired(namespace, workload, revision);
                 let w = self.workload_entry(namespace, workload);
                 if let Some(r) = w.revisions.get_mut(revision) {
                     r.state = RevisionState::Retired;
@@ -227,6 +251,10 @@ impl Intent {
             "namespaces": self.namespaces,
             "workloads": workloads,
             "in_flight": self.in_flight,
+            "grants": {
+                "namespaces": self.grants.namespaces,
+                "revisions": self.grants.revisions,
+            },
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod drivers;
 pub mod event;
 pub mod executor;
+pub mod grants;
 pub mod hooks;
 pub mod host_key;
 pub mod intent;

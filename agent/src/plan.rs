@@ -1,7 +1,10 @@
 //! Decisions, without I/O. [`decide`] turns one command into the one step that carries
 //! it out (or the reason it cannot be); [`plan`] compares intent with what the driver
 //! observes and lists the actions that converge the host; [`shutdown_sweep`] lists what
-//! a graceful stop must stop. The executor performs what these return.
+//! a graceful stop must stop; [`grants`] decides what to grant, revoke or finish
+//! around the driver steps. The executor performs what these return.
+
+pub mod grants;
 
 use crate::intent::{Intent, RevisionState, RunIntent, WorkloadIntent};
 use capstan_common::{DriverKind, ErrorCode, Op, Spec};

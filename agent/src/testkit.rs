@@ -6,7 +6,7 @@ use crate::event::{Cause, Event, Record};
 use crate::executor::Executor;
 use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
-use capstan_common::{Command, DriverKind, Op, Spec};
+use capstan_common::{Command, DriverKind, ErrorCode, Op, Phase, Spec};
 use capstan_driver::sim::{SimConfig, SimDriver};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -108,6 +108,69 @@ pub fn running(rev: &str, spec: Spec) -> Vec<Event> {
     ]
 }
 
+/// Command `id` (`op`, about `web`, naming `rev` or, as a start or stop does, none)
+/// received.
+pub fn received(id: &str, op: &str, rev: Option<&str>) -> Event {
+    Event::CommandReceived {
+        command_id: id.into(),
+        op: op.into(),
+        namespace: "ns".into(),
+        workload: Some("web".into()),
+        revision: rev.map(Into::into),
+        command: String::new(),
+    }
+}
+
+/// Command `id` completed with `outcome`.
+pub fn completed(id: &str, outcome: capstan_common::Outcome) -> Event {
+    Event::CommandCompleted {
+        command_id: id.into(),
+        outcome,
+        code: None,
+        message: None,
+    }
+}
+
+/// `owner`'s `phase` call for command `id` began (naming `rev`, as this build does).
+pub fn hook_started(id: &str, phase: Phase, owner: &str, rev: Option<&str>) -> Event {
+    Event::HookStarted {
+        command_id: id.into(),
+        phase,
+        owner: owner.into(),
+        revision: rev.map(Into::into),
+    }
+}
+
+pub fn hook_succeeded(id: &str, phase: Phase, owner: &str) -> Event {
+    Event::HookSucceeded {
+        command_id: id.into(),
+        phase,
+        owner: owner.into(),
+    }
+}
+
+pub fn hook_failed(id: &str, phase: Phase, owner: &str, code: ErrorCode) -> Event {
+    Event::HookFailed {
+        command_id: id.into(),
+        phase,
+        owner: owner.into(),
+        code,
+    }
+}
+
+/// Command `id` activating `rev` with `owners` granting it in turn, every call
+/// succeeding; then `rev` running (replacing `previous`), and the command done.
+pub fn activated_with(id: &str, rev: &str, previous: Option<&str>, owners: &[&str]) -> Vec<Event> {
+    let mut events = vec![received(id, "activate_revision", Some(rev))];
+    for o in owners {
+        events.push(hook_started(id, Phase::BeforeWorkloadStart, o, Some(rev)));
+        events.push(hook_succeeded(id, Phase::BeforeWorkloadStart, o));
+    }
+    events.push(started(by(id), rev, previous));
+    events.push(completed(id, capstan_common::Outcome::Succeeded));
+    events
+}
+
 pub fn prepare_op(rev: &str, spec: Spec) -> Op {
     Op::PrepareRevision {
         namespace: "ns".into(),
@@ -185,9 +248,19 @@ impl Rig {
     /// The same data dir opened again (as after a restart): a new log, sim driver and
     /// executor.
     pub fn reopen(self, options: LogOptions, config: SimConfig) -> Rig {
+        self.reopen_with(options, config, |e| e)
+    }
+
+    /// [`Rig::reopen`], with the new executor finished by `build` (hooks, …).
+    pub fn reopen_with(
+        self,
+        options: LogOptions,
+        config: SimConfig,
+        build: impl FnOnce(Executor) -> Executor,
+    ) -> Rig {
         let Rig { dir, sim, executor } = self;
         drop((sim, executor));
-        Rig::in_dir(dir, options, config, |e| e)
+        Rig::in_dir(dir, options, config, build)
     }
 
     /// Carries `op` out as command `id`, which must succeed.

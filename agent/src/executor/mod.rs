@@ -18,6 +18,7 @@ use crate::event::{Cause, Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
+use crate::plan::grants::Duties;
 use crate::plan::{self, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
 use capstan_driver::{Driver, DriverError, LaunchEnv, RevisionRef};
@@ -25,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+mod grants;
 mod lifecycle;
 pub use lifecycle::{ReconcileReport, SweepReport};
 #[cfg(test)]
@@ -39,6 +41,8 @@ pub struct Executor {
     driver: Arc<dyn Driver>,
     /// The frozen hook owners (none by default).
     hooks: Hooks,
+    /// Who of them grants what (derived from `hooks`).
+    duties: Duties,
     /// Cancelled when the agent stops: hooks in flight are cut short (and completed
     /// owners compensated under a fresh budget).
     shutdown: CancellationToken,
@@ -121,6 +125,7 @@ impl Executor {
             log,
             driver,
             hooks: Hooks::none(),
+            duties: Duties::default(),
             shutdown: CancellationToken::new(),
             locks: Mutex::new(HashMap::new()),
             metrics: Arc::new(Metrics::new()),
@@ -139,6 +144,10 @@ impl Executor {
 
     /// Uses these hook owners (frozen for the executor's life).
     pub fn with_hooks(mut self, hooks: Hooks) -> Executor {
+        self.duties = Duties {
+            workload: hooks.takers(Phase::BeforeWorkloadStart),
+            namespace: hooks.takers(Phase::AfterNamespacePrepared),
+        };
         self.hooks = hooks;
         self
     }
@@ -295,25 +304,42 @@ impl Executor {
             self.log.durable(last).await?;
             tracing::info!(command_id = %id, "resuming a command the log shows as begun");
         }
-        // A crash after the effect was logged but before completion: only complete.
+        // A crash after the effect was logged but before completion: only complete
+        // (and revoke what a replaced revision still holds).
         if history.iter().any(|r| is_effect(&r.event)) {
-            return self
-                .complete(id, Vec::new(), Outcome::Succeeded, None)
-                .await;
+            let then = match command.op.workload() {
+                Some(w) if is_start(&command.op) => {
+                    let (ns, wl) = (w.namespace.as_str(), w.workload.as_str());
+                    let running = self.log.with_intent(|i| plan::grants::intended(i, ns, wl));
+                    match running {
+                        Some(running) => {
+                            (self.revoke_stale(id, ns, wl, &running, None, cancel).await).err()
+                        }
+                        None => None,
+                    }
+                }
+                _ => None,
+            };
+            return self.finish(id, Done { effect: None, then }).await;
         }
-        // A crash in the middle of preparing hooks: compensate, then fail retryably.
-        let ctx = self.context(id, &command.op);
-        if let Some(e) = self
-            .hooks
-            .recover_interrupted(&self.log, &ctx, &history)
-            .await?
-        {
-            return self.fail(id, StepError::Phase(e)).await;
+        let step: Result<Step, plan::Refusal> = self.log.with_intent(|intent| {
+            let step = plan::decide(intent, self.driver.kind(), &command.op)?;
+            Ok(plan::grants::with_grants(step, intent, &self.duties))
+        });
+        let began = history
+            .iter()
+            .any(|r| matches!(&r.event, Event::HookStarted { phase, .. } if phase.is_preparing()));
+        if began {
+            // A crash in the middle of granting: finish what the driver applied, or
+            // undo it, then fail retryably.
+            if let Some(done) = self
+                .recover_step(id, command, step.as_ref().ok(), &history, cancel)
+                .await?
+            {
+                return self.finish(id, done).await;
+            }
         }
-        let step = match self
-            .log
-            .with_intent(|intent| plan::decide(intent, self.driver.kind(), &command.op))
-        {
+        let step = match step {
             Ok(step) => step,
             Err(refusal) => {
                 return self
@@ -327,12 +353,26 @@ impl Executor {
             }
         };
         match self.run_step(id, step, cancel).await {
-            Ok(effect) => {
-                self.complete(id, effect.into_iter().collect(), Outcome::Succeeded, None)
-                    .await
-            }
+            Ok(done) => self.finish(id, done).await,
             Err(StepError::Phase(PhaseError::Log(e))) => Err(e),
             Err(e) => self.fail(id, e).await,
+        }
+    }
+
+    /// Completes a step that was carried out: with its effect, succeeded, or failed
+    /// when something after the effect did not (revoking a replaced revision).
+    async fn finish(&self, id: &str, done: Done) -> Result<CommandResult, LogError> {
+        let effect: Vec<Event> = done.effect.into_iter().collect();
+        match done.then {
+            None => self.complete(id, effect, Outcome::Succeeded, None).await,
+            Some(PhaseError::Log(e)) => Err(e),
+            Some(e) => {
+                let e = StepError::Phase(e);
+                tracing::warn!(command_id = %id, error = %e.report(), "command failed after its effect");
+                let error = Rejection::new(e.code(), e.report());
+                self.complete(id, effect, Outcome::Failed, Some(error))
+                    .await
+            }
         }
     }
 
@@ -347,13 +387,20 @@ impl Executor {
         .await
     }
 
-    fn context(&self, id: &str, op: &capstan_common::Op) -> HookContext {
+    /// The one way a hook context is built: what a call is about.
+    fn hook_context(
+        &self,
+        id: &str,
+        namespace: &str,
+        workload: Option<&str>,
+        revision: Option<&str>,
+    ) -> HookContext {
         HookContext {
             host: self.host.clone(),
             command_id: id.to_string(),
-            namespace: op.namespace().to_string(),
-            workload: op.workload().map(|w| w.workload),
-            revision: op.revision().map(Into::into),
+            namespace: namespace.to_string(),
+            workload: workload.map(Into::into),
+            revision: revision.map(Into::into),
         }
     }
 
@@ -363,32 +410,34 @@ impl Executor {
         id: &str,
         step: Step,
         cancel: &CancellationToken,
-    ) -> Result<Option<Event>, StepError> {
+    ) -> Result<Done, StepError> {
         let (namespace, workload, revision) = step_target(&step);
-        let ctx = HookContext {
-            host: self.host.clone(),
-            command_id: id.to_string(),
-            namespace,
-            workload,
-            revision,
-        };
+        let ctx = self.hook_context(id, &namespace, workload.as_deref(), revision.as_deref());
         let hooks = &self.hooks;
         let log = &self.log;
-        match &step {
-            Step::AlreadyRunning { .. } => {
-                tracing::info!(command_id = %id, "already running: no hooks, no driver call");
-                Ok(None)
+        let effect = match &step {
+            Step::AlreadyRunning {
+                namespace,
+                workload,
+                revision,
+            } => {
+                tracing::info!(command_id = %id, "already running: no driver call");
+                let then = self
+                    .revoke_stale(id, namespace, workload, revision, None, cancel)
+                    .await
+                    .err();
+                return Ok(Done { effect: None, then });
             }
             Step::AlreadyReady { .. } => {
                 tracing::info!(command_id = %id, "namespace already ready: no hooks, no driver call");
-                Ok(None)
+                None
             }
-            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await,
+            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await?,
             Step::EnsureNamespace { .. } => {
                 let effect = self.perform(id, step, &LaunchEnv::new()).await?;
                 let phase = Phase::AfterNamespacePrepared;
                 hooks.prepare(log, &ctx, phase, cancel).await?;
-                Ok(effect)
+                effect
             }
             Step::Activate { spec, .. } | Step::Start { spec, .. } => {
                 let phase = Phase::BeforeWorkloadStart;
@@ -407,30 +456,52 @@ impl Executor {
                         .into());
                     }
                 };
+                let (namespace, workload, revision) = (
+                    ctx.namespace.clone(),
+                    workload.unwrap_or_default(),
+                    revision.unwrap_or_default(),
+                );
+                let replaced = self
+                    .log
+                    .with_intent(|i| plan::grants::intended(i, &namespace, &workload))
+                    .filter(|p| p != &revision);
                 match self.perform(id, step, &launch_env).await {
-                    Ok(effect) => Ok(effect),
+                    Ok(effect) => {
+                        let then = self
+                            .revoke_stale(
+                                id,
+                                &namespace,
+                                &workload,
+                                &revision,
+                                replaced.as_deref(),
+                                cancel,
+                            )
+                            .await
+                            .err();
+                        return Ok(Done { effect, then });
+                    }
                     Err(e) => {
-                        let completed = hooks.order(phase);
-                        let aftermath = hooks
-                            .compensate(log, &ctx, phase, &completed)
+                        let aftermath = self
+                            .roll_back(id, &namespace, &workload, &revision)
                             .await
                             .map_err(PhaseError::Log)?;
                         tracing::info!(command_id = %id, "driver failed after {phase}{aftermath}");
-                        Err(e)
+                        return Err(e);
                     }
                 }
             }
             Step::Stop { .. } | Step::Retire { .. } => {
                 let phase = Phase::BeforeWorkloadStop;
                 hooks.revoke(log, &ctx, phase, cancel).await?;
-                self.perform(id, step, &LaunchEnv::new()).await
+                self.perform(id, step, &LaunchEnv::new()).await?
             }
             Step::DeleteNamespace { .. } => {
                 let phase = Phase::BeforeNamespaceDelete;
                 hooks.revoke(log, &ctx, phase, cancel).await?;
-                self.perform(id, step, &LaunchEnv::new()).await
+                self.perform(id, step, &LaunchEnv::new()).await?
             }
-        }
+        };
+        Ok(Done { effect, then: None })
     }
 
     async fn complete(
@@ -580,6 +651,22 @@ impl Executor {
             }
         }))
     }
+}
+
+/// A step that was carried out: its effect (if it has one), and what failed after it
+/// (revoking a replaced revision's grants), which fails the command but keeps the
+/// effect.
+struct Done {
+    effect: Option<Event>,
+    then: Option<PhaseError>,
+}
+
+/// True for the ops that start a revision.
+fn is_start(op: &capstan_common::Op) -> bool {
+    matches!(
+        op,
+        capstan_common::Op::ActivateRevision { .. } | capstan_common::Op::StartWorkload { .. }
+    )
 }
 
 /// A step that did not happen: the driver failed, or a hook phase did.

@@ -50,6 +50,12 @@ pub enum HookConfigError {
     NoPhases(String),
     #[error("hook {hook:?}: unknown phase {phase:?} (expected after_namespace_prepared, before_workload_start, before_workload_stop or before_namespace_delete)")]
     UnknownPhase { hook: String, phase: String },
+    #[error("hook {hook:?}: it grants in {phase} but does not take {revoke}, so what it grants could never be revoked or compensated; list {revoke} too")]
+    Unpaired {
+        hook: String,
+        phase: Phase,
+        revoke: Phase,
+    },
     #[error("hook {hook:?}: phase {phase} is listed twice")]
     RepeatedPhase { hook: String, phase: Phase },
     #[error("hook {hook:?}: unknown kind {kind:?} (expected exec or nats)")]
@@ -130,6 +136,18 @@ pub fn owners(configs: &[HookConfig]) -> Result<Vec<HookOwner>, HookConfigError>
                 return Err(HookConfigError::RepeatedPhase { hook: name, phase });
             }
             phases.push(phase);
+        }
+        for phase in &phases {
+            let Some(revoke) = phase.compensation() else {
+                continue;
+            };
+            if !phases.contains(&revoke) {
+                return Err(HookConfigError::Unpaired {
+                    hook: name,
+                    phase: *phase,
+                    revoke,
+                });
+            }
         }
         let timeout = match c.timeout {
             None => DEFAULT_TIMEOUT,
@@ -212,15 +230,44 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_that_grants_without_revoking_is_refused_by_name() {
+        let e = err(&[
+            hook(
+                "ok",
+                &["/bin/true"],
+                &["before_workload_start", "before_workload_stop"],
+            ),
+            hook("iam", &["/bin/true"], &["before_workload_start"]),
+        ]);
+        assert!(e.contains(r#"hook "iam""#), "{e}");
+        assert!(e.contains("list before_workload_stop too"), "{e}");
+        let e = err(&[hook("net", &["/bin/true"], &["after_namespace_prepared"])]);
+        assert!(e.contains("list before_namespace_delete too"), "{e}");
+        // Revoking without granting is allowed (a drain on stop).
+        owners(&[hook("drain", &["/bin/true"], &["before_workload_stop"])]).unwrap();
+    }
+
+    #[test]
     fn valid_owners_keep_config_order_and_resolve_path() {
         let o = owners(&[
-            hook("iam", &["sh", "-c", "true"], &["before_workload_start"]),
-            hook("net", &["/bin/true"], &["after_namespace_prepared"]),
+            hook(
+                "iam",
+                &["sh", "-c", "true"],
+                &["before_workload_start", "before_workload_stop"],
+            ),
+            hook(
+                "net",
+                &["/bin/true"],
+                &["after_namespace_prepared", "before_namespace_delete"],
+            ),
         ])
         .unwrap();
         assert_eq!(o[0].name, "iam");
         assert!(matches!(&o[0].kind, HookKind::Exec { argv } if argv[0].ends_with("/sh")));
-        assert_eq!(o[1].phases, vec![Phase::AfterNamespacePrepared]);
+        assert_eq!(
+            o[1].phases,
+            vec![Phase::AfterNamespacePrepared, Phase::BeforeNamespaceDelete]
+        );
         assert_eq!(o[1].timeout, DEFAULT_TIMEOUT);
     }
 

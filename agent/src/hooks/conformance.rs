@@ -1,7 +1,8 @@
 //! The hook conformance rules, each its own test, against the real executor, log and
 //! sim driver with a scripted [`HookRunner`] (the exec runner and crashes are covered
 //! end to end in `tests/tests/e2e/hooks/`). The hardening rules (commands that change
-//! nothing, what compensation may revoke, timed-out owners) are in [`hardening`].
+//! nothing, what compensation may revoke, timed-out owners) are in [`hardening`]; grants
+//! following what runs across revisions, failures and crashes in [`revisions`].
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;
@@ -110,9 +111,13 @@ fn owner(name: &str, timeout: Duration) -> HookOwner {
 }
 
 fn rig_with(owners: Vec<HookOwner>, budget: Duration) -> Rig {
+    rig_on(owners, budget, SimConfig::default())
+}
+
+fn rig_on(owners: Vec<HookOwner>, budget: Duration, sim: SimConfig) -> Rig {
     let fake = Arc::new(Fake::default());
     let hooks = Hooks::new(owners, fake.clone()).with_cleanup_budget(budget);
-    let base = testkit::Rig::with(SimConfig::default(), |e| e.with_hooks(hooks));
+    let base = testkit::Rig::with(sim, |e| e.with_hooks(hooks));
     Rig { base, fake }
 }
 
@@ -569,3 +574,4 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
 }
 
 mod hardening;
+mod revisions;

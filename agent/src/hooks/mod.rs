@@ -107,6 +107,24 @@ impl Hooks {
         self.cleanup_budget
     }
 
+    /// The config-order indexes of the owners named in `names` (unknown names are
+    /// skipped: an owner no longer configured cannot be called).
+    pub fn indexes<'a>(&self, names: impl IntoIterator<Item = &'a String>) -> Vec<usize> {
+        let names: Vec<&String> = names.into_iter().collect();
+        (0..self.owners.len())
+            .filter(|&i| names.contains(&&self.owners[i].name))
+            .collect()
+    }
+
+    /// The names of the owners taking `phase`, in config order.
+    pub fn takers(&self, phase: Phase) -> Vec<String> {
+        self.owners
+            .iter()
+            .filter(|o| o.takes(phase))
+            .map(|o| o.name.clone())
+            .collect()
+    }
+
     /// The indexes of the owners taking part in `phase`, in calling order: config order
     /// for preparing phases, reverse for revoking ones.
     pub fn order(&self, phase: Phase) -> Vec<usize> {

@@ -50,6 +50,10 @@ pub enum Aftermath {
     Incomplete { phase: Phase, owner: String },
     /// A revocation failed: the teardown stopped and the runtime is kept.
     TeardownStopped,
+    /// Revoking a replaced revision failed: the new one runs, the replaced one is
+    /// stopped and keeps what was not revoked until a later start or activation of
+    /// the workload revokes it.
+    StillHeld { revision: String },
 }
 
 impl std::fmt::Display for Aftermath {
@@ -64,6 +68,10 @@ impl std::fmt::Display for Aftermath {
             Aftermath::TeardownStopped => {
                 f.write_str("; teardown stopped, the runtime is kept for a retry")
             }
+            Aftermath::StillHeld { revision } => write!(
+                f,
+                "; revision {revision} is stopped and keeps those grants until a later start or activation of the workload revokes them"
+            ),
         }
     }
 }
@@ -139,11 +147,12 @@ impl Hooks {
         let event = |e: fn(String, Phase, String) -> Event| {
             e(ctx.command_id.clone(), phase, owner.name.clone())
         };
-        log.append_durable(&[event(|command_id, phase, owner| Event::HookStarted {
-            command_id,
+        log.append_durable(&[Event::HookStarted {
+            command_id: ctx.command_id.clone(),
             phase,
-            owner,
-        })])
+            owner: owner.name.clone(),
+            revision: ctx.revision.clone(),
+        }])
         .await?;
         let request = HookRequest {
             v: 1,

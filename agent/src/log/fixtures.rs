@@ -150,7 +150,7 @@ fn reads_as_written(fx: &Fixture) -> Log {
         shown += 1;
     }
     assert_eq!(shown, fx.log_lines.len());
-    assert_eq!(log.intent().to_json().to_string(), fx.intent);
+    assert_eq!(as_written(&log.intent()), fx.intent);
     assert_eq!(log.intent(), replay(&log));
     indexes_agree(&log);
     log
@@ -262,7 +262,7 @@ fn a_format_1_log_opens_reads_and_grows() {
         0,
         "opened from 3339"
     );
-    assert_eq!(log.intent().to_json().to_string(), fx.intent);
+    assert_eq!(as_written(&log.intent()), fx.intent);
 
     let after = takes_new_commands(&fx, log);
     // Reopened: the same intent, from a current snapshot or from the mixed chain.
@@ -279,12 +279,11 @@ fn a_format_2_log_opens_reads_and_grows() {
     let fx = Fixture::unpack("log-v2.tar.gz");
     let log = reads_as_written(&fx);
     assert!(versions(&log).iter().all(|v| *v == 2));
-    // Its own snapshots are used: only the tail after the newest was replayed.
+    // Its own snapshots (format 2, before the grant ledger) are ignored: the replay
+    // from seq 1 was long enough that open wrote a current snapshot where it ended.
     let newest = snapshots(&log).last().copied().unwrap();
-    assert_eq!(newest.1, super::snapshot::VERSION);
-    assert!(newest.0 < log.last_seq());
-    let replayed = log.tail.lock().unwrap().since_snapshot;
-    assert_eq!(replayed, log.last_seq() - newest.0);
+    assert_eq!(newest, (log.last_seq(), super::snapshot::VERSION));
+    assert_eq!(log.tail.lock().unwrap().since_snapshot, 0);
     let after = takes_new_commands(&fx, log);
     let log = fx.open();
     assert_eq!(log.intent(), after);
@@ -343,7 +342,7 @@ fn a_pruned_format_2_log_opens_from_its_anchor_reads_and_grows() {
         assert_eq!(&record.to_json().to_string(), line, "record {}", record.seq);
     }
     assert_eq!(log.read_since(0).count() as u64, kept);
-    assert_eq!(log.intent().to_json().to_string(), fx.intent);
+    assert_eq!(as_written(&log.intent()), fx.intent);
     // The export file is the pruned records, one chain ending at the anchor.
     let export_dir = fx.data.with_file_name("export-files");
     let mut files: Vec<_> = std::fs::read_dir(&export_dir)
@@ -392,4 +391,13 @@ fn a_pruned_format_2_log_opens_from_its_anchor_reads_and_grows() {
         .expect("a command in the first export");
     assert_eq!(log.pruned_command(&old_id).unwrap(), None);
     assert_eq!(log.intent(), after);
+}
+
+/// The intent's JSON as the builds that wrote the fixtures showed it: before the grant
+/// ledger (which these logs' hook records fold to; its own tests are in
+/// `crate::grants`).
+fn as_written(intent: &Intent) -> String {
+    let mut json = intent.to_json();
+    json.as_object_mut().unwrap().remove("grants");
+    json.to_string()
 }

@@ -12,7 +12,9 @@
 //! verify` and by the daemon's background verification.
 //!
 //! The body is the intent's JSON (self-describing): a field added to `Spec` (or a
-//! `#[serde(default)]` field added to the intent) does not invalidate snapshots.
+//! `#[serde(default)]` field added to the intent) does not invalidate snapshots,
+//! unless the field is folded from records (as the grant ledger is): then the old
+//! snapshots lack what the records say, and `VERSION` is bumped.
 
 use super::codec::{self, Hash};
 use super::{key_seq, seq_key, Defect, LogError};
@@ -20,8 +22,9 @@ use crate::intent::Intent;
 use serde::{Deserialize, Serialize};
 
 /// The snapshot format this build writes and reads. 1 was bincode of the intent
-/// (ignored since: its spec was positional).
-pub const VERSION: u8 = 2;
+/// (ignored since: its spec was positional); 2 was the intent before the grant
+/// ledger (ignored since: the ledger is folded from records it did not keep).
+pub const VERSION: u8 = 3;
 
 /// How many snapshots are kept (the newest, and one to fall back to).
 const KEEP: usize = 2;

@@ -214,6 +214,8 @@ async fn the_measured_driver_counts_ok_and_errors_by_op_with_their_code() {
             ("activate", "driver_failed", 1),
             ("activate", "ok", 1),
             ("observe", "ok", 1),
+            // The failed activation's roll-back read what runs.
+            ("state", "ok", 1),
         ]
     );
     let text = render(rig.executor.metrics(), &gauges(&rig));

@@ -114,6 +114,7 @@ async fn after_a_crash_an_owner_cut_short_or_with_an_invalid_reply_is_compensate
             command_id: command_id.clone(),
             phase,
             owner: owner.clone(),
+            revision: Some("r1".into()),
         });
         events.push(match code {
             None => Event::HookSucceeded {

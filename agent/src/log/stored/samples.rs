@@ -217,6 +217,7 @@ pub fn every_event() -> Vec<(Event, v1::Event)> {
                 command_id: id.clone(),
                 phase: Phase::AfterNamespacePrepared,
                 owner: s("iam"),
+                revision: None,
             },
             v1::Event::HookStarted {
                 command_id: id.clone(),

@@ -177,3 +177,34 @@ fn an_upcaster_chain_reaches_a_later_format() {
     let bytes = encode_as(3, &with_signal).unwrap();
     assert_eq!(v3::decode(&bytes).unwrap(), with_signal);
 }
+
+#[test]
+fn a_hook_start_naming_its_revision_is_stored_in_the_appended_variant() {
+    let named = Event::HookStarted {
+        command_id: "c1".into(),
+        phase: capstan_common::Phase::BeforeWorkloadStop,
+        owner: "iam".into(),
+        revision: Some("r1".into()),
+    };
+    let bytes = encode(1, 0, [0; 32], &named).unwrap();
+    let stored: v2::Record = from_bincode(&bytes[1..]).unwrap();
+    assert!(
+        matches!(&stored.event, v2::Event::HookStartedFor { revision, .. } if revision == "r1"),
+        "{stored:?}"
+    );
+    assert_eq!(decode(&bytes).unwrap().event, named);
+    // Without a revision it is stored as records before it were, and reads back so.
+    let unnamed = Event::HookStarted {
+        command_id: "c1".into(),
+        phase: capstan_common::Phase::BeforeWorkloadStop,
+        owner: "iam".into(),
+        revision: None,
+    };
+    let bytes = encode(2, 0, [0; 32], &unnamed).unwrap();
+    let stored: v2::Record = from_bincode(&bytes[1..]).unwrap();
+    assert!(
+        matches!(stored.event, v2::Event::HookStarted { .. }),
+        "{stored:?}"
+    );
+    assert_eq!(decode(&bytes).unwrap().event, unnamed);
+}

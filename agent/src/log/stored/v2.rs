@@ -123,6 +123,14 @@ pub enum Event {
         owner: String,
         code: String,
     },
+    /// `hook_started` naming the revision the call is about (appended: the records
+    /// before it have [`Event::HookStarted`], decoded with no revision).
+    HookStartedFor {
+        command_id: String,
+        phase: String,
+        owner: String,
+        revision: String,
+    },
 }
 
 impl From<&domain::Cause> for Cause {
@@ -289,10 +297,22 @@ impl Event {
                 command_id,
                 phase,
                 owner,
+                revision: None,
             } => Event::HookStarted {
                 command_id: s(command_id),
                 phase: spell(phase),
                 owner: s(owner),
+            },
+            D::HookStarted {
+                command_id,
+                phase,
+                owner,
+                revision: Some(revision),
+            } => Event::HookStartedFor {
+                command_id: s(command_id),
+                phase: spell(phase),
+                owner: s(owner),
+                revision: s(revision),
             },
             D::HookSucceeded {
                 command_id,
@@ -461,6 +481,18 @@ impl Event {
                 command_id,
                 phase: parse(&phase)?,
                 owner,
+                revision: None,
+            },
+            Event::HookStartedFor {
+                command_id,
+                phase,
+                owner,
+                revision,
+            } => D::HookStarted {
+                command_id,
+                phase: parse(&phase)?,
+                owner,
+                revision: Some(revision),
             },
             Event::HookSucceeded {
                 command_id,

@@ -34,7 +34,12 @@ if [ "$phase" = before_workload_start ] && [ -e "$dir/armed" ]; then
   until [ -e "$dir/go" ]; do sleep 0.05; done
 fi
 exit 0"#;
-    Hook::new("gate", &["before_workload_start"], body).timeout(60.0)
+    Hook::new(
+        "gate",
+        &["before_workload_start", "before_workload_stop"],
+        body,
+    )
+    .timeout(60.0)
 }
 
 fn a_start_during_a_stop_under_way_waits_for_it_then_runs(engine: Engine) {

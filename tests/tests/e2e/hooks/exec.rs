@@ -108,11 +108,19 @@ fi"#;
 
 #[test]
 fn a_hanging_exec_hook_is_killed_at_its_timeout_and_counts_as_failed() {
-    let slow = r#"sleep 3600 &
+    let slow = r#"[ "$phase" = before_workload_start ] || exit 0
+sleep 3600 &
 echo $! > "$(dirname "$0")/sleeper.pid"
 wait"#;
     let agent = Agent::builder("h1")
-        .hook(Hook::new("slow", &["before_workload_start"], slow).timeout(3.0))
+        .hook(
+            Hook::new(
+                "slow",
+                &["before_workload_start", "before_workload_stop"],
+                slow,
+            )
+            .timeout(3.0),
+        )
         .build();
     let (_, lines) = rollout(&agent, &[]);
     let applied = agent.apply(&lines);

@@ -9,7 +9,7 @@ use std::io::{BufRead as _, BufReader, Write as _};
 
 #[test]
 fn owner_config_cannot_change_while_the_agent_runs() {
-    let phases = &["after_namespace_prepared"];
+    let phases = &["after_namespace_prepared", "before_namespace_delete"];
     let mut agent = Agent::builder("h1")
         .hook(Hook::plain("iam", phases))
         .build();

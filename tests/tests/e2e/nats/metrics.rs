@@ -29,7 +29,10 @@ fn metrics_and_heartbeat_count_commands_hooks_and_driver_ops() {
     let coordinator = &fleet.coordinator;
     let h1 = fleet
         .agent("h1")
-        .hook(Hook::plain("iam", &["before_workload_start"]))
+        .hook(Hook::plain(
+            "iam",
+            &["before_workload_start", "before_workload_stop"],
+        ))
         .build();
     // Leaving the workload running, a stop appends nothing: the log read after it is
     // the log the scrape saw.

@@ -129,12 +129,19 @@ fn a_namespace_waits_for_its_own_commands_only() {
     // The hook holds namespace `slow` until the test opens the gate.
     let gate = "gate-slow";
     let body = format!(
-        "case \"$req\" in *'\"namespace\":\"slow\"'*) \
+        "[ \"$phase\" = after_namespace_prepared ] || exit 0; case \"$req\" in *'\"namespace\":\"slow\"'*) \
            while [ ! -e \"$(dirname \"$0\")/{gate}\" ]; do sleep 0.05; done;; esac"
     );
     let h1 = fleet
         .agent("h1")
-        .hook(Hook::new("holder", &["after_namespace_prepared"], &body).timeout(120.0))
+        .hook(
+            Hook::new(
+                "holder",
+                &["after_namespace_prepared", "before_namespace_delete"],
+                &body,
+            )
+            .timeout(120.0),
+        )
         .build();
     let daemon = h1.run();
     let coordinator = &fleet.coordinator;

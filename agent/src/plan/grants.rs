@@ -1,0 +1,200 @@
+//! Grants follow what runs: the decisions about hook grants around the driver steps,
+//! without I/O, from the ledger ([`crate::grants`]) and what the driver reports now.
+//!
+//! - [`with_grants`]: a command that changes nothing for the driver still grants what
+//!   is missing (after a partly failed revocation, or an owner added since).
+//! - [`stale`]: after a revision starts, the other revisions of its workload that still
+//!   hold grants, to be revoked.
+//! - [`roll_back`]: after an activation or start that did not complete (the driver
+//!   failed, or a crash cut it short), what makes the workload run what intent says,
+//!   with grants held by that revision only.
+//! - [`recover`]: for an activation or start interrupted by a crash after its grants
+//!   began, whether the driver had applied it (finish it) or not (roll back).
+
+use super::Step;
+use crate::grants::Hold;
+use crate::intent::{Intent, RunIntent};
+use capstan_driver::BackendState;
+
+/// The owners that grant, by level: each must hold access for a running revision (or
+/// a ready namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Duties {
+    /// Owners taking `before_workload_start`.
+    pub workload: Vec<String>,
+    /// Owners taking `after_namespace_prepared`.
+    pub namespace: Vec<String>,
+}
+
+impl Duties {
+    /// True when nobody grants anything: every decision here is then a no-op.
+    pub fn is_empty(&self) -> bool {
+        self.workload.is_empty() && self.namespace.is_empty()
+    }
+}
+
+/// True when the ledger tracks `holders` and some duty is not surely granted. A
+/// revision or namespace the ledger never saw a call for (one granted by a build
+/// before the ledger) counts as granted: nothing says otherwise.
+fn missing(holders: Option<&crate::grants::Holders>, duty: &[String]) -> bool {
+    holders.is_some_and(|h| duty.iter().any(|o| h.get(o) != Some(&Hold::Granted)))
+}
+
+/// True when every owner in `duty` surely holds `revision`'s grant (tracked and
+/// granted; an untracked revision is not sure).
+pub fn surely_granted(intent: &Intent, duties: &Duties, ns: &str, wl: &str, rev: &str) -> bool {
+    let holders = intent.grants.of_revision(ns, wl, rev);
+    match holders {
+        None => duties.workload.is_empty(),
+        Some(h) => duties
+            .workload
+            .iter()
+            .all(|o| h.get(o) == Some(&Hold::Granted)),
+    }
+}
+
+/// Turns a no-op step into one that grants again when grants are missing: activating
+/// or starting the running revision becomes a start (`before_workload_start` for every
+/// owner, then the driver's start with the launch env); ensuring a ready namespace
+/// becomes an ensure (`after_namespace_prepared` again).
+pub fn with_grants(step: Step, intent: &Intent, duties: &Duties) -> Step {
+    match step {
+        Step::AlreadyRunning {
+            namespace,
+            workload,
+            revision,
+        } => {
+            let held = intent.grants.of_revision(&namespace, &workload, &revision);
+            let spec = intent
+                .workload(&namespace, &workload)
+                .and_then(|w| w.revisions.get(&revision))
+                .map(|r| r.spec.clone());
+            match spec {
+                Some(spec) if missing(held, &duties.workload) => Step::Start {
+                    namespace,
+                    workload,
+                    revision,
+                    spec,
+                },
+                _ => Step::AlreadyRunning {
+                    namespace,
+                    workload,
+                    revision,
+                },
+            }
+        }
+        Step::AlreadyReady { namespace }
+            if missing(intent.grants.of_namespace(&namespace), &duties.namespace) =>
+        {
+            Step::EnsureNamespace { namespace }
+        }
+        step => step,
+    }
+}
+
+/// The revisions of `ns/wl` other than `running` that still hold grants: each is
+/// revoked once `running` is up.
+pub fn stale(intent: &Intent, ns: &str, wl: &str, running: &str) -> Vec<String> {
+    intent
+        .grants
+        .held_revisions(ns, wl)
+        .into_iter()
+        .filter(|r| r != running)
+        .collect()
+}
+
+/// What the driver reports now for the revision a step was about and for the one
+/// intent runs (the predecessor), `None`: no backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub target: Option<BackendState>,
+    pub intended: Option<BackendState>,
+}
+
+/// One thing to do to bring a workload back to intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fix {
+    /// Stop this revision: it runs and intent does not run it.
+    Stop(String),
+    /// Revoke every grant this revision holds (compensating, reverse order, under
+    /// the cleanup budget). Skipped if the stop before it failed: what runs keeps its
+    /// grants.
+    Revoke(String),
+    /// Start this revision again without hooks (it holds its grants): intent runs it
+    /// and it does not run.
+    Resume(String),
+}
+
+/// The revision intent runs for `ns/wl`, if any.
+pub fn intended(intent: &Intent, ns: &str, wl: &str) -> Option<String> {
+    let w = intent.workload(ns, wl)?;
+    (w.intent == RunIntent::Running)
+        .then(|| w.active_revision.clone())
+        .flatten()
+}
+
+/// After an activation or start of `revision` that did not complete: stop it if it
+/// runs and intent does not run it, revoke what it holds unless intent runs it, and
+/// start the revision intent runs again if it no longer runs. Intent itself is what
+/// the log says before the command: a command that did not complete changed nothing.
+pub fn roll_back(intent: &Intent, ns: &str, wl: &str, revision: &str, seen: &Seen) -> Vec<Fix> {
+    let intended = intended(intent, ns, wl);
+    let mut fixes = Vec::new();
+    if intended.as_deref() != Some(revision) {
+        if seen.target == Some(BackendState::Running) {
+            fixes.push(Fix::Stop(revision.into()));
+        }
+        let held = intent.grants.of_revision(ns, wl, revision);
+        if held.is_some_and(|h| !h.is_empty()) {
+            fixes.push(Fix::Revoke(revision.into()));
+        }
+    }
+    if let Some(p) = intended.filter(|p| p != revision) {
+        if seen.intended != Some(BackendState::Running) {
+            fixes.push(Fix::Resume(p));
+        }
+    }
+    fixes
+}
+
+/// How to end an activation or start that a crash interrupted after its grants began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// The driver had applied it (the revision runs, every owner granted): record its
+    /// effect, stopping the predecessor first if it still runs, then revoke stale
+    /// grants. The command succeeds.
+    Finish { stop: Option<String> },
+    /// It had not: these fixes, then the command fails `interrupted` (retryable).
+    RollBack(Vec<Fix>),
+}
+
+/// Decides [`Recovery`] for `step` (an activation or start; `None` for any other step).
+pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Option<Recovery> {
+    let (ns, wl, rev, previous) = match step {
+        Step::Activate {
+            namespace,
+            workload,
+            revision,
+            previous,
+            ..
+        } => (namespace, workload, revision, previous.as_deref()),
+        Step::Start {
+            namespace,
+            workload,
+            revision,
+            ..
+        } => (namespace, workload, revision, None),
+        _ => return None,
+    };
+    let applied =
+        seen.target == Some(BackendState::Running) && surely_granted(intent, duties, ns, wl, rev);
+    if applied {
+        let predecessor_runs = seen.intended == Some(BackendState::Running);
+        let stop = previous.filter(|_| predecessor_runs).map(String::from);
+        return Some(Recovery::Finish { stop });
+    }
+    Some(Recovery::RollBack(roll_back(intent, ns, wl, rev, seen)))
+}
+
+#[cfg(test)]
+mod tests;

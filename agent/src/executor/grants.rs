@@ -211,23 +211,13 @@ impl Executor {
             }
             _ => {}
         }
-        if let Some(step @ (Step::Activate { .. } | Step::Start { .. })) = step {
-            let (ns, wl, rev, previous) = match step {
-                Step::Activate {
-                    namespace,
-                    workload,
-                    revision,
-                    previous,
-                    ..
-                } => (namespace, workload, revision, previous.clone()),
-                Step::Start {
-                    namespace,
-                    workload,
-                    revision,
-                    ..
-                } => (namespace, workload, revision, None),
-                _ => unreachable!("matched above"),
-            };
+        if let Some((step, start)) = step.and_then(|st| Some((st, decide::starting(st)?))) {
+            let decide::Starting {
+                namespace: ns,
+                workload: wl,
+                revision: rev,
+                previous,
+            } = start;
             let intended = self.log.with_intent(|i| decide::intended(i, ns, wl));
             let seen = self.seen(ns, wl, rev, intended.as_deref()).await;
             let recovery = self
@@ -253,10 +243,10 @@ impl Executor {
                     Done {
                         effect: Some(Event::WorkloadStarted {
                             cause: Cause::Command(id.into()),
-                            namespace: ns.clone(),
-                            workload: wl.clone(),
-                            revision: rev.clone(),
-                            previous,
+                            namespace: ns.into(),
+                            workload: wl.into(),
+                            revision: rev.into(),
+                            previous: previous.map(String::from),
                         }),
                         then,
                     }

@@ -168,24 +168,53 @@ pub enum Recovery {
     RollBack(Vec<Fix>),
 }
 
-/// Decides [`Recovery`] for `step` (an activation or start; `None` for any other step).
-pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Option<Recovery> {
-    let (ns, wl, rev, previous) = match step {
+/// What an activation or start starts, and the revision it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Starting<'a> {
+    pub namespace: &'a str,
+    pub workload: &'a str,
+    pub revision: &'a str,
+    pub previous: Option<&'a str>,
+}
+
+/// [`Starting`] for an activation or start; `None` for any other step.
+pub fn starting(step: &Step) -> Option<Starting<'_>> {
+    match step {
         Step::Activate {
             namespace,
             workload,
             revision,
             previous,
             ..
-        } => (namespace, workload, revision, previous.as_deref()),
+        } => Some(Starting {
+            namespace,
+            workload,
+            revision,
+            previous: previous.as_deref(),
+        }),
         Step::Start {
             namespace,
             workload,
             revision,
             ..
-        } => (namespace, workload, revision, None),
-        _ => return None,
-    };
+        } => Some(Starting {
+            namespace,
+            workload,
+            revision,
+            previous: None,
+        }),
+        _ => None,
+    }
+}
+
+/// Decides [`Recovery`] for `step` (an activation or start; `None` for any other step).
+pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Option<Recovery> {
+    let Starting {
+        namespace: ns,
+        workload: wl,
+        revision: rev,
+        previous,
+    } = starting(step)?;
     let applied =
         seen.target == Some(BackendState::Running) && surely_granted(intent, duties, ns, wl, rev);
     if applied {

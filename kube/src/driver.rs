@@ -100,6 +100,10 @@ impl KubeDriver {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
     async fn deployment(
         &self,
         op: &'static str,
@@ -108,13 +112,43 @@ impl KubeDriver {
         let name = objects::deployment_name(rev.workload);
         let api = self.deployments(rev.namespace);
         let found = call(op, &rev, || api.get_opt(&name)).await?;
+        self.ours_or_refused(op, rev, found)
+    }
+
+    /// `rev`'s staged ConfigMap, if there is one; `not_owned` if one under its name is
+    /// not ours (never adopted by a prepare, never deleted by a retire).
+    async fn staged(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+    ) -> Result<Option<ConfigMap>, DriverError> {
+        let name = objects::staged_name(rev.workload, rev.revision);
+        let api = self.config_maps(rev.namespace);
+        let found = call(op, &rev, || api.get_opt(&name)).await?;
+        self.ours_or_refused(op, rev, found)
+    }
+
+    /// `found` if it is absent or ours, else a `not_owned` refusal naming it.
+    fn ours_or_refused<K>(
+        &self,
+        op: &'static str,
+        rev: RevisionRef<'_>,
+        found: Option<K>,
+    ) -> Result<Option<K>, DriverError>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
         match found {
-            Some(d) if !objects::is_ours(d.metadata.labels.as_ref(), &self.host) => {
+            Some(o) if !objects::is_ours(o.meta().labels.as_ref(), &self.host) => {
                 Err(DriverError::refused(
                     op,
                     rev,
                     ErrorCode::NotOwned,
-                    format!("Deployment {name} exists and is not this host's capstan's"),
+                    format!(
+                        "{} {} exists and is not this host's capstan's",
+                        K::kind(&()),
+                        o.meta().name.as_deref().unwrap_or_default()
+                    ),
                 ))
             }
             found => Ok(found),
@@ -180,7 +214,7 @@ impl KubeDriver {
         }
         let api = self.deployments(rev.namespace);
         let params = Self::apply_params();
-        let patch = Patch::Apply(&object);
+        let patch = Patch::Apply(objects::apply_body(&object));
         let written = call(op, &rev, || async {
             match api.patch(&name, &params, &patch).await {
                 Err(kube::Error::Api(status)) if read.is_some() && stale(&status) => Ok(false),
@@ -359,7 +393,7 @@ impl Driver for KubeDriver {
         }
         let object = objects::namespace(&self.host, namespace);
         let params = Self::apply_params();
-        let patch = Patch::Apply(&object);
+        let patch = Patch::Apply(objects::apply_body(&object));
         call(OP, &namespace, || api.patch(namespace, &params, &patch)).await?;
         Ok(())
     }
@@ -403,11 +437,13 @@ impl Driver for KubeDriver {
         Template::from_spec(spec, &LaunchEnv::new())
             .map_err(|reason| DriverError::refused(OP, rev, ErrorCode::InvalidSpec, reason))?;
         self.our_namespace(OP, rev.namespace).await?;
+        // Refuses a ConfigMap under our name that is not ours.
+        self.staged(OP, rev).await?;
         let object = objects::staged(&self.host, rev, spec);
         let name = objects::staged_name(rev.workload, rev.revision);
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), rev.namespace);
+        let api = self.config_maps(rev.namespace);
         let params = Self::apply_params();
-        let patch = Patch::Apply(&object);
+        let patch = Patch::Apply(objects::apply_body(&object));
         call(OP, &rev, || api.patch(&name, &params, &patch)).await?;
         Ok(())
     }
@@ -443,6 +479,9 @@ impl Driver for KubeDriver {
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         const OP: &str = "retire";
+        // Both are checked before anything is deleted: a retire refused `not_owned`
+        // leaves everything as it was.
+        let staged = self.staged(OP, rev).await?;
         let live = self.deployment(OP, rev).await?;
         // A Deployment already on another (newer) revision is left alone.
         if OnRevision::of(live.as_ref(), rev.revision) == OnRevision::This {
@@ -477,8 +516,11 @@ impl Driver for KubeDriver {
                 }
             }
         }
+        if staged.is_none() {
+            return Ok(());
+        }
         let name = objects::staged_name(rev.workload, rev.revision);
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), rev.namespace);
+        let api = self.config_maps(rev.namespace);
         let dp = DeleteParams::default();
         gone(call(OP, &rev, || api.delete(&name, &dp)).await)
     }

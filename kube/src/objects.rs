@@ -10,6 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+mod body;
+pub use body::apply_body;
+
 /// The server-side apply field manager of everything the driver writes.
 pub const FIELD_MANAGER: &str = "capstan";
 /// Every object capstan creates carries this label, set to `true`.
@@ -120,11 +123,14 @@ impl Template {
         Some(Template {
             image: c.image.clone()?,
             args: c.args.clone().unwrap_or_default(),
+            // The apiserver leaves an empty `value` out; this driver never writes
+            // `valueFrom`.
             env: c
                 .env
                 .iter()
                 .flatten()
-                .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+                .filter(|e| e.value_from.is_none())
+                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
                 .collect(),
             working_dir: c.working_dir.clone(),
             ports: c

@@ -82,6 +82,24 @@ fn a_template_reads_back_from_the_live_deployment() {
 }
 
 #[test]
+fn given_an_empty_env_value_the_apiserver_left_out_when_read_back_then_it_is_kept() {
+    let mut s = spec();
+    s.env.insert("EMPTY".into(), String::new());
+    let t = Template::from_spec(&s, &launch()).unwrap();
+    let mut applied = deployment(HOST, rev("r1"), &t, 1, 1, 600);
+    // As the apiserver answers it: `value` omitted when empty.
+    let env = &mut applied["spec"]["template"]["spec"]["containers"][0]["env"];
+    for e in env.as_array_mut().unwrap() {
+        if e["value"] == "" {
+            e.as_object_mut().unwrap().remove("value");
+        }
+    }
+    let read = Template::from_live(&live(applied, json!({}))).unwrap();
+    assert_eq!(read.env["EMPTY"], "");
+    assert_eq!(read, t);
+}
+
+#[test]
 fn specs_the_driver_cannot_run_are_refused() {
     let mut no_image = spec();
     no_image.image = None;

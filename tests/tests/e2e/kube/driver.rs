@@ -1,7 +1,8 @@
 //! The kube driver against the real apiserver, called directly, under the ClusterRole
 //! shipped in `packaging/kube/` (RBAC on): the command sequence and the objects it
 //! leaves, retires that leave a newer revision alone, a verb taken out of the role,
-//! another field manager's field, and an image that cannot be pulled.
+//! another field manager's field, an image that cannot be pulled, and objects under
+//! our names that are not ours.
 
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use capstan_driver::{BackendState, Driver, DriverError, LaunchEnv, RevisionRef};
@@ -241,6 +242,78 @@ fn objects_that_are_not_ours_are_refused_and_left_alone() {
         .labels
         .unwrap_or_default()
         .contains_key(objects::MANAGED));
+    cluster.stop();
+}
+
+#[test]
+fn a_configmap_that_is_not_ours_is_never_adopted_by_prepare_nor_deleted_by_retire() {
+    let cluster = KubeCluster::start();
+    let d = driver(&cluster, "capstan-agent", &[]);
+    let ns = unique("kube-cm");
+    let (r1, r2) = (rev(&ns, "r1"), rev(&ns, "r2"));
+    let staged: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let hand_made = |name: &str, labels: serde_json::Value| {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels}, "data": {"theirs": "yes"}});
+        cluster
+            .block_on(staged.patch(name, &PatchParams::apply("ops"), &Patch::Apply(object)))
+            .unwrap();
+    };
+    let untouched = |name: &str, labels: serde_json::Value| {
+        let cm = cluster
+            .block_on(staged.get(name))
+            .expect("it is still there");
+        let data = cm.data.unwrap_or_default();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["theirs"],
+            "{name}: {data:?}"
+        );
+        let got = serde_json::to_value(cm.metadata.labels.unwrap_or_default()).unwrap();
+        assert_eq!(got, labels, "{name}: its labels");
+    };
+    cluster.block_on(d.ensure_namespace(&ns)).unwrap();
+
+    // Unlabelled, under r1's name: prepare refuses it and writes nothing.
+    hand_made("capstan-web-r1", json!({}));
+    let err = cluster
+        .block_on(d.prepare(r1, &spec("capstan-test/web:1")))
+        .expect_err("prepare over a ConfigMap that is not ours");
+    assert_eq!(err.code(), ErrorCode::NotOwned, "{}", err.report());
+    assert!(
+        err.report().contains("ConfigMap capstan-web-r1"),
+        "{}",
+        err.report()
+    );
+    untouched("capstan-web-r1", json!({}));
+    assert_eq!(
+        code(cluster.block_on(d.retire(r1))),
+        ErrorCode::NotOwned,
+        "retire never deletes it"
+    );
+    untouched("capstan-web-r1", json!({}));
+
+    // Another cluster agent's: the same; and a retire refused for it leaves the
+    // Deployment of ours running, nothing half done.
+    cluster.block_on(async {
+        d.prepare(r2, &spec("capstan-test/web:2")).await.unwrap();
+        d.activate(r2, &spec("capstan-test/web:2"), &launch(), None)
+            .await
+            .unwrap();
+        staged
+            .delete("capstan-web-r2", &Default::default())
+            .await
+            .unwrap();
+    });
+    let other = json!({objects::MANAGED: "true", objects::HOST: "c2"});
+    hand_made("capstan-web-r2", other.clone());
+    assert_eq!(code(cluster.block_on(d.retire(r2))), ErrorCode::NotOwned);
+    untouched("capstan-web-r2", other);
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client(), &ns);
+    let dep = cluster
+        .block_on(deployments.get_opt("capstan-web"))
+        .unwrap();
+    assert_eq!(dep.as_ref().and_then(objects::revision_of), Some("r2"));
     cluster.stop();
 }
 

@@ -4,6 +4,8 @@
 
 mod agent;
 mod conflict;
+mod crash;
 mod driver;
 mod node;
 mod smoke;
+mod values;

@@ -242,6 +242,9 @@ fn a_rollout_through_the_agent_runs_each_start_with_the_spec_env_and_both_placeh
             pair(start, "net"),
             pair(start, "iam"),
             pair(start, "net"),
+            // activating r2 revokes r1 once r2 runs
+            pair(stop, "net"),
+            pair(stop, "iam"),
             // retire r1: a revision that does not run still has its access revoked
             pair(stop, "net"),
             pair(stop, "iam"),

@@ -1,0 +1,144 @@
+//! Grants follow what runs on a real cluster after a SIGKILL mid-activation: the agent
+//! is killed while `r2` rolls out (its grants given, the Deployment already on `r2`)
+//! and, on another workload, inside `r2`'s grant (the Deployment still on `r1`). After
+//! the restart, for each workload, the revision the Deployment is on is the one intent
+//! runs and the only one holding grants, as an exec hook recorded them.
+
+use capstan_tests::agent::Agent;
+use capstan_tests::command::Spec;
+use capstan_tests::hooks::Hook;
+use capstan_tests::kube::KubeCluster;
+use capstan_tests::process::Exit;
+use capstan_tests::{unique, wait_until, READY};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt as _};
+use std::collections::BTreeSet;
+
+/// Owner `rec`: records `grant <workload> <revision>` and `revoke …` in `grants`, and
+/// kills the agent (its parent) inside the first grant of `api@r2`.
+fn recorder() -> Hook {
+    let body = r#"field() { printf '%s' "$req" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
+wl=$(field workload); rev=$(field revision); d=$(dirname "$0")
+case "$phase" in
+  before_workload_start) echo "grant $wl $rev" >> "$d/grants";;
+  before_workload_stop) echo "revoke $wl $rev" >> "$d/grants";;
+esac
+if [ "$phase" = before_workload_start ] && [ "$wl.$rev" = api.r2 ] && [ ! -e "$d/crashed" ]; then
+  touch "$d/crashed"; kill -KILL $PPID; exit 1
+fi
+exit 0"#;
+    Hook::new(
+        "rec",
+        &["before_workload_start", "before_workload_stop"],
+        body,
+    )
+}
+
+fn spec(image: &str) -> Spec {
+    Spec::docker(image).with("driver", "kube")
+}
+
+/// `(workload, revision)` holding a grant: each grant not revoked since.
+fn holding(a: &Agent) -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(a.path("grants")).unwrap_or_default();
+    let mut held = BTreeSet::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let (wl, rev) = (words[1].to_string(), words[2].to_string());
+        match words[0] {
+            "grant" => held.insert((wl, rev)),
+            _ => held.remove(&(wl, rev)),
+        };
+    }
+    held
+}
+
+/// The revision workload `wl`'s Deployment in `ns` is on.
+fn on(cluster: &KubeCluster, wl: &str) -> String {
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    let d = cluster
+        .block_on(api.get(&format!("capstan-{wl}")))
+        .expect("the Deployment");
+    capstan_kube::objects::revision_of(&d).unwrap().to_string()
+}
+
+fn pod_of(cluster: &KubeCluster, wl: &str, rev: &str) -> Option<Pod> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
+    let of = ListParams::default().labels(&format!(
+        "io.capstan.workload={wl},io.capstan.revision={rev}"
+    ));
+    cluster.block_on(pods.list(&of)).unwrap().items.pop()
+}
+
+#[test]
+fn a_kill_mid_activation_leaves_the_revision_the_cluster_runs_holding_the_grants() {
+    let cluster = KubeCluster::start();
+    let kubeconfig = cluster.agent_kubeconfig("capstan-agent", &[]);
+    let a = Agent::builder(&unique("kgrants"))
+        .kube(&kubeconfig)
+        .hook(recorder())
+        .build();
+    let c = a.commands("ns");
+    a.apply_ok(&c.rollout(&["web", "api"], "r1", |_| spec("capstan-test/web:1")));
+
+    // Killed in the rollout of web@r2: the node stand-in never readies `pending`.
+    let input = a.write_input(&[
+        c.prepare("wp2", "web", "r2", spec("capstan-test/pending:2")),
+        c.activate("wa2", "web", "r2"),
+    ]);
+    let apply = a.start_apply(Some(&input));
+    let pod = wait_until("web@r2's pod", READY, || pod_of(&cluster, "web", "r2"));
+    apply.kill();
+    assert!(a.in_progress("wa2"), "killed mid-activation");
+    assert_eq!(on(&cluster, "web"), "r2", "the cluster already runs r2");
+    // Play the kubelet: r2's pod comes up.
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ready = capstan_tests::kube::node::ready_status(&pod, &now).expect("a status");
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "ns");
+    cluster
+        .block_on(pods.patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(ready),
+        ))
+        .expect("write the pod's status");
+    let recovered = a.recover();
+    assert_eq!(recovered.exit, Exit::OK, "{recovered}");
+
+    // Killed inside api@r2's grant, before anything was applied.
+    let applied = a.apply(&[
+        c.prepare("ap2", "api", "r2", spec("capstan-test/web:2")),
+        c.activate("aa2", "api", "r2"),
+    ]);
+    assert_eq!(applied.exit, Exit::KILLED, "{applied}");
+    assert!(a.in_progress("aa2"), "killed mid-activation");
+    let recovered = a.recover();
+    assert_eq!(recovered.exit, Exit::OK, "{recovered}");
+
+    let intent = a.intent();
+    let mut running = BTreeSet::new();
+    for wl in ["web", "api"] {
+        let w = &intent["workloads"][format!("ns/{wl}")];
+        let rev = on(&cluster, wl);
+        assert_eq!(
+            w["active_revision"],
+            rev.as_str(),
+            "{wl}: intent runs what the cluster runs: {w}"
+        );
+        assert_eq!(w["intent"], "running", "{wl}: {w}");
+        running.insert((wl.to_string(), rev));
+    }
+    assert_eq!(
+        holding(&a),
+        running,
+        "grants follow what runs: {}",
+        std::fs::read_to_string(a.path("grants")).unwrap()
+    );
+    assert!(
+        intent["in_flight"].as_object().unwrap().is_empty(),
+        "{intent}"
+    );
+    cluster.stop();
+}

@@ -37,6 +37,7 @@ pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

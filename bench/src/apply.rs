@@ -57,6 +57,7 @@ pub fn spec() -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

@@ -322,6 +322,7 @@ impl Capstan {
                 ports: vec![],
                 systemd: Default::default(),
                 kube: Default::default(),
+                readiness: None,
             };
             capstan.units.push(naming::unit_name(rev(&workload)));
             // The namespace's state directory resolves inside the host only.

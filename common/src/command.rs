@@ -148,6 +148,10 @@ pub struct Spec {
     /// Settings only the kube driver reads; absent at its defaults, as `systemd`.
     #[serde(default, skip_serializing_if = "KubeSpec::is_default")]
     pub kube: KubeSpec,
+    /// What tells that a started revision serves; `None`: it is ready once started.
+    /// Absent when `None`, as `systemd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<crate::Readiness>,
 }
 
 /// A systemd unit's own settings. Each one relaxes or bounds the hardened default the

@@ -121,6 +121,10 @@ pub enum ErrorCode {
     /// The rollout did not complete within the driver's bounded wait; it goes on in
     /// the backend. Retryable: the same command converges.
     RolloutTimeout,
+    /// The started revision did not pass its readiness check (`spec.readiness`) by its
+    /// deadline: it was stopped and its grants revoked, and the revision that ran
+    /// before runs on. Retryable.
+    NotReady,
 }
 
 impl ErrorCode {
@@ -168,6 +172,7 @@ impl ErrorCode {
             Self::Forbidden => "forbidden",
             Self::FieldConflict => "field_conflict",
             Self::RolloutTimeout => "rollout_timeout",
+            Self::NotReady => "not_ready",
         }
     }
 
@@ -184,6 +189,7 @@ impl ErrorCode {
                 | Self::LogFailed
                 | Self::DriverUnavailable
                 | Self::RolloutTimeout
+                | Self::NotReady
         )
     }
 }
@@ -235,6 +241,7 @@ mod tests {
             (ErrorCode::HookInvalidReply, "hook_invalid_reply"),
             (ErrorCode::DriverUnavailable, "driver_unavailable"),
             (ErrorCode::RolloutTimeout, "rollout_timeout"),
+            (ErrorCode::NotReady, "not_ready"),
         ] {
             assert_eq!(code.as_str(), wire);
             assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{wire}\""));

@@ -13,6 +13,7 @@ pub mod nats;
 mod outcome;
 mod phase;
 pub mod published;
+pub mod readiness;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod signing;
@@ -27,3 +28,4 @@ pub use command::{
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};
 pub use phase::Phase;
+pub use readiness::{Check, Readiness};

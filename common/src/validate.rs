@@ -171,6 +171,9 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
         }
     }
     systemd(spec)?;
+    if let Some(readiness) = &spec.readiness {
+        crate::readiness::validate(readiness, spec.driver)?;
+    }
     match (&spec.image, spec.driver) {
         (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
@@ -391,6 +394,7 @@ mod tests {
             ports: vec![],
             systemd: Default::default(),
             kube: Default::default(),
+            readiness: None,
         }
     }
 

@@ -64,6 +64,41 @@ pub struct State {
 struct Inspected {
     #[serde(rename = "State", default)]
     state: Option<State>,
+    #[serde(rename = "NetworkSettings", default)]
+    network_settings: Option<NetworkSettings>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct NetworkSettings {
+    #[serde(rename = "Networks", default)]
+    networks: Option<HashMap<String, Endpoint>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct Endpoint {
+    #[serde(rename = "IPAddress", default)]
+    ip_address: Option<String>,
+}
+
+impl Inspected {
+    fn into_seen(self) -> Seen {
+        Seen {
+            state: self.state.unwrap_or_default(),
+            addresses: (self.network_settings.and_then(|n| n.networks))
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(name, e)| Some((name, e.ip_address?.parse().ok()?)))
+                .collect(),
+        }
+    }
+}
+
+/// A container as a readiness probe needs it: its state and its addresses.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub state: State,
+    /// Network name → the container's IP address on it (empty ones left out).
+    pub addresses: HashMap<String, std::net::IpAddr>,
 }
 
 /// What a container's state means to the agent. Known states map as dockerd means
@@ -182,10 +217,15 @@ impl Engine {
 
     /// The state of container `id`; `None`: it is gone.
     pub async fn state(&self, id: &str) -> Result<Option<State>, EngineError> {
+        Ok(self.seen(id).await?.map(|s| s.state))
+    }
+
+    /// The state and addresses of container `id`; `None`: it is gone.
+    pub async fn seen(&self, id: &str) -> Result<Option<Seen>, EngineError> {
         let found: Option<Inspected> = self
             .get(&format!("/containers/{}/json", percent(id)))
             .await?;
-        Ok(found.map(|i| i.state.unwrap_or_default()))
+        Ok(found.map(Inspected::into_seen))
     }
 }
 
@@ -256,6 +296,18 @@ mod tests {
         assert!(is_stopping(i.state.as_ref().unwrap()));
         let bare: Inspected = serde_json::from_str(r#"{"Id":"a"}"#).unwrap();
         assert!(bare.state.is_none());
+    }
+
+    #[test]
+    fn addresses_are_read_per_network_and_empty_ones_left_out() {
+        let i: Inspected = serde_json::from_str(
+            r#"{"NetworkSettings":{"Networks":{"capstan-shop":{"IPAddress":"10.89.0.5","Aliases":null},
+                "none":{"IPAddress":""},"odd":{}}}}"#,
+        )
+        .unwrap();
+        let ips = i.into_seen().addresses;
+        assert_eq!(ips.len(), 1, "{ips:?}");
+        assert_eq!(ips["capstan-shop"].to_string(), "10.89.0.5");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod engine;
 pub mod naming;
+mod probe;
 
 use bollard::errors::Error as DockerError;
 use bollard::models::NetworkCreateRequest;
@@ -606,6 +607,15 @@ impl Driver for DockerDriver {
             Some(c) => self.inspect_state("state", &c.id).await,
             None => Ok(None),
         }
+    }
+
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &capstan_common::Check,
+        timeout: std::time::Duration,
+    ) -> Result<capstan_driver::Probe, DriverError> {
+        self.probe_container(rev, check, timeout).await
     }
 
     async fn retire(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {

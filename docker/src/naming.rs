@@ -239,6 +239,7 @@ mod tests {
             }],
             systemd: Default::default(),
             kube: Default::default(),
+            readiness: None,
         }
     }
 

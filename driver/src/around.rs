@@ -3,13 +3,14 @@
 //! implements [`Around`] once; [`Wrapped`] does the forwarding of every operation.
 
 use crate::{
-    BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed,
+    BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed, Probe,
     RevisionRef,
 };
-use capstan_common::{DriverKind, Spec};
+use capstan_common::{Check, DriverKind, Spec};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One of a driver's operations (all but the exit feed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,6 +25,7 @@ pub enum Operation {
     Retire,
     Observe,
     State,
+    Probe,
 }
 
 impl Operation {
@@ -40,6 +42,7 @@ impl Operation {
             Operation::Retire => "retire",
             Operation::Observe => "observe",
             Operation::State => "state",
+            Operation::Probe => "probe",
         }
     }
 }
@@ -158,6 +161,16 @@ impl<A: Around> Driver for Wrapped<A> {
         self.around
             .around(Operation::State, self.inner.state(rev))
             .await
+    }
+
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &Check,
+        timeout: Duration,
+    ) -> Result<Probe, DriverError> {
+        let call = self.inner.probe(rev, check, timeout);
+        self.around.around(Operation::Probe, call).await
     }
 
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {

@@ -4,12 +4,16 @@
 //! after a crash, and a repeat must converge, never duplicate.
 
 pub mod around;
+pub mod probe;
 pub mod sim;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
-use capstan_common::{DriverKind, ErrorCode, Spec};
+pub use probe::Probe;
+
+use capstan_common::{Check, DriverKind, ErrorCode, Spec};
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// The launch environment accepted from the `before_workload_start` hooks: a detached,
 /// validated copy of opaque placeholders, projected into the workload's environment.
@@ -293,6 +297,23 @@ pub trait Driver: Send + Sync {
             .await?
             .revision(rev.namespace, rev.workload, rev.revision)
             .cloned())
+    }
+    /// Probes `rev`'s readiness once with `check` (its spec's `readiness`), within
+    /// `timeout`. Asked only of a revision this driver has just started. The default
+    /// carries out no check; a driver that keeps it must refuse such specs at prepare.
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &Check,
+        timeout: Duration,
+    ) -> Result<Probe, DriverError> {
+        let _ = (check, timeout);
+        Err(DriverError::refused(
+            "probe",
+            rev,
+            ErrorCode::InvalidSpec,
+            "this driver carries out no readiness checks",
+        ))
     }
     /// Sends every exit of this host's workloads to `exits` until the receiver is
     /// dropped (`Ok`) or the backend's feed breaks (`Err`; the caller reconnects).

@@ -12,14 +12,15 @@
 //! `failed` (`gives_up`), the way systemd gives up on a unit after `start-limit-hit`.
 
 use crate::{
-    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed,
+    merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, Probe,
     RevisionRef,
 };
-use capstan_common::{DriverKind, Spec};
+use capstan_common::{Check, DriverKind, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 pub mod journal;
@@ -86,8 +87,8 @@ impl SimConfig {
     }
 }
 
-/// Fail operation `op` (`ensure_namespace`, `activate`, `start`, …) on matching objects,
-/// `times` times (for ever when absent).
+/// Fail operation `op` (`ensure_namespace`, `activate`, `start`, …; `probe`: not ready)
+/// on matching objects, `times` times (for ever when absent).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedFailure {
@@ -627,6 +628,27 @@ impl Driver for SimDriver {
             t.remove(&SimHost::key(rev));
             Ok(())
         })
+    }
+
+    /// Ready when the revision runs, unless a scripted `probe` failure fires (`times`
+    /// failed probes, then ready; for ever when absent). No check is carried out.
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        _check: &Check,
+        _timeout: Duration,
+    ) -> Result<Probe, DriverError> {
+        let probed = self.with_host("probe", rev.into(), |t| {
+            let r = revision_in(t, "probe", rev)?;
+            Ok(match r.state.is_running() {
+                true => Probe::Ready,
+                false => Probe::NotReady(format!("{rev} does not run")),
+            })
+        });
+        match probed {
+            Err(DriverError::Scripted { .. }) => Ok(Probe::NotReady("scripted".into())),
+            probed => probed,
+        }
     }
 
     async fn observe(&self) -> Result<Observed, DriverError> {

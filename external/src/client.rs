@@ -136,6 +136,16 @@ impl Driver for ExternalDriver {
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
+        if spec.readiness.is_some() {
+            // The protocol has no probe: a check would never be carried out.
+            let reason = "external drivers carry out no readiness checks (docs/driver-protocol.md)";
+            return Err(DriverError::refused(
+                "prepare",
+                rev,
+                capstan_common::ErrorCode::InvalidSpec,
+                reason,
+            ));
+        }
         let op = Op::Prepare {
             rev: Rev::of(rev),
             spec: spec.clone(),

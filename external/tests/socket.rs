@@ -81,6 +81,16 @@ fn paths(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("driver.sock"), dir.join("host"))
 }
 
+/// A `capstan-sim-driver` in `dir`, and the agent's side connected to it.
+async fn connected(dir: &Path) -> (SimProcess, ExternalDriver) {
+    let (socket, state) = paths(dir);
+    let sim = SimProcess::start(&socket, &state, &[]);
+    let driver = ExternalDriver::connect(ExternalConfig::at(&socket))
+        .await
+        .unwrap();
+    (sim, driver)
+}
+
 fn spec() -> Spec {
     serde_json::from_str(r#"{"driver":"sim","command":["serve"]}"#).unwrap()
 }
@@ -88,14 +98,32 @@ fn spec() -> Spec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_driver_contract_holds_over_the_socket() {
     let dir = tempfile::tempdir().unwrap();
-    let (socket, state) = paths(dir.path());
-    let sim = SimProcess::start(&socket, &state, &[]);
-    let driver = ExternalDriver::connect(ExternalConfig::at(&socket))
-        .await
-        .unwrap();
+    let (sim, driver) = connected(dir.path()).await;
     assert_eq!(driver.kind(), DriverKind::Sim);
     assert!(driver.capabilities().manages_lifecycle);
     Kit::new(&driver, "kit", spec()).run().await.unwrap();
+    sim.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_with_a_readiness_check_is_refused_at_prepare_and_never_reaches_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sim, driver) = connected(dir.path()).await;
+    let checked: Spec = serde_json::from_str(
+        r#"{"driver":"sim","command":["serve"],"readiness":{"check":{"tcp":{"port":8080}}}}"#,
+    )
+    .unwrap();
+    let rev = capstan_driver::RevisionRef {
+        namespace: "ns",
+        workload: "web",
+        revision: "r1",
+    };
+    driver.ensure_namespace("ns").await.unwrap();
+    let e = driver.prepare(rev, &checked).await.unwrap_err();
+    assert_eq!(e.code(), capstan_common::ErrorCode::InvalidSpec, "{e}");
+    assert!(e.to_string().contains("readiness"), "{e}");
+    let observed = driver.observe().await.unwrap();
+    assert!(observed.workloads.is_empty(), "{observed:?}");
     sim.kill();
 }
 

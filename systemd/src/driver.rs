@@ -679,6 +679,38 @@ impl Driver for SystemdDriver {
         Ok(Some(Self::backend_state(&self.status(op, &unit).await?)))
     }
 
+    /// `tcp` and `http` on loopback (the unit shares the host's network); not ready
+    /// while the unit is not active. `exec` is refused at validation.
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &capstan_common::Check,
+        timeout: std::time::Duration,
+    ) -> Result<capstan_driver::Probe, DriverError> {
+        let op = "probe";
+        let unit = naming::unit_name(rev);
+        if self.ours(op, &unit)?.is_none() {
+            return Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            });
+        }
+        if !Self::backend_state(&self.status(op, &unit).await?).is_running() {
+            let why = format!("{unit} is not active");
+            return Ok(capstan_driver::Probe::NotReady(why));
+        }
+        let loopback = std::net::Ipv4Addr::LOCALHOST.into();
+        match capstan_driver::probe::network(loopback, check, timeout).await {
+            Some(probe) => Ok(probe),
+            None => Err(DriverError::refused(
+                op,
+                rev,
+                ErrorCode::InvalidSpec,
+                "the systemd driver probes `http` and `tcp` readiness only",
+            )),
+        }
+    }
+
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
         self.forward_exits(exits).await
     }

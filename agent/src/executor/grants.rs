@@ -89,7 +89,11 @@ impl Executor {
             Some(p) if p != rev => state(p).await,
             _ => None,
         };
-        Seen { target, intended }
+        Seen {
+            target,
+            intended,
+            unready: None,
+        }
     }
 
     /// After an activation or start of `rev` failed in the driver: converge the
@@ -217,9 +221,25 @@ impl Executor {
                 workload: wl,
                 revision: rev,
                 previous,
+                readiness,
             } = start;
             let intended = self.log.with_intent(|i| decide::intended(i, ns, wl));
-            let seen = self.seen(ns, wl, rev, intended.as_deref()).await;
+            let mut seen = self.seen(ns, wl, rev, intended.as_deref()).await;
+            // Probed only when it would otherwise be finished: running, and granted.
+            let granted =
+                (self.log).with_intent(|i| decide::surely_granted(i, &self.duties, ns, wl, rev));
+            if let (Some(readiness), Some(BackendState::Running), true) =
+                (readiness, &seen.target, granted)
+            {
+                let r = RevisionRef {
+                    namespace: ns,
+                    workload: wl,
+                    revision: rev,
+                };
+                if let Err(e) = self.until_ready(r, readiness, cancel).await {
+                    seen.unready = Some(e.report());
+                }
+            }
             let recovery = self
                 .log
                 .with_intent(|i| decide::recover(i, &self.duties, step, &seen));

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 mod grants;
 mod lifecycle;
+mod ready;
 pub use lifecycle::{ReconcileReport, SweepReport};
 #[cfg(test)]
 mod pruned_tests;
@@ -432,9 +433,9 @@ impl Executor {
                 tracing::info!(command_id = %id, "namespace already ready: no hooks, no driver call");
                 None
             }
-            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new()).await?,
+            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new(), cancel).await?,
             Step::EnsureNamespace { .. } => {
-                let effect = self.perform(id, step, &LaunchEnv::new()).await?;
+                let effect = self.perform(id, step, &LaunchEnv::new(), cancel).await?;
                 let phase = Phase::AfterNamespacePrepared;
                 hooks.prepare(log, &ctx, phase, cancel).await?;
                 effect
@@ -465,7 +466,7 @@ impl Executor {
                     .log
                     .with_intent(|i| plan::grants::intended(i, &namespace, &workload))
                     .filter(|p| p != &revision);
-                match self.perform(id, step, &launch_env).await {
+                match self.perform(id, step, &launch_env, cancel).await {
                     Ok(effect) => {
                         let then = self
                             .revoke_stale(
@@ -493,12 +494,12 @@ impl Executor {
             Step::Stop { .. } | Step::Retire { .. } => {
                 let phase = Phase::BeforeWorkloadStop;
                 hooks.revoke(log, &ctx, phase, cancel).await?;
-                self.perform(id, step, &LaunchEnv::new()).await?
+                self.perform(id, step, &LaunchEnv::new(), cancel).await?
             }
             Step::DeleteNamespace { .. } => {
                 let phase = Phase::BeforeNamespaceDelete;
                 hooks.revoke(log, &ctx, phase, cancel).await?;
-                self.perform(id, step, &LaunchEnv::new()).await?
+                self.perform(id, step, &LaunchEnv::new(), cancel).await?
             }
         };
         Ok(Done { effect, then: None })
@@ -528,6 +529,7 @@ impl Executor {
         id: &str,
         step: Step,
         launch_env: &LaunchEnv,
+        cancel: &CancellationToken,
     ) -> Result<Option<Event>, StepError> {
         let by = || Cause::Command(id.to_string());
         Ok(Some(match step {
@@ -578,9 +580,23 @@ impl Executor {
                     workload: &workload,
                     revision: &revision,
                 };
-                self.driver
-                    .activate(rev, &spec, launch_env, previous.as_deref())
-                    .await?;
+                match &spec.readiness {
+                    None => {
+                        (self.driver)
+                            .activate(rev, &spec, launch_env, previous.as_deref())
+                            .await?
+                    }
+                    // Started alone (a start stops nothing else): the predecessor
+                    // runs on until the new revision is ready; then the activation
+                    // (its start a no-op now) stops it.
+                    Some(readiness) => {
+                        self.driver.start(rev, &spec, launch_env).await?;
+                        self.until_ready(rev, readiness, cancel).await?;
+                        (self.driver)
+                            .activate(rev, &spec, launch_env, previous.as_deref())
+                            .await?;
+                    }
+                }
                 Event::WorkloadStarted {
                     cause: by(),
                     namespace,
@@ -601,6 +617,9 @@ impl Executor {
                     revision: &revision,
                 };
                 self.driver.start(rev, &spec, launch_env).await?;
+                if let Some(readiness) = &spec.readiness {
+                    self.until_ready(rev, readiness, cancel).await?;
+                }
                 Event::WorkloadStarted {
                     cause: by(),
                     namespace,
@@ -676,6 +695,8 @@ enum StepError {
     Driver(#[from] DriverError),
     #[error(transparent)]
     Phase(#[from] PhaseError),
+    #[error(transparent)]
+    Ready(#[from] ready::NotReady),
 }
 
 impl StepError {
@@ -683,6 +704,7 @@ impl StepError {
         match self {
             StepError::Driver(e) => e.code(),
             StepError::Phase(e) => e.code(),
+            StepError::Ready(e) => e.code(),
         }
     }
 
@@ -692,6 +714,7 @@ impl StepError {
         match self {
             StepError::Driver(e) => e.report(),
             StepError::Phase(e) => e.to_string(),
+            StepError::Ready(e) => e.report(),
         }
     }
 }

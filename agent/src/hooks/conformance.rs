@@ -574,4 +574,5 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
 }
 
 mod hardening;
+mod readiness;
 mod revisions;

@@ -14,6 +14,7 @@
 use super::Step;
 use crate::grants::Hold;
 use crate::intent::{Intent, RunIntent};
+use capstan_common::Readiness;
 use capstan_driver::BackendState;
 
 /// The owners that grant, by level: each must hold access for a running revision (or
@@ -109,6 +110,9 @@ pub fn stale(intent: &Intent, ns: &str, wl: &str, running: &str) -> Vec<String> 
 pub struct Seen {
     pub target: Option<BackendState>,
     pub intended: Option<BackendState>,
+    /// Why the target, which runs, did not pass its readiness check (`spec.readiness`)
+    /// when probed again; `None`: it passed, or has no check.
+    pub unready: Option<String>,
 }
 
 /// One thing to do to bring a workload back to intent.
@@ -158,6 +162,7 @@ pub fn roll_back(intent: &Intent, ns: &str, wl: &str, revision: &str, seen: &See
 }
 
 /// How to end an activation or start that a crash interrupted after its grants began.
+/// A revision with a readiness check counts as applied only once it passes it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// The driver had applied it (the revision runs, every owner granted): record its
@@ -175,6 +180,8 @@ pub struct Starting<'a> {
     pub workload: &'a str,
     pub revision: &'a str,
     pub previous: Option<&'a str>,
+    /// The started revision's readiness check, if its spec has one.
+    pub readiness: Option<&'a Readiness>,
 }
 
 /// [`Starting`] for an activation or start; `None` for any other step.
@@ -185,23 +192,25 @@ pub fn starting(step: &Step) -> Option<Starting<'_>> {
             workload,
             revision,
             previous,
-            ..
+            spec,
         } => Some(Starting {
             namespace,
             workload,
             revision,
             previous: previous.as_deref(),
+            readiness: spec.readiness.as_ref(),
         }),
         Step::Start {
             namespace,
             workload,
             revision,
-            ..
+            spec,
         } => Some(Starting {
             namespace,
             workload,
             revision,
             previous: None,
+            readiness: spec.readiness.as_ref(),
         }),
         _ => None,
     }
@@ -214,9 +223,11 @@ pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Op
         workload: wl,
         revision: rev,
         previous,
+        ..
     } = starting(step)?;
-    let applied =
-        seen.target == Some(BackendState::Running) && surely_granted(intent, duties, ns, wl, rev);
+    let applied = seen.target == Some(BackendState::Running)
+        && seen.unready.is_none()
+        && surely_granted(intent, duties, ns, wl, rev);
     if applied {
         let predecessor_runs = seen.intended == Some(BackendState::Running);
         let stop = previous.filter(|_| predecessor_runs).map(String::from);

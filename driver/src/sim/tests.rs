@@ -16,6 +16,7 @@ pub(super) fn spec() -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

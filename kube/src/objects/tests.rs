@@ -28,6 +28,7 @@ fn spec() -> Spec {
         }],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn spec() -> Spec {
         ports: vec![],
         systemd: SystemdSpec::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

@@ -8,7 +8,7 @@ use crate::grants::{Hold, Holders};
 use crate::log::LogOptions;
 use capstan_driver::sim::ScriptedFailure;
 
-const NO_BUDGET_LIMIT: Duration = Duration::from_secs(5);
+pub(super) const NO_BUDGET_LIMIT: Duration = Duration::from_secs(5);
 
 /// `web` running r1 (granted by `names`), r2 prepared; no calls remembered.
 async fn r1_running_r2_prepared(rig: &Rig) {
@@ -18,23 +18,23 @@ async fn r1_running_r2_prepared(rig: &Rig) {
     rig.fake.clear();
 }
 
-fn rev(r: &str) -> String {
+pub(super) fn rev(r: &str) -> String {
     format!(r#"{W},"revision":"{r}""#)
 }
 
 impl Rig {
-    fn holders(&self, r: &str) -> Option<Holders> {
+    pub(super) fn holders(&self, r: &str) -> Option<Holders> {
         let log = self.base.executor.log();
         log.with_intent(|i| i.grants.of_revision("ns", "web", r).cloned())
     }
 
-    fn state(&self, r: &str) -> Option<BackendState> {
+    pub(super) fn state(&self, r: &str) -> Option<BackendState> {
         let key = format!("ns/web@{r}");
         self.host().revisions.get(&key).map(|r| r.state.clone())
     }
 
     /// (owner, phase, compensating, revision) of every call, in order.
-    fn calls_about(&self) -> Vec<(String, Phase, bool, Option<String>)> {
+    pub(super) fn calls_about(&self) -> Vec<(String, Phase, bool, Option<String>)> {
         let requests = self.fake.requests.lock().unwrap();
         let calls = requests.iter();
         calls
@@ -64,22 +64,28 @@ impl Rig {
                 }
             }
         }
+        self.fake.script.lock().unwrap().clear();
+        let rig = self.reopen(SimConfig::default());
+        bounded("recovery", rig.base.executor.recover())
+            .await
+            .unwrap();
+        rig
+    }
+
+    /// Opens the data dir again, as an agent restart does, with owners `a` and `b`
+    /// and the sim configured as `sim`; no calls remembered.
+    pub(super) fn reopen(self, sim: SimConfig) -> Rig {
         let Rig { base, fake } = self;
-        fake.script.lock().unwrap().clear();
         fake.clear();
-        let owners: Vec<HookOwner> = ["a", "b"]
-            .iter()
+        let owners = ["a", "b"]
             .map(|n| super::owner(n, Duration::from_secs(30)))
-            .collect();
+            .to_vec();
         let hooks = Hooks::new(owners, fake.clone()).with_cleanup_budget(NO_BUDGET_LIMIT);
-        let base = base.reopen_with(LogOptions::default(), SimConfig::default(), |e| {
-            e.with_hooks(hooks)
-        });
-        bounded("recovery", base.executor.recover()).await.unwrap();
+        let base = base.reopen_with(LogOptions::default(), sim, |e| e.with_hooks(hooks));
         Rig { base, fake }
     }
 
-    fn outcome(&self, id: &str) -> (Outcome, Option<ErrorCode>) {
+    pub(super) fn outcome(&self, id: &str) -> (Outcome, Option<ErrorCode>) {
         let records = self.base.executor.log().for_command(id).unwrap();
         match &records.last().unwrap().event {
             Event::CommandCompleted { outcome, code, .. } => (*outcome, *code),
@@ -88,7 +94,7 @@ impl Rig {
     }
 }
 
-fn held(owners: &[&str]) -> Option<Holders> {
+pub(super) fn held(owners: &[&str]) -> Option<Holders> {
     Some(
         owners
             .iter()
@@ -97,7 +103,27 @@ fn held(owners: &[&str]) -> Option<Holders> {
     )
 }
 
-fn call(
+/// `new` granted by a then b, then `old` revoked by b then a: a replacement.
+pub(super) fn replaced(new: &str, old: &str) -> Vec<(String, Phase, bool, Option<String>)> {
+    vec![
+        call("a", BeforeWorkloadStart, false, new),
+        call("b", BeforeWorkloadStart, false, new),
+        call("b", BeforeWorkloadStop, false, old),
+        call("a", BeforeWorkloadStop, false, old),
+    ]
+}
+
+/// `rev` granted by a then b, then compensated by b then a: a start undone.
+pub(super) fn undone(rev: &str) -> Vec<(String, Phase, bool, Option<String>)> {
+    vec![
+        call("a", BeforeWorkloadStart, false, rev),
+        call("b", BeforeWorkloadStart, false, rev),
+        call("b", BeforeWorkloadStop, true, rev),
+        call("a", BeforeWorkloadStop, true, rev),
+    ]
+}
+
+pub(super) fn call(
     owner: &str,
     phase: Phase,
     compensating: bool,
@@ -111,15 +137,7 @@ async fn activating_a_revision_revokes_what_the_replaced_one_held_once_the_new_o
     let rig = rig(&["a", "b"]);
     r1_running_r2_prepared(&rig).await;
     rig.ok("a2", "activate_revision", &rev("r2")).await;
-    assert_eq!(
-        rig.calls_about(),
-        vec![
-            call("a", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStop, false, "r1"),
-            call("a", BeforeWorkloadStop, false, "r1"),
-        ]
-    );
+    assert_eq!(rig.calls_about(), replaced("r2", "r1"));
     assert_eq!(rig.holders("r1"), held(&[]));
     assert_eq!(rig.holders("r2"), held(&["a", "b"]));
     assert_eq!(rig.state("r1"), Some(BackendState::Stopped));
@@ -179,12 +197,7 @@ async fn a_failed_activation_in_the_driver_revokes_the_new_revision_and_keeps_th
     assert_eq!(r.outcome, Outcome::Failed, "{r:?}");
     assert_eq!(
         rig.calls_about(),
-        vec![
-            call("a", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStop, true, "r2"),
-            call("a", BeforeWorkloadStop, true, "r2"),
-        ],
+        undone("r2"),
         "r2's grants undone, r1's untouched"
     );
     assert_eq!(rig.state("r1"), Some(BackendState::Running));
@@ -193,15 +206,7 @@ async fn a_failed_activation_in_the_driver_revokes_the_new_revision_and_keeps_th
     // The retry converges: r2 runs with the grants, r1 holds none.
     rig.fake.clear();
     rig.ok("a3", "activate_revision", &rev("r2")).await;
-    assert_eq!(
-        rig.calls_about(),
-        vec![
-            call("a", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStart, false, "r2"),
-            call("b", BeforeWorkloadStop, false, "r1"),
-            call("a", BeforeWorkloadStop, false, "r1"),
-        ]
-    );
+    assert_eq!(rig.calls_about(), replaced("r2", "r1"));
     assert_eq!(rig.holders("r1"), held(&[]));
     assert_eq!(rig.holders("r2"), held(&["a", "b"]));
 }

@@ -51,7 +51,11 @@ fn activate(rev: &str, previous: Option<&str>) -> Step {
 }
 
 fn seen(target: Option<BackendState>, intended: Option<BackendState>) -> Seen {
-    Seen { target, intended }
+    Seen {
+        target,
+        intended,
+        unready: None,
+    }
 }
 
 #[test]
@@ -191,8 +195,8 @@ fn a_failed_regrant_of_what_intent_runs_keeps_it_running() {
     assert_eq!(fixes, vec![]);
 }
 
-#[test]
-fn an_interrupted_activation_the_driver_applied_is_finished() {
+/// r1 running (granted by vault), and activation a2 of r2 begun: vault granted r2.
+fn r2_granted_by_vault_when_interrupted() -> Vec<Event> {
     let mut events = r1_granted_by(&["vault"]);
     events.push(received("a2", "activate_revision", Some("r2")));
     events.push(hook_started("a2", BeforeWorkloadStart, "vault", Some("r2")));
@@ -201,7 +205,12 @@ fn an_interrupted_activation_the_driver_applied_is_finished() {
         BeforeWorkloadStart,
         "vault",
     ));
-    let intent = given(&events);
+    events
+}
+
+#[test]
+fn an_interrupted_activation_the_driver_applied_is_finished() {
+    let intent = given(&r2_granted_by_vault_when_interrupted());
     let d = duties(&["vault"]);
     let step = activate("r2", Some("r1"));
     let r = recover(&intent, &d, &step, &seen(Some(Running), Some(Running)));
@@ -213,6 +222,29 @@ fn an_interrupted_activation_the_driver_applied_is_finished() {
     );
     let r = recover(&intent, &d, &step, &seen(Some(Running), Some(Stopped)));
     assert_eq!(r, Some(Recovery::Finish { stop: None }));
+}
+
+#[test]
+fn an_interrupted_activation_that_runs_granted_but_fails_its_readiness_check_is_rolled_back() {
+    let intent = given(&r2_granted_by_vault_when_interrupted());
+    let unready = Seen {
+        unready: Some("connect to 127.0.0.1:8080: refused".into()),
+        ..seen(Some(Running), Some(Running))
+    };
+    let r = recover(
+        &intent,
+        &duties(&["vault"]),
+        &activate("r2", Some("r1")),
+        &unready,
+    );
+    assert_eq!(
+        r,
+        Some(Recovery::RollBack(vec![
+            Fix::Stop("r2".into()),
+            Fix::Revoke("r2".into()),
+        ])),
+        "r1 runs on with its grants"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod crash;
 mod crash_loop;
 mod names;
 mod ownership;
+mod readiness;
 mod restart;
 mod retire;
 mod stopping;

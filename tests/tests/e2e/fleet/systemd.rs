@@ -82,6 +82,7 @@ fn spec(workload: &str) -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     })
 }
 

@@ -42,6 +42,7 @@ pub(super) fn spec(image: &str) -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

@@ -6,6 +6,7 @@ mod bus;
 mod crash_loop;
 mod driver;
 mod hardening;
+mod readiness;
 mod service;
 mod smoke;
 
@@ -54,6 +55,7 @@ pub fn spec_running(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
         ports: vec![],
         systemd: Default::default(),
         kube: Default::default(),
+        readiness: None,
     }
 }
 

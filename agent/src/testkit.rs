@@ -38,6 +38,7 @@ pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

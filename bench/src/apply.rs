@@ -58,6 +58,7 @@ pub fn spec() -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

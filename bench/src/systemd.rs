@@ -323,6 +323,7 @@ impl Capstan {
                 systemd: Default::default(),
                 kube: Default::default(),
                 readiness: None,
+                strategy: Default::default(),
             };
             capstan.units.push(naming::unit_name(rev(&workload)));
             // The namespace's state directory resolves inside the host only.

@@ -152,6 +152,29 @@ pub struct Spec {
     /// Absent when `None`, as `systemd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<crate::Readiness>,
+    /// How an activation replaces the revision that runs; absent at its default.
+    #[serde(default, skip_serializing_if = "Strategy::is_default")]
+    pub strategy: Strategy,
+}
+
+/// How `activate_revision` replaces the running revision of a workload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The new revision starts (and, with `readiness`, becomes ready) while the old
+    /// one runs; the old one is stopped after.
+    #[default]
+    StartFirst,
+    /// The old revision is stopped before the new one starts, for workloads that
+    /// cannot run twice (one port, one lock, one writer). A new revision that fails
+    /// to start or to become ready is stopped and the old one started again.
+    StopFirst,
+}
+
+impl Strategy {
+    pub fn is_default(&self) -> bool {
+        *self == Strategy::default()
+    }
 }
 
 /// A systemd unit's own settings. Each one relaxes or bounds the hardened default the

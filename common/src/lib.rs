@@ -23,7 +23,7 @@ pub mod wire;
 
 pub use command::{
     salvage_id, workload_key, Command, DriverKind, KubeSpec, Mount, Op, PortMapping, Protocol,
-    Spec, SystemdSpec, WorkloadRef, KNOWN_OPS, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+    Spec, Strategy, SystemdSpec, WorkloadRef, KNOWN_OPS, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};

@@ -174,6 +174,12 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
     if let Some(readiness) = &spec.readiness {
         crate::readiness::validate(readiness, spec.driver)?;
     }
+    if spec.strategy == crate::Strategy::StopFirst && spec.driver == DriverKind::Kube {
+        return Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            "the kube driver does not replace revisions stop-first yet (docs/kube.md)",
+        ));
+    }
     match (&spec.image, spec.driver) {
         (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
@@ -395,6 +401,7 @@ mod tests {
             systemd: Default::default(),
             kube: Default::default(),
             readiness: None,
+            strategy: Default::default(),
         }
     }
 
@@ -524,6 +531,24 @@ mod tests {
         super::spec(&s).unwrap();
         s.systemd.user = Some("app".into());
         assert!(invalid(&s).contains("only for driver systemd"));
+    }
+
+    #[test]
+    fn stop_first_is_for_drivers_that_replace_a_revision_by_stopping_it() {
+        let mut s = systemd_spec(&["/bin/app"]);
+        s.strategy = crate::Strategy::StopFirst;
+        super::spec(&s).unwrap();
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains(r#""strategy":"stop-first""#), "{json}");
+        let default = serde_json::to_string(&systemd_spec(&["/bin/app"])).unwrap();
+        assert!(
+            !default.contains("strategy"),
+            "left out at its default: {default}"
+        );
+        s.driver = DriverKind::Kube;
+        s.command = vec![];
+        s.image = Some("shop/web:1".into());
+        assert!(invalid(&s).contains("stop-first"));
     }
 
     #[test]

@@ -240,6 +240,7 @@ mod tests {
             systemd: Default::default(),
             kube: Default::default(),
             readiness: None,
+            strategy: Default::default(),
         }
     }
 

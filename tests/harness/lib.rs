@@ -157,6 +157,14 @@ pub fn unique(name: &str) -> String {
     format!("{name}{}", std::process::id())
 }
 
+/// A loopback TCP port nothing listens on now (bound, then let go): for a workload to
+/// listen on, or a probe to find closed. Another process may take it meanwhile; the
+/// kernel hands out ephemeral ports in turn, so that is rare.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
 /// Parses JSON lines, panicking on any line that is not JSON.
 pub fn parse_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(bytes)

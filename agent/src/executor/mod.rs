@@ -20,7 +20,7 @@ use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
 use crate::plan::grants::Duties;
 use crate::plan::{self, Step};
-use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
+use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection, Strategy};
 use capstan_driver::{Driver, DriverError, LaunchEnv, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -580,6 +580,11 @@ impl Executor {
                     workload: &workload,
                     revision: &revision,
                 };
+                if let (Strategy::StopFirst, Some(p)) = (spec.strategy, &previous) {
+                    // Stopped before anything starts; it keeps its grants until the
+                    // new revision runs, and is started again if that fails.
+                    self.driver.stop(RevisionRef { revision: p, ..rev }).await?;
+                }
                 match &spec.readiness {
                     None => {
                         (self.driver)

@@ -576,3 +576,4 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
 mod hardening;
 mod readiness;
 mod revisions;
+mod strategy;

@@ -17,6 +17,7 @@ pub(super) fn spec() -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

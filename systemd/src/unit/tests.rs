@@ -23,6 +23,7 @@ fn spec() -> Spec {
         systemd: SystemdSpec::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

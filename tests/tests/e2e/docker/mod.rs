@@ -11,6 +11,7 @@ mod readiness;
 mod restart;
 mod retire;
 mod stopping;
+mod strategy;
 mod supervise;
 
 use capstan_tests::agent::Agent;

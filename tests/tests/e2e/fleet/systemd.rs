@@ -83,6 +83,7 @@ fn spec(workload: &str) -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     })
 }
 

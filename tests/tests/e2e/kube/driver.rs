@@ -43,6 +43,7 @@ pub(super) fn spec(image: &str) -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

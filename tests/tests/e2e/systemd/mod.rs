@@ -56,6 +56,7 @@ pub fn spec_running(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
         systemd: Default::default(),
         kube: Default::default(),
         readiness: None,
+        strategy: Default::default(),
     }
 }
 

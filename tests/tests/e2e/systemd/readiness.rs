@@ -1,13 +1,15 @@
 //! Readiness gates activation on a real systemd: the agent probes the unit's port on
 //! loopback (units share the host's network) and stops the predecessor only once the
 //! new revision answers; one that never does is stopped, the command failing
-//! `not_ready` with the predecessor's unit still active.
+//! `not_ready` with the predecessor's unit still active. Stop-first hands a port over
+//! from one revision to the next.
 
 use super::spec_running;
 use capstan_driver::RevisionRef;
 use capstan_systemd::naming;
 use capstan_tests::agent::Agent;
 use capstan_tests::command::Spec;
+use capstan_tests::free_port;
 use capstan_tests::process::Exit;
 use capstan_tests::systemd::SystemdHost;
 use capstan_tests::unique;
@@ -19,12 +21,6 @@ fn unit(revision: &str) -> String {
         workload: "web",
         revision,
     })
-}
-
-/// A loopback port nothing listens on (bound, then let go).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("its address").port()
 }
 
 /// `web@revision`: `program` with a tcp check on `port`, probed every 100 ms.
@@ -88,6 +84,38 @@ fn a_unit_listening_after_a_while_activates_and_stops_the_predecessor() {
         c.activate("a2", "web", "r2"),
     ]);
     assert_eq!(host.property(&unit("r2"), "ActiveState"), "active");
+    let r1 = host.property(&unit("r1"), "ActiveState");
+    assert!(matches!(r1.as_str(), "inactive" | "failed"), "{r1}");
+    let connected = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert!(connected.is_ok(), "r2 listens: {connected:?}");
+}
+
+#[test]
+fn stop_first_hands_the_port_over_and_the_probe_reaches_the_new_unit() {
+    let host = SystemdHost::boot();
+    let a = Agent::builder(&unique("sdstopfirst"))
+        .systemd(&host)
+        .build();
+    let c = a.commands("ns");
+    let port = free_port();
+    let serving = |rev: &str| {
+        let mut program = spec_running(&host, "ns", "web");
+        let httpd = format!("exec /bin/busybox httpd -f -p 127.0.0.1:{port} -h /");
+        program.command = ["/bin/sh", "-c", &httpd].map(String::from).to_vec();
+        program.env.insert("REV".into(), rev.into());
+        Spec::from(program)
+    };
+    // Two revisions on one port: only one can listen, so the old one goes first.
+    let r2 = checked(serving("r2"), port, 60_000).with("strategy", "stop-first");
+    a.apply_ok(&[
+        c.ensure_namespace("ns"),
+        c.prepare("p1", "web", "r1", serving("r1")),
+        c.activate("a1", "web", "r1"),
+        c.prepare("p2", "web", "r2", r2),
+        c.activate("a2", "web", "r2"),
+    ]);
+    assert_eq!(host.property(&unit("r2"), "ActiveState"), "active");
+    assert_eq!(host.property(&unit("r2"), "NRestarts"), "0");
     let r1 = host.property(&unit("r1"), "ActiveState");
     assert!(matches!(r1.as_str(), "inactive" | "failed"), "{r1}");
     let connected = std::net::TcpStream::connect(("127.0.0.1", port));

@@ -82,3 +82,40 @@ pub fn hook_records(log: &[serde_json::Value]) -> Vec<(String, String, String)> 
         })
         .collect()
 }
+
+/// Owner `rec`, in `before_workload_start` and `before_workload_stop`: appends
+/// `grant <workload> <revision>` (or `revoke …`, compensating or not) to `grants` in
+/// the agent's dir for each call, then runs `then` (a shell tail; `$wl`, `$rev` and
+/// `$d`, the dir, are set). The witness that grants follow what runs ([`holding`]).
+pub fn grant_recorder(then: &str) -> Hook {
+    let body = format!(
+        r#"field() {{ printf '%s' "$req" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }}
+wl=$(field workload); rev=$(field revision); d=$(dirname "$0")
+case "$phase" in
+  before_workload_start) echo "grant $wl $rev" >> "$d/grants";;
+  before_workload_stop) echo "revoke $wl $rev" >> "$d/grants";;
+esac
+{then}"#
+    );
+    Hook::new(
+        "rec",
+        &["before_workload_start", "before_workload_stop"],
+        &body,
+    )
+}
+
+/// `(workload, revision)` holding a grant as [`grant_recorder`] recorded them: each
+/// grant not revoked since.
+pub fn holding(agent: &crate::agent::Agent) -> std::collections::BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(agent.path("grants")).unwrap_or_default();
+    let mut held = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let (wl, rev) = (words[1].to_string(), words[2].to_string());
+        match words[0] {
+            "grant" => held.insert((wl, rev)),
+            _ => held.remove(&(wl, rev)),
+        };
+    }
+    held
+}

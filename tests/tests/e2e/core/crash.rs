@@ -107,6 +107,10 @@ fn every_command_completes_exactly_once_across_sigkills() {
         eprintln!("kill {kill}: SIGKILL after {answered} answers, {state}");
     }
     eprintln!("{mid_command} of {KILLS} kills landed mid-command");
+    assert!(
+        mid_command > 0,
+        "no kill landed mid-command: nothing was tested"
+    );
 
     // Apply the same file to the end.
     agent.apply_ok(&lines);

@@ -6,7 +6,7 @@
 
 use capstan_tests::agent::Agent;
 use capstan_tests::command::Spec;
-use capstan_tests::hooks::Hook;
+use capstan_tests::hooks::{grant_recorder, holding, Hook};
 use capstan_tests::kube::KubeCluster;
 use capstan_tests::process::Exit;
 use capstan_tests::{unique, wait_until, READY};
@@ -16,43 +16,19 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
 use std::collections::BTreeSet;
 
-/// Owner `rec`: records `grant <workload> <revision>` and `revoke …` in `grants`, and
-/// kills the agent (its parent) inside the first grant of `api@r2`.
+/// Owner `rec` ([`grant_recorder`]), which also kills the agent (its parent) inside
+/// the first grant of `api@r2`.
 fn recorder() -> Hook {
-    let body = r#"field() { printf '%s' "$req" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
-wl=$(field workload); rev=$(field revision); d=$(dirname "$0")
-case "$phase" in
-  before_workload_start) echo "grant $wl $rev" >> "$d/grants";;
-  before_workload_stop) echo "revoke $wl $rev" >> "$d/grants";;
-esac
-if [ "$phase" = before_workload_start ] && [ "$wl.$rev" = api.r2 ] && [ ! -e "$d/crashed" ]; then
+    grant_recorder(
+        r#"if [ "$phase" = before_workload_start ] && [ "$wl.$rev" = api.r2 ] && [ ! -e "$d/crashed" ]; then
   touch "$d/crashed"; kill -KILL $PPID; exit 1
 fi
-exit 0"#;
-    Hook::new(
-        "rec",
-        &["before_workload_start", "before_workload_stop"],
-        body,
+exit 0"#,
     )
 }
 
 fn spec(image: &str) -> Spec {
     Spec::docker(image).with("driver", "kube")
-}
-
-/// `(workload, revision)` holding a grant: each grant not revoked since.
-fn holding(a: &Agent) -> BTreeSet<(String, String)> {
-    let text = std::fs::read_to_string(a.path("grants")).unwrap_or_default();
-    let mut held = BTreeSet::new();
-    for line in text.lines() {
-        let words: Vec<&str> = line.split(' ').collect();
-        let (wl, rev) = (words[1].to_string(), words[2].to_string());
-        match words[0] {
-            "grant" => held.insert((wl, rev)),
-            _ => held.remove(&(wl, rev)),
-        };
-    }
-    held
 }
 
 /// The revision workload `wl`'s Deployment in `ns` is on.

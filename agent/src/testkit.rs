@@ -197,6 +197,7 @@ pub fn command(id: &str, op: Op) -> Command {
         id: id.into(),
         host: HOST.into(),
         issued_at: chrono::Utc::now(),
+        deadline: None,
         op,
     }
 }

@@ -69,6 +69,7 @@ pub fn command(id: String, op: Op) -> Command {
         id,
         host: "bench".into(),
         issued_at: chrono::Utc::now(),
+        deadline: None,
         op,
     }
 }

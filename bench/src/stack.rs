@@ -148,6 +148,7 @@ impl Publisher {
             id,
             host: self.host.clone(),
             issued_at: chrono::Utc::now(),
+            deadline: None,
             op,
         }
     }

@@ -20,6 +20,11 @@ pub struct Command {
     pub id: String,
     pub host: String,
     pub issued_at: DateTime<Utc>,
+    /// When the controller stops waiting for it: from then on the agent cuts what is
+    /// in flight short as its own stop does (`cancelled`, retryable), and a command not
+    /// yet begun is not begun. Absent (and left out of the JSON): no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
     #[serde(flatten)]
     pub op: Op,
 }
@@ -438,12 +443,14 @@ impl Command {
                 ))
             }
         }
-        if let Some(stamp) = object.get("issued_at").and_then(serde_json::Value::as_str) {
-            if DateTime::parse_from_rfc3339(stamp).is_err() {
-                return Err(Rejection::new(
-                    ErrorCode::InvalidTimestamp,
-                    "`issued_at` is not an RFC 3339 timestamp",
-                ));
+        for field in ["issued_at", "deadline"] {
+            if let Some(stamp) = object.get(field).and_then(serde_json::Value::as_str) {
+                if DateTime::parse_from_rfc3339(stamp).is_err() {
+                    return Err(Rejection::new(
+                        ErrorCode::InvalidTimestamp,
+                        format!("`{field}` is not an RFC 3339 timestamp"),
+                    ));
+                }
             }
         }
         let command: Command = serde_json::from_value(value)
@@ -496,6 +503,44 @@ impl Command {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_deadline_is_an_rfc3339_timestamp_kept_in_the_canonical_json_and_the_content() {
+        let text = |deadline: &str| {
+            format!(
+                r#"{{"v":1,"id":"c1","host":"h1","issued_at":"2026-01-01T00:00:00Z"{deadline},"op":"ensure_namespace","namespace":"ns"}}"#
+            )
+        };
+        let plain = super::Command::parse(&text("")).unwrap();
+        assert_eq!(plain.deadline, None);
+        assert!(!plain.to_json().contains("deadline"), "{}", plain.to_json());
+        let bounded =
+            super::Command::parse(&text(r#","deadline":"2026-01-01T00:00:30+01:00""#)).unwrap();
+        assert_eq!(
+            bounded.deadline.unwrap().to_rfc3339(),
+            "2025-12-31T23:00:30+00:00"
+        );
+        assert!(bounded
+            .to_json()
+            .contains(r#""deadline":"2025-12-31T23:00:30Z""#));
+        assert_ne!(
+            bounded.content(),
+            plain.content(),
+            "another deadline, another command"
+        );
+        for bad in [r#","deadline":"in 30 s""#, r#","deadline":30"#] {
+            let e = super::Command::parse(&text(bad)).unwrap_err();
+            assert!(
+                matches!(
+                    e.code,
+                    crate::ErrorCode::InvalidTimestamp | crate::ErrorCode::InvalidCommand
+                ),
+                "{bad}: {e:?}"
+            );
+        }
+        let e = super::Command::parse(&text(r#","deadline":"tomorrow""#)).unwrap_err();
+        assert_eq!(e.code, crate::ErrorCode::InvalidTimestamp);
+    }
+
     #[test]
     fn content_ignores_issued_at_only() {
         let a = super::Command::parse(

@@ -65,8 +65,9 @@ pub enum ErrorCode {
     /// The merged launch environment from `before_workload_start` broke the rules
     /// (count, name grammar, reserved name, value grammar, collision with spec env).
     LaunchEnvRejected,
-    /// The command was cancelled (agent shutdown) while its hooks ran; completed owners
-    /// were compensated. Retryable.
+    /// The command was cut short — by the agent's shutdown, or because its `deadline`
+    /// passed — while its hooks or a readiness wait ran (completed owners were
+    /// compensated), or was not begun past its deadline. Retryable.
     Cancelled,
     /// A crash interrupted the command's preparing hooks; on restart the owners that
     /// had begun were compensated. Retryable.

@@ -119,3 +119,18 @@ pub fn holding(agent: &crate::agent::Agent) -> std::collections::BTreeSet<(Strin
     }
     held
 }
+
+/// Asserts that the revisions holding grants ([`holding`]) are exactly `running`,
+/// showing the whole record when not.
+#[track_caller]
+pub fn assert_grants_follow(
+    agent: &crate::agent::Agent,
+    running: &std::collections::BTreeSet<(String, String)>,
+) {
+    assert_eq!(
+        &holding(agent),
+        running,
+        "grants follow what runs: {}",
+        std::fs::read_to_string(agent.path("grants")).unwrap_or_default()
+    );
+}

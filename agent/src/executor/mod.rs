@@ -217,7 +217,19 @@ impl Executor {
         command: Command,
         cancel: &CancellationToken,
     ) -> CommandResult {
-        let answer = self.answer(&command, cancel).await;
+        // The command's own deadline cancels it as the agent's stop does.
+        let cancel = cancel.child_token();
+        let deadline = command.deadline.map(|at| {
+            let (token, wait) = (cancel.clone(), (at - chrono::Utc::now()).to_std());
+            tokio::spawn(async move {
+                tokio::time::sleep(wait.unwrap_or_default()).await;
+                token.cancel();
+            })
+        });
+        let answer = self.answer(&command, &cancel).await;
+        if let Some(timer) = deadline {
+            timer.abort();
+        }
         self.metrics.command(Some(&command.op), &answer);
         answer
     }
@@ -323,6 +335,17 @@ impl Executor {
             };
             return self.finish(id, Done { effect: None, then }).await;
         }
+        // Past its deadline, a command not begun is not begun.
+        let begun = history
+            .iter()
+            .any(|r| matches!(r.event, Event::HookStarted { .. }));
+        if let Some(passed) = passed_deadline(command).filter(|_| !begun) {
+            let message = format!("{passed} before it began; nothing was done");
+            let error = Rejection::new(ErrorCode::Cancelled, message);
+            return self
+                .complete(id, Vec::new(), Outcome::Failed, Some(error))
+                .await;
+        }
         let step: Result<Step, plan::Refusal> = self.log.with_intent(|intent| {
             let step = plan::decide(intent, self.driver.kind(), &command.op)?;
             Ok(plan::grants::with_grants(step, intent, &self.duties))
@@ -356,7 +379,13 @@ impl Executor {
         match self.run_step(id, step, cancel).await {
             Ok(done) => self.finish(id, done).await,
             Err(StepError::Phase(PhaseError::Log(e))) => Err(e),
-            Err(e) => self.fail(id, e).await,
+            Err(e) => {
+                let why = match passed_deadline(command) {
+                    Some(passed) if e.code() == ErrorCode::Cancelled => Some(passed),
+                    _ => None,
+                };
+                self.fail(id, e, why).await
+            }
         }
     }
 
@@ -377,15 +406,21 @@ impl Executor {
         }
     }
 
-    async fn fail(&self, id: &str, e: StepError) -> Result<CommandResult, LogError> {
+    /// Completes a step that failed; `why`, when given, says what cut it short.
+    async fn fail(
+        &self,
+        id: &str,
+        e: StepError,
+        why: Option<String>,
+    ) -> Result<CommandResult, LogError> {
         tracing::warn!(command_id = %id, error = %e.report(), "command failed");
-        self.complete(
-            id,
-            Vec::new(),
-            Outcome::Failed,
-            Some(Rejection::new(e.code(), e.report())),
-        )
-        .await
+        let message = match why {
+            Some(why) => format!("{why}: {}", e.report()),
+            None => e.report(),
+        };
+        let error = Rejection::new(e.code(), message);
+        self.complete(id, Vec::new(), Outcome::Failed, Some(error))
+            .await
     }
 
     /// The one way a hook context is built: what a call is about.
@@ -683,6 +718,15 @@ impl Executor {
 struct Done {
     effect: Option<Event>,
     then: Option<PhaseError>,
+}
+
+/// "its deadline … passed", once `command`'s deadline has passed.
+fn passed_deadline(command: &Command) -> Option<String> {
+    let at = command.deadline.filter(|at| *at <= chrono::Utc::now())?;
+    Some(format!(
+        "its deadline {} passed",
+        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    ))
 }
 
 /// True for the ops that start a revision.

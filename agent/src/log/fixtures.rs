@@ -162,6 +162,7 @@ fn command(id: &str, op: Op) -> Command {
         id: id.into(),
         host: "fixture-host".into(),
         issued_at: chrono::Utc::now(),
+        deadline: None,
         op,
     }
 }

@@ -5,6 +5,7 @@
 mod bad_input;
 mod crash;
 mod crash_loop;
+mod grants;
 mod names;
 mod ownership;
 mod readiness;

@@ -6,7 +6,7 @@
 
 use capstan_tests::agent::Agent;
 use capstan_tests::command::Spec;
-use capstan_tests::hooks::{grant_recorder, holding, Hook};
+use capstan_tests::hooks::{assert_grants_follow, grant_recorder, Hook};
 use capstan_tests::kube::KubeCluster;
 use capstan_tests::process::Exit;
 use capstan_tests::{unique, wait_until, READY};
@@ -106,12 +106,7 @@ fn a_kill_mid_activation_leaves_the_revision_the_cluster_runs_holding_the_grants
         assert_eq!(w["intent"], "running", "{wl}: {w}");
         running.insert((wl.to_string(), rev));
     }
-    assert_eq!(
-        holding(&a),
-        running,
-        "grants follow what runs: {}",
-        std::fs::read_to_string(a.path("grants")).unwrap()
-    );
+    assert_grants_follow(&a, &running);
     assert!(
         intent["in_flight"].as_object().unwrap().is_empty(),
         "{intent}"

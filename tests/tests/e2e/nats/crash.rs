@@ -142,17 +142,7 @@ pub(crate) fn kill_loop(
         while spin.elapsed() < life {
             std::hint::spin_loop();
         }
-        daemon.kill(); // asserts it was running and died of SIGKILL
-        let intent = agent.intent();
-        let cut = intent["in_flight"]
-            .as_object()
-            .is_some_and(|o| !o.is_empty());
-        mid_command += usize::from(cut);
-        eprintln!(
-            "kill {kill}: SIGKILL at log seq {}{}",
-            intent["applied_seq"],
-            if cut { ", mid-command" } else { "" }
-        );
+        mid_command += usize::from(killed_mid_command(agent, daemon, kill));
     }
     assert_eq!(queued, lines.len());
     eprintln!("{mid_command} of {kills} kills landed mid-command");
@@ -161,6 +151,26 @@ pub(crate) fn kill_loop(
         "no kill landed mid-command: nothing was tested"
     );
     mid_command
+}
+
+/// SIGKILLs `daemon` (asserting it was running and died of it) and says whether the
+/// kill landed mid-command: the log shows a command received and not completed.
+pub(crate) fn killed_mid_command(
+    agent: &Agent,
+    daemon: capstan_tests::process::Process,
+    kill: usize,
+) -> bool {
+    daemon.kill();
+    let intent = agent.intent();
+    let cut = intent["in_flight"]
+        .as_object()
+        .is_some_and(|o| !o.is_empty());
+    eprintln!(
+        "kill {kill}: SIGKILL at log seq {}{}",
+        intent["applied_seq"],
+        if cut { ", mid-command" } else { "" }
+    );
+    cut
 }
 
 /// Waits until every command of `lines` succeeded, then asserts each was received and

@@ -176,3 +176,39 @@ fn two_coordinators_serve_the_same_fleet() {
     c2.stop();
     fleet.stop();
 }
+
+/// A command's `deadline` travels signed through the coordinator: one delivered to an
+/// agent that was down until after it is recorded and not begun; one with time left
+/// runs.
+#[test]
+fn a_command_delivered_past_its_deadline_is_not_begun() {
+    let fleet = Fleet::start();
+    let coordinator = &fleet.coordinator;
+    let h1 = fleet.agent(&capstan_tests::unique("deadline")).build();
+    let c = h1.commands("shop");
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(200);
+    let late = c
+        .ensure_namespace("late")
+        .with("deadline", soon.to_rfc3339());
+    let id = coordinator.submit(&late);
+    // Started only once the deadline is behind it.
+    let behind = (soon - chrono::Utc::now()).to_std().unwrap_or_default();
+    std::thread::sleep(behind);
+    let daemon = h1.run();
+    let done = coordinator.cli_json(&["wait", &id, "--timeout", "60s"], 1);
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "cancelled", "{done}");
+    assert_eq!(kinds(&done), ["command_received", "command_completed"]);
+    assert!(done["events"][0]["command"]
+        .as_str()
+        .is_some_and(|c| c.contains(r#""deadline":"#)));
+    let later = chrono::Utc::now() + chrono::Duration::seconds(60);
+    let ok = c
+        .ensure_namespace("in-time")
+        .with("deadline", later.to_rfc3339());
+    let id = coordinator.submit(&ok);
+    let done = coordinator.cli_json(&["wait", &id, "--timeout", "60s"], 0);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    daemon.stop();
+    fleet.stop();
+}

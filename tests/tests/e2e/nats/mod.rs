@@ -7,6 +7,7 @@ mod cluster;
 pub(crate) mod crash;
 mod flow;
 mod follow;
+pub(crate) mod grant_loop;
 mod metrics;
 mod openapi;
 mod outage;

@@ -5,6 +5,7 @@ mod agent;
 mod bus;
 mod crash_loop;
 mod driver;
+mod grants;
 mod hardening;
 mod readiness;
 mod service;

@@ -125,9 +125,10 @@ pub struct Spec {
     pub driver: DriverKind,
     // Every field is serialised, empty ones too (no `skip_serializing_if`): the JSON
     // of recorded commands and specs (`capstan-agent log --json`) keeps its shape. The
-    // one exception is a driver's own optional section added later (`systemd`): it is
-    // left out while at its default, so specs written before it keep their canonical
-    // JSON, and with it their hashes and the content their command ids are bound to.
+    // exceptions are fields added later (the drivers' sections, `readiness`,
+    // `strategy`): each is left out while at its default, so specs written before it
+    // keep their canonical JSON, and with it their hashes and the content their command
+    // ids are bound to.
     // A field added later must be `#[serde(default)]`: the agent's log stores a spec
     // as its JSON, so records written before the field existed decode with the default.
     #[serde(default)]

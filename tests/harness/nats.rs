@@ -484,6 +484,21 @@ impl Keys {
 
 /// A running `capstan-coordinator` on a free port, with a tokens file holding one
 /// `submit` token (made by `capstan-coordinator token`).
+/// Runs `capstan --json --coordinator URL ARGS…` with `token`: [`Coordinator::cli`],
+/// for a thread that cannot hold the [`Coordinator`] (a controller of its own).
+pub fn capstan_cli(url: &str, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(crate::binary("capstan"))
+        .arg("--json")
+        .arg("--coordinator")
+        .arg(url)
+        .args(args)
+        .env("CAPSTAN_TOKEN", token)
+        .env_remove("CAPSTAN_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run capstan")
+}
+
 pub struct Coordinator {
     dir: tempfile::TempDir,
     process: Process,
@@ -568,16 +583,7 @@ impl Coordinator {
 
     /// Runs `capstan --json --coordinator URL ARGS…` with the token.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(crate::binary("capstan"))
-            .arg("--json")
-            .arg("--coordinator")
-            .arg(&self.url)
-            .args(args)
-            .env("CAPSTAN_TOKEN", &self.token)
-            .env_remove("CAPSTAN_TOKEN_FILE")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run capstan")
+        capstan_cli(&self.url, &self.token, args)
     }
 
     /// `capstan --json ARGS…` parsed; panics unless it exits with `code`.

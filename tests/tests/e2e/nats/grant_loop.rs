@@ -110,14 +110,7 @@ struct Controller {
 
 impl Controller {
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new(capstan_tests::binary("capstan"))
-            .args(["--json", "--coordinator", &self.url])
-            .args(args)
-            .env("CAPSTAN_TOKEN", &self.token)
-            .env_remove("CAPSTAN_TOKEN_FILE")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run capstan")
+        capstan_tests::nats::capstan_cli(&self.url, &self.token, args)
     }
 
     /// Sends `command` (first under its own id, then as `<id>.again<k>`) until it

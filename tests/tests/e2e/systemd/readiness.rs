@@ -31,6 +31,17 @@ fn checked(program: Spec, port: u16, deadline_ms: u32) -> Spec {
     )
 }
 
+/// `ns/web` running `r1`, and `r2` prepared.
+fn r1_running_r2_prepared(a: &Agent, r1: Spec, r2: Spec) {
+    let c = a.commands("ns");
+    a.apply_ok(&[
+        c.ensure_namespace("ns"),
+        c.prepare("p1", "web", "r1", r1),
+        c.activate("a1", "web", "r1"),
+        c.prepare("p2", "web", "r2", r2),
+    ]);
+}
+
 #[test]
 fn a_unit_that_never_listens_fails_not_ready_and_the_predecessor_stays_active() {
     let host = SystemdHost::boot();
@@ -40,12 +51,7 @@ fn a_unit_that_never_listens_fails_not_ready_and_the_predecessor_stays_active() 
     let c = a.commands("ns");
     let port = free_port();
     let r2 = checked(spec_running(&host, "ns", "web").into(), port, 1_500);
-    a.apply_ok(&[
-        c.ensure_namespace("ns"),
-        c.prepare("p1", "web", "r1", spec_running(&host, "ns", "web").into()),
-        c.activate("a1", "web", "r1"),
-        c.prepare("p2", "web", "r2", r2),
-    ]);
+    r1_running_r2_prepared(&a, spec_running(&host, "ns", "web").into(), r2);
     let pid = host.property(&unit("r1"), "MainPID");
     let applied = a.apply(&[c.activate("a2", "web", "r2")]);
     assert_eq!(applied.exit, Exit::Code(1), "{applied}");
@@ -76,13 +82,9 @@ fn a_unit_listening_after_a_while_activates_and_stops_the_predecessor() {
     let late = format!("sleep 1; exec /bin/busybox httpd -f -p 127.0.0.1:{port} -h /");
     let mut program = spec_running(&host, "ns", "web");
     program.command = ["/bin/sh", "-c", &late].map(String::from).to_vec();
-    a.apply_ok(&[
-        c.ensure_namespace("ns"),
-        c.prepare("p1", "web", "r1", spec_running(&host, "ns", "web").into()),
-        c.activate("a1", "web", "r1"),
-        c.prepare("p2", "web", "r2", checked(program.into(), port, 60_000)),
-        c.activate("a2", "web", "r2"),
-    ]);
+    let r2 = checked(program.into(), port, 60_000);
+    r1_running_r2_prepared(&a, spec_running(&host, "ns", "web").into(), r2);
+    a.apply_ok(&[c.activate("a2", "web", "r2")]);
     assert_eq!(host.property(&unit("r2"), "ActiveState"), "active");
     let r1 = host.property(&unit("r1"), "ActiveState");
     assert!(matches!(r1.as_str(), "inactive" | "failed"), "{r1}");
@@ -107,13 +109,8 @@ fn stop_first_hands_the_port_over_and_the_probe_reaches_the_new_unit() {
     };
     // Two revisions on one port: only one can listen, so the old one goes first.
     let r2 = checked(serving("r2"), port, 60_000).with("strategy", "stop-first");
-    a.apply_ok(&[
-        c.ensure_namespace("ns"),
-        c.prepare("p1", "web", "r1", serving("r1")),
-        c.activate("a1", "web", "r1"),
-        c.prepare("p2", "web", "r2", r2),
-        c.activate("a2", "web", "r2"),
-    ]);
+    r1_running_r2_prepared(&a, serving("r1"), r2);
+    a.apply_ok(&[c.activate("a2", "web", "r2")]);
     assert_eq!(host.property(&unit("r2"), "ActiveState"), "active");
     assert_eq!(host.property(&unit("r2"), "NRestarts"), "0");
     let r1 = host.property(&unit("r1"), "ActiveState");

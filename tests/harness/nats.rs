@@ -400,12 +400,15 @@ pub struct Accounts {
 }
 
 impl Accounts {
-    /// For `hosts`, each with a storage quota of `host_quota` (`64M`, …).
+    /// For `hosts`, each with a storage quota of `host_quota` (`64M`, …), and the
+    /// fleet account at its smallest (`2G`): nats-server 2.9 will not start when an
+    /// account's `max_file` exceeds what its store may use (75 % of the free disk),
+    /// and the default `8G` would tie the tests to the disk's free space.
     pub fn generate(hosts: &[&str], host_quota: &str) -> Accounts {
         let dir = tempfile::tempdir().expect("accounts dir");
         let mut c = Command::new(crate::binary("capstan-coordinator"));
         c.arg("nats-config").arg("--out").arg(dir.path());
-        c.args(["--host-quota", host_quota]);
+        c.args(["--host-quota", host_quota, "--fleet-quota", "2G"]);
         for h in hosts {
             c.args(["--host", h]);
         }

@@ -153,6 +153,10 @@ pub enum Event {
         owner: String,
         code: ErrorCode,
     },
+    /// The controller asked (command `by`, a `cancel_command`) to cut `command_id`
+    /// short: recorded under that command, durable before anything is cancelled, so
+    /// that it is not begun when it arrives later, or again after a restart.
+    CancelRequested { command_id: String, by: String },
 }
 
 impl Event {
@@ -174,6 +178,7 @@ impl Event {
             Event::HookStarted { .. } => "hook_started",
             Event::HookSucceeded { .. } => "hook_succeeded",
             Event::HookFailed { .. } => "hook_failed",
+            Event::CancelRequested { .. } => "cancel_requested",
         }
     }
 
@@ -188,7 +193,8 @@ impl Event {
             | Event::RevisionRetired { command_id, .. }
             | Event::HookStarted { command_id, .. }
             | Event::HookSucceeded { command_id, .. }
-            | Event::HookFailed { command_id, .. } => Some(command_id),
+            | Event::HookFailed { command_id, .. }
+            | Event::CancelRequested { command_id, .. } => Some(command_id),
             Event::CommandRejected { command_id, .. } => command_id.as_deref(),
             Event::WorkloadExited { .. } | Event::DriftDetected { .. } => None,
             Event::WorkloadStarted { cause, .. }
@@ -200,6 +206,8 @@ impl Event {
     /// The namespace this event concerns, if any.
     pub fn namespace(&self) -> Option<&str> {
         match self {
+            // A cancel addresses no namespace: recorded as "".
+            Event::CommandReceived { namespace, .. } if namespace.is_empty() => None,
             Event::CommandReceived { namespace, .. }
             | Event::NamespaceReady { namespace, .. }
             | Event::NamespaceDeleted { namespace, .. }
@@ -214,7 +222,8 @@ impl Event {
             | Event::CommandCompleted { .. }
             | Event::HookStarted { .. }
             | Event::HookSucceeded { .. }
-            | Event::HookFailed { .. } => None,
+            | Event::HookFailed { .. }
+            | Event::CancelRequested { .. } => None,
         }
     }
 

@@ -122,7 +122,7 @@ impl Intent {
                 self.in_flight.remove(command_id);
                 self.grants.completed(command_id);
             }
-            Event::CommandRejected { .. } => {}
+            Event::CommandRejected { .. } | Event::CancelRequested { .. } => {}
             Event::HookStarted { .. } | Event::HookSucceeded { .. } | Event::HookFailed { .. } => {
                 self.grants.apply(event)
             }

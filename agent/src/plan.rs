@@ -116,6 +116,11 @@ fn runs_on(driver: DriverKind, revision: &str, spec: &Spec) -> Result<(), Refusa
 pub fn decide(intent: &Intent, driver: DriverKind, op: &Op) -> Result<Step, Refusal> {
     let ns_exists = |ns: &str| intent.namespaces.contains_key(ns);
     match op {
+        // Carried out by the executor itself: it changes nothing on the host.
+        Op::CancelCommand { .. } => refuse(
+            ErrorCode::InvalidCommand,
+            "a cancel is not a step on the host",
+        ),
         Op::EnsureNamespace { namespace } if intent.namespaces.contains_key(namespace) => {
             Ok(Step::AlreadyReady {
                 namespace: namespace.clone(),

@@ -63,7 +63,7 @@ async fn in_process(all: &[Command]) -> anyhow::Result<f64> {
     let t = Instant::now();
     let mut lanes: Vec<Vec<Command>> = vec![Vec::new(); NAMESPACES];
     for c in rest {
-        let n: usize = c.op.namespace()[1..].parse()?;
+        let n: usize = c.op.namespace().unwrap_or_default()[1..].parse()?;
         lanes[n].push(c.clone());
     }
     let tasks: Vec<_> = lanes

@@ -64,10 +64,15 @@ pub enum Op {
         workload: String,
         revision: String,
     },
+    /// Cuts the command `target` (same host) short as the agent's stop does, or keeps
+    /// it from beginning; a finished one is left as it is. Addresses no namespace.
+    CancelCommand {
+        target: String,
+    },
 }
 
 /// The ops this version knows, in their wire spelling ([`Op::name`]).
-pub const KNOWN_OPS: [&str; 7] = [
+pub const KNOWN_OPS: [&str; 8] = [
     "ensure_namespace",
     "delete_namespace",
     "prepare_revision",
@@ -75,6 +80,7 @@ pub const KNOWN_OPS: [&str; 7] = [
     "stop_workload",
     "start_workload",
     "retire_revision",
+    "cancel_command",
 ];
 
 /// A driver's identity: which driver a revision is meant for (`spec.driver`), which
@@ -331,11 +337,12 @@ impl Op {
             Op::StopWorkload { .. } => "stop_workload",
             Op::StartWorkload { .. } => "start_workload",
             Op::RetireRevision { .. } => "retire_revision",
+            Op::CancelCommand { .. } => "cancel_command",
         }
     }
 
-    /// The namespace every op addresses.
-    pub fn namespace(&self) -> &str {
+    /// The namespace the op addresses: every op's but a cancel's.
+    pub fn namespace(&self) -> Option<&str> {
         match self {
             Op::EnsureNamespace { namespace }
             | Op::DeleteNamespace { namespace }
@@ -343,14 +350,25 @@ impl Op {
             | Op::ActivateRevision { namespace, .. }
             | Op::StopWorkload { namespace, .. }
             | Op::StartWorkload { namespace, .. }
-            | Op::RetireRevision { namespace, .. } => namespace,
+            | Op::RetireRevision { namespace, .. } => Some(namespace),
+            Op::CancelCommand { .. } => None,
+        }
+    }
+
+    /// The command a cancel is for.
+    pub fn cancels(&self) -> Option<&str> {
+        match self {
+            Op::CancelCommand { target } => Some(target),
+            _ => None,
         }
     }
 
     /// The workload, for ops that address one.
     pub fn workload(&self) -> Option<WorkloadRef> {
         match self {
-            Op::EnsureNamespace { .. } | Op::DeleteNamespace { .. } => None,
+            Op::EnsureNamespace { .. } | Op::DeleteNamespace { .. } | Op::CancelCommand { .. } => {
+                None
+            }
             Op::PrepareRevision {
                 namespace,
                 workload,
@@ -471,7 +489,19 @@ impl Command {
         }
         validate::command_id(&self.id)?;
         validate::name("host", &self.host)?;
-        validate::name("namespace", self.op.namespace())?;
+        if let Some(namespace) = self.op.namespace() {
+            validate::name("namespace", namespace)?;
+        }
+        if let Some(target) = self.op.cancels() {
+            validate::command_id(target)
+                .map_err(|e| Rejection::new(e.code, format!("`target`: {}", e.message)))?;
+            if target == self.id {
+                return Err(Rejection::new(
+                    ErrorCode::InvalidCommand,
+                    "a cancel cannot be for itself (`target` is its own `id`)",
+                ));
+            }
+        }
         if let Some(w) = self.op.workload() {
             validate::name("workload", &w.workload)?;
         }

@@ -160,6 +160,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/commands", post(submit))
         .route("/v1/commands/{id}", get(command))
         .route("/v1/commands/{id}/wait", get(wait))
+        .route("/v1/commands/{id}/cancel", post(cancel))
         .route("/v1/hosts", get(hosts))
         .route("/v1/hosts/{host}/intent", get(intent))
         .route("/v1/hosts/{host}/status", get(status))
@@ -346,6 +347,20 @@ async fn command(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     // A result entry that left its events out is completed from CAPSTAN_EVT.
     let _read = permit(&state, Bound::StreamReads)?;
     ok(StatusCode::OK, state.fleet.command(&id).await?)
+}
+
+/// Asks the command's host to cut it short (`cancel_command`): 202 with the cancel's
+/// id and the command's status when one was sent, 200 with `cancel_id: null` when the
+/// command is done (nothing sent, nothing changed). Its outcome, once done, says what
+/// the cancel did: `failed` with `cancelled` if it was cut short or not begun.
+async fn cancel(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let _read = permit(&state, Bound::StreamReads)?;
+    let (cancel_id, command) = state.fleet.cancel(&id).await?;
+    let code = match cancel_id {
+        Some(_) => StatusCode::ACCEPTED,
+        None => StatusCode::OK,
+    };
+    ok(code, json!({"cancel_id": cancel_id, "command": command}))
 }
 
 /// `30s`, `500ms`, `2m` or plain seconds.

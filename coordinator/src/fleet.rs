@@ -15,7 +15,7 @@ use capstan_common::published::{Publication, Unverified};
 use capstan_common::signing::Signer;
 pub use capstan_common::status::CommandStatus;
 use capstan_common::wire::{self, HostBeat};
-use capstan_common::{validate, Command, Rejection};
+use capstan_common::{validate, Command, ErrorCode, Rejection};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -292,6 +292,19 @@ impl Fleet {
             .entry("issued_at")
             .or_insert_with(|| json!(chrono::Utc::now()));
         let command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
+        if let Some(target) = command.op.cancels() {
+            // A cancel is for a command submitted here, to the host it names.
+            let bound = self.submission(target).await?;
+            if bound.host != command.host {
+                return Err(FleetError::BadCommand(Rejection::new(
+                    ErrorCode::InvalidCommand,
+                    format!(
+                        "command {target} is for host {}; this cancel is for {}",
+                        bound.host, command.host
+                    ),
+                )));
+            }
+        }
         let layout = self.layout().await?;
         if self.trust.host_accounts {
             // The host needs its stream and bucket to report; a host the server has
@@ -347,6 +360,26 @@ impl Fleet {
             .await
             .map_err(FleetError::nats)?;
         Ok((command.id, command.host))
+    }
+
+    /// Asks the host of command `id` to cut it short: submits a `cancel_command` for
+    /// it under [`cancel_id`] (so asking again is the same cancel). Nothing is sent
+    /// for a command that is done; the answer is the cancel's id (`None` then) and
+    /// `id`'s status as it was read.
+    pub async fn cancel(&self, id: &str) -> Result<(Option<String>, CommandStatus), FleetError> {
+        let submission = self.submission(id).await?;
+        let status = self.status_of(&submission).await?;
+        if status.done {
+            return Ok((None, status));
+        }
+        let cancel = json!({
+            "id": cancel_id(id),
+            "host": submission.host,
+            "op": "cancel_command",
+            "target": id,
+        });
+        let (cancel, _) = self.submit(cancel).await?;
+        Ok((Some(cancel), status))
     }
 
     async fn submission(&self, id: &str) -> Result<Submission, FleetError> {
@@ -637,6 +670,14 @@ impl Fleet {
 }
 
 /// A fresh command id: `c-` and 16 random hex digits.
+/// The id of the cancel [`Fleet::cancel`] sends for command `target`: `cancel-` and
+/// the first 24 hex digits of the SHA-256 of `target`.
+pub fn cancel_id(target: &str) -> String {
+    use sha2::Digest as _;
+    let digest = capstan_common::signing::to_hex(&sha2::Sha256::digest(target.as_bytes()));
+    format!("cancel-{}", &digest[..24])
+}
+
 fn new_id() -> Result<String, FleetError> {
     let mut bytes = [0u8; 8];
     getrandom::getrandom(&mut bytes).map_err(|e| FleetError::Nats(e.to_string()))?;
@@ -646,6 +687,18 @@ fn new_id() -> Result<String, FleetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_id_is_the_same_for_the_same_command_and_a_valid_id_for_any() {
+        let long = "x".repeat(128);
+        assert_eq!(cancel_id("c-1"), cancel_id("c-1"));
+        assert_ne!(cancel_id("c-1"), cancel_id("c-2"));
+        for target in ["c-1", long.as_str()] {
+            let id = cancel_id(target);
+            assert_eq!(id.len(), "cancel-".len() + 24, "{id}");
+            validate::command_id(&id).unwrap();
+        }
+    }
 
     #[test]
     fn a_beat_from_beyond_the_skew_is_not_alive() {

@@ -287,7 +287,8 @@ impl Executor {
             None => {
                 let op = &command.op;
                 let wl = op.workload().map(|w| w.workload);
-                self.hook_context(id, op.namespace(), wl.as_deref(), op.revision())
+                let ns = op.namespace().unwrap_or_default();
+                self.hook_context(id, ns, wl.as_deref(), op.revision())
             }
         };
         let e = self

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+mod cancel;
 mod grants;
 mod lifecycle;
 mod ready;
@@ -51,6 +52,8 @@ pub struct Executor {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Every answer is counted here (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
+    /// What a `cancel_command` cuts: the commands being carried out.
+    in_flight: cancel::InFlight,
 }
 
 /// `id_conflict` when the log received this id with other content
@@ -130,6 +133,7 @@ impl Executor {
             shutdown: CancellationToken::new(),
             locks: Mutex::new(HashMap::new()),
             metrics: Arc::new(Metrics::new()),
+            in_flight: cancel::InFlight::default(),
         }
     }
 
@@ -217,8 +221,10 @@ impl Executor {
         command: Command,
         cancel: &CancellationToken,
     ) -> CommandResult {
-        // The command's own deadline cancels it as the agent's stop does.
+        // The command's own deadline, and a cancel the controller sends, cancel it as
+        // the agent's stop does.
         let cancel = cancel.child_token();
+        let _entered = self.in_flight.enter(&command.id, &cancel);
         let deadline = command.deadline.map(|at| {
             let (token, wait) = (cancel.clone(), (at - chrono::Utc::now()).to_std());
             tokio::spawn(async move {
@@ -256,9 +262,15 @@ impl Executor {
                 .record_rejection(Some(id), Rejection::new(ErrorCode::WrongHost, message))
                 .await;
         }
-        let lock = self.lock_for(command.op.namespace());
-        let _serial = lock.lock().await;
-        match self.carry_out(command, cancel).await {
+        let done = match (command.op.cancels(), command.op.namespace()) {
+            (Some(target), _) => self.cancel_command(command, target).await,
+            (None, namespace) => {
+                let lock = self.lock_for(namespace.unwrap_or_default());
+                let _serial = lock.lock().await;
+                self.carry_out(command, cancel).await
+            }
+        };
+        match done {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(command_id = %id, error = %e, "log write failed");
@@ -278,12 +290,19 @@ impl Executor {
         cancel: &CancellationToken,
     ) -> Result<CommandResult, LogError> {
         let id = &command.id;
-        let history: Vec<Record> = self
+        let mut history: Vec<Record> = self
             .log
             .for_command(id)?
             .into_iter()
             .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
             .collect();
+        // A cancel recorded for it cuts it short (or keeps it from beginning); it is
+        // not part of what the command itself recorded.
+        let cancelled_by = cancel::requested_by(&history).map(String::from);
+        history.retain(|r| !matches!(r.event, Event::CancelRequested { .. }));
+        if cancelled_by.is_some() {
+            cancel.cancel();
+        }
         // Retention may have pruned its records: what the log kept of it answers.
         let received = |r: &Record| matches!(r.event, Event::CommandReceived { .. });
         let pruned = match history.iter().any(received) {
@@ -299,17 +318,7 @@ impl Executor {
             return Ok(answer);
         }
         if history.is_empty() {
-            let op = &command.op;
-            self.log
-                .append_durable(&[Event::CommandReceived {
-                    command_id: id.clone(),
-                    op: op.name().into(),
-                    namespace: op.namespace().into(),
-                    workload: op.workload().map(|w| w.workload),
-                    revision: op.revision().map(Into::into),
-                    command: command.to_json(),
-                }])
-                .await?;
+            self.log.append_durable(&[arrived(command)]).await?;
         } else {
             // Act only on what is recorded: records still in memory after a failed
             // flush (a redelivery after `log_failed`) are not.
@@ -335,12 +344,13 @@ impl Executor {
             };
             return self.finish(id, Done { effect: None, then }).await;
         }
-        // Past its deadline, a command not begun is not begun.
+        // Cancelled, or past its deadline, a command not begun is not begun.
         let begun = history
             .iter()
             .any(|r| matches!(r.event, Event::HookStarted { .. }));
-        if let Some(passed) = passed_deadline(command).filter(|_| !begun) {
-            let message = format!("{passed} before it began; nothing was done");
+        let cut = cancelled_by.as_deref().map(cancel::at_request);
+        if let Some(why) = cut.or_else(|| passed_deadline(command)).filter(|_| !begun) {
+            let message = format!("{why} before it began; nothing was done");
             let error = Rejection::new(ErrorCode::Cancelled, message);
             return self
                 .complete(id, Vec::new(), Outcome::Failed, Some(error))
@@ -380,8 +390,8 @@ impl Executor {
             Ok(done) => self.finish(id, done).await,
             Err(StepError::Phase(PhaseError::Log(e))) => Err(e),
             Err(e) => {
-                let why = match passed_deadline(command) {
-                    Some(passed) if e.code() == ErrorCode::Cancelled => Some(passed),
+                let why = match e.code() {
+                    ErrorCode::Cancelled => self.cut_short(command)?,
                     _ => None,
                 };
                 self.fail(id, e, why).await
@@ -718,6 +728,20 @@ impl Executor {
 struct Done {
     effect: Option<Event>,
     then: Option<PhaseError>,
+}
+
+/// The record of `command` arriving, written before anything is done about it.
+fn arrived(command: &Command) -> Event {
+    let op = &command.op;
+    Event::CommandReceived {
+        command_id: command.id.clone(),
+        op: op.name().into(),
+        // A cancel addresses no namespace.
+        namespace: op.namespace().unwrap_or_default().into(),
+        workload: op.workload().map(|w| w.workload),
+        revision: op.revision().map(Into::into),
+        command: command.to_json(),
+    }
 }
 
 /// "its deadline … passed", once `command`'s deadline has passed.

@@ -573,6 +573,7 @@ async fn start_workload_grants_again_and_projects_the_launch_env() {
     assert_eq!(rig.r1().env["TOKEN"], "opaque-again");
 }
 
+mod cancel;
 mod deadline;
 mod hardening;
 mod readiness;

@@ -58,6 +58,16 @@ enum Cmd {
     },
     /// Show a command's status and events.
     Status { id: String },
+    /// Cut a command short on its host (a `cancel_command`); with `--wait`, wait for
+    /// the command to end and show it (exit 0 once it is done, whatever its outcome;
+    /// 3 when it is not done within `--timeout`).
+    Cancel {
+        id: String,
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "30s")]
+        timeout: String,
+    },
     /// Show a host's running intent (asks the agent).
     Intent { host: String },
     /// Show a host's audit log from the central event stream.
@@ -262,6 +272,18 @@ fn status_code(status: &Value) -> ExitCode {
     }
 }
 
+fn human_cancel(a: &Value) -> String {
+    let command = &a["command"];
+    let (id, status) = (
+        command["id"].as_str().unwrap_or("-"),
+        command["status"].as_str().unwrap_or("-"),
+    );
+    match a["cancel_id"].as_str() {
+        Some(cancel) => format!("{id}  cancel={cancel} sent  (status was {status})\n"),
+        None => format!("{id}  is done ({status}): nothing to cancel\n"),
+    }
+}
+
 fn human_status(s: &Value) -> String {
     let mut out = format!(
         "{}  host={}  status={}",
@@ -399,6 +421,23 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await?;
             print(json, &s, human_status);
             Ok(status_code(&s))
+        }
+        Cmd::Cancel { id, wait, timeout } => {
+            let answer = client
+                .post(&format!("/v1/commands/{id}/cancel"), &serde_json::json!({}))
+                .await?;
+            if !wait {
+                print(json, &answer, human_cancel);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let s = client
+                .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
+                .await?;
+            print(json, &s, human_status);
+            Ok(match s["done"].as_bool() {
+                Some(true) => ExitCode::SUCCESS,
+                _ => ExitCode::from(3),
+            })
         }
         Cmd::Status { id } => {
             let s = client.get(&format!("/v1/commands/{id}")).await?;

@@ -7,7 +7,7 @@ use super::*;
 use capstan_driver::sim::ScriptedFailure;
 
 /// A sim whose probes of `r2` fail `times` times (for ever when `None`).
-fn probes_of_r2_fail(times: Option<u32>) -> SimConfig {
+pub(super) fn probes_of_r2_fail(times: Option<u32>) -> SimConfig {
     SimConfig {
         failures: vec![ScriptedFailure {
             op: "probe".into(),
@@ -19,7 +19,7 @@ fn probes_of_r2_fail(times: Option<u32>) -> SimConfig {
     }
 }
 
-fn two_owners(sim: SimConfig) -> Rig {
+pub(super) fn two_owners(sim: SimConfig) -> Rig {
     let owners = ["a", "b"]
         .map(|n| owner(n, Duration::from_secs(30)))
         .to_vec();
@@ -35,7 +35,7 @@ fn prepare_checked(threshold: u32, deadline_ms: u32) -> String {
 }
 
 /// `web` running r1 (granted by a and b), r2 prepared with a check; no calls remembered.
-async fn r1_running_r2_checked(rig: &Rig, threshold: u32, deadline_ms: u32) {
+pub(super) async fn r1_running_r2_checked(rig: &Rig, threshold: u32, deadline_ms: u32) {
     rig.staged().await;
     assert_eq!(rig.activate("a1").await.outcome, Outcome::Succeeded);
     let fields = prepare_checked(threshold, deadline_ms);
@@ -123,7 +123,7 @@ async fn cancelling_during_the_wait_stops_and_revokes_the_new_revision_and_keeps
 
 impl Rig {
     /// Drives `run` until r2 has been probed (and failed) at least once.
-    async fn probed_while<F: std::future::Future<Output = CommandResult>>(
+    pub(super) async fn probed_while<F: std::future::Future<Output = CommandResult>>(
         &self,
         run: &mut std::pin::Pin<&mut F>,
     ) {

@@ -208,3 +208,18 @@ fn a_hook_start_naming_its_revision_is_stored_in_the_appended_variant() {
     );
     assert_eq!(decode(&bytes).unwrap().event, unnamed);
 }
+
+#[test]
+fn a_cancel_request_is_stored_in_its_appended_variant_and_reads_back() {
+    let requested = Event::CancelRequested {
+        command_id: "a1".into(),
+        by: "cancel-0123".into(),
+    };
+    let bytes = encode(1, 0, [0; 32], &requested).unwrap();
+    let stored: v2::Record = from_bincode(&bytes[1..]).unwrap();
+    assert!(
+        matches!(&stored.event, v2::Event::CancelRequested { by, .. } if by == "cancel-0123"),
+        "{stored:?}"
+    );
+    assert_eq!(decode(&bytes).unwrap().event, requested);
+}

@@ -131,6 +131,8 @@ pub enum Event {
         owner: String,
         revision: String,
     },
+    /// `cancel_requested` (appended).
+    CancelRequested { command_id: String, by: String },
 }
 
 impl From<&domain::Cause> for Cause {
@@ -334,6 +336,10 @@ impl Event {
                 owner: s(owner),
                 code: spell(code),
             },
+            D::CancelRequested { command_id, by } => Event::CancelRequested {
+                command_id: s(command_id),
+                by: s(by),
+            },
         })
     }
 
@@ -514,6 +520,7 @@ impl Event {
                 owner,
                 code: parse(&code)?,
             },
+            Event::CancelRequested { command_id, by } => D::CancelRequested { command_id, by },
         })
     }
 }

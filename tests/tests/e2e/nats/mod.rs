@@ -3,6 +3,7 @@
 mod api;
 mod attack;
 mod auth;
+mod cancel;
 mod cluster;
 pub(crate) mod crash;
 mod flow;

@@ -1,0 +1,151 @@
+//! Cancellation at the controller's request: a `cancel_command` for command `target`
+//! records `cancel_requested` under `target` (durable first), then cuts `target` short
+//! where it is carried out right now, exactly as the agent's stop does. The record is
+//! what keeps `target` from beginning when it arrives later, or again after a restart:
+//! [`Executor::cut_short`] reads it. A cancel of a command that completed records
+//! nothing about it and changes nothing. A cancel takes no namespace's lock (it must
+//! not wait behind the command it cancels); cancels run one at a time.
+
+use super::{arrived, id_conflict, Executor};
+use crate::event::{Event, Record};
+use crate::log::LogError;
+use capstan_common::{Command, CommandResult, Outcome};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// The lock cancels take: a key no namespace has (namespaces are DNS labels).
+const CANCELS: &str = "";
+
+/// The cancellation tokens of the commands being carried out, or waiting for their
+/// namespace, by id: what a cancel cuts.
+#[derive(Default)]
+pub(super) struct InFlight {
+    tokens: Mutex<HashMap<String, Vec<(u64, CancellationToken)>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl InFlight {
+    /// Makes `token` reachable as command `id`'s until the guard drops.
+    pub(super) fn enter(&self, id: &str, token: &CancellationToken) -> Entered<'_> {
+        let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tokens = self.tokens.lock().expect("in-flight tokens");
+        tokens
+            .entry(id.to_string())
+            .or_default()
+            .push((key, token.clone()));
+        Entered {
+            in_flight: self,
+            id: id.to_string(),
+            key,
+        }
+    }
+
+    /// Cancels every execution of `id` in flight; false when there is none.
+    fn cancel(&self, id: &str) -> bool {
+        let tokens = self.tokens.lock().expect("in-flight tokens");
+        let found = tokens.get(id).into_iter().flatten();
+        let mut any = false;
+        for (_, token) in found {
+            token.cancel();
+            any = true;
+        }
+        any
+    }
+}
+
+/// One execution's place in [`InFlight`], left when dropped.
+pub(super) struct Entered<'a> {
+    in_flight: &'a InFlight,
+    id: String,
+    key: u64,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut tokens = self.in_flight.tokens.lock().expect("in-flight tokens");
+        if let Some(entries) = tokens.get_mut(&self.id) {
+            entries.retain(|(key, _)| *key != self.key);
+            if entries.is_empty() {
+                tokens.remove(&self.id);
+            }
+        }
+    }
+}
+
+/// The `cancel_requested` among `history`: by which cancel, if any.
+pub(super) fn requested_by(history: &[Record]) -> Option<&str> {
+    history.iter().find_map(|r| match &r.event {
+        Event::CancelRequested { by, .. } => Some(by.as_str()),
+        _ => None,
+    })
+}
+
+/// What the report of a command the controller cancelled starts with.
+pub(super) fn at_request(by: &str) -> String {
+    format!("cancelled at the controller's request (cancel_command {by})")
+}
+
+impl Executor {
+    /// Carries out `command`, a cancel of `target` (see the module docs). It succeeds
+    /// once recorded, whatever `target`'s state: the controller reads `target`'s own
+    /// outcome to learn what the cancel did.
+    pub(super) async fn cancel_command(
+        &self,
+        command: &Command,
+        target: &str,
+    ) -> Result<CommandResult, LogError> {
+        let id = &command.id;
+        let lock = self.lock_for(CANCELS);
+        let _serial = lock.lock().await;
+        let history: Vec<Record> = self
+            .log
+            .for_command(id)?
+            .into_iter()
+            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
+            .collect();
+        let pruned = match history.is_empty() {
+            true => self.log.pruned_command(id)?,
+            false => None,
+        };
+        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
+            return Ok(self.record_rejection(Some(id.clone()), rejection).await);
+        }
+        let answer = history.iter().find_map(|r| super::completed(r, id));
+        if let Some(answer) = answer.or_else(|| pruned.map(|p| super::pruned_answer(&p, id))) {
+            tracing::info!(command_id = %id, "duplicate cancel answered from the log");
+            return Ok(answer);
+        }
+        let mut events = Vec::new();
+        if history.is_empty() {
+            events.push(arrived(command));
+        }
+        let theirs = self.log.for_command(target)?;
+        let finished = theirs.iter().any(|r| super::completed(r, target).is_some())
+            || (theirs.is_empty() && self.log.pruned_command(target)?.is_some());
+        let request = !finished && requested_by(&theirs).is_none();
+        if request {
+            events.push(Event::CancelRequested {
+                command_id: target.to_string(),
+                by: id.clone(),
+            });
+        }
+        let answer = self.complete(id, events, Outcome::Succeeded, None).await?;
+        if finished {
+            tracing::info!(command_id = %id, %target, "cancel of a command that completed: nothing to do");
+        } else {
+            let cut = self.in_flight.cancel(target);
+            tracing::info!(command_id = %id, %target, in_flight = cut, "cancel recorded");
+        }
+        Ok(answer)
+    }
+
+    /// Why `command` is to be cut short now, if it is: a cancel the log recorded for
+    /// it, or its deadline having passed.
+    pub(super) fn cut_short(&self, command: &Command) -> Result<Option<String>, LogError> {
+        let history = self.log.for_command(&command.id)?;
+        Ok(requested_by(&history)
+            .map(at_request)
+            .or_else(|| super::passed_deadline(command)))
+    }
+}

@@ -3,9 +3,9 @@
 //! revision stopped and revoked, a command not begun by then is not begun, and a
 //! command that completed is answered as it completed.
 
-use super::revisions::{held, rev};
+use super::readiness::{probes_of_r2_fail, r1_running_r2_checked, two_owners};
+use super::revisions::rev;
 use super::*;
-use capstan_driver::sim::ScriptedFailure;
 
 /// `fields` with `"deadline"` `ms` milliseconds from now (in the past when negative).
 fn by(fields: &str, ms: i64) -> String {
@@ -68,26 +68,8 @@ async fn a_command_past_its_deadline_is_recorded_and_not_begun() {
 
 #[tokio::test]
 async fn a_deadline_passing_during_the_readiness_wait_stops_and_revokes_the_new_revision() {
-    let sim = SimConfig {
-        failures: vec![ScriptedFailure {
-            op: "probe".into(),
-            revision: Some("r2".into()),
-            ..ScriptedFailure::default()
-        }],
-        ..SimConfig::default()
-    };
-    let owners = ["a", "b"]
-        .map(|n| owner(n, Duration::from_secs(30)))
-        .to_vec();
-    let rig = rig_on(owners, Duration::from_secs(5), sim);
-    rig.staged().await;
-    rig.ok("a1", "activate_revision", &rev("r1")).await;
-    let checked =
-        r#""readiness":{"check":{"tcp":{"port":80}},"interval_ms":10,"deadline_ms":3600000}"#;
-    let fields = format!(
-        r#"{W},"revision":"r2","spec":{{"driver":"sim","image":null,"command":[],"env":{{}},{checked}}}"#
-    );
-    rig.ok("p2", "prepare_revision", &fields).await;
+    let rig = two_owners(probes_of_r2_fail(None));
+    r1_running_r2_checked(&rig, 1, 3_600_000).await;
     let r = rig
         .run("a2", "activate_revision", &by(&rev("r2"), 300))
         .await;
@@ -98,10 +80,7 @@ async fn a_deadline_passing_during_the_readiness_wait_stops_and_revokes_the_new_
         "{}",
         e.message
     );
-    assert_eq!(rig.state("r1"), Some(BackendState::Running));
-    assert_eq!(rig.state("r2"), Some(BackendState::Stopped));
-    assert_eq!(rig.holders("r1"), held(&["a", "b"]));
-    assert_eq!(rig.holders("r2"), held(&[]));
+    rig.r1_kept_r2_undone();
 }
 
 #[tokio::test]

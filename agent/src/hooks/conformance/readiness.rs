@@ -44,6 +44,14 @@ pub(super) async fn r1_running_r2_checked(rig: &Rig, threshold: u32, deadline_ms
 }
 
 impl Rig {
+    /// r1 runs and holds a's and b's grants; r2 is stopped and holds none.
+    pub(super) fn r1_kept_r2_undone(&self) {
+        assert_eq!(self.state("r1"), Some(BackendState::Running));
+        assert_eq!(self.state("r2"), Some(BackendState::Stopped));
+        assert_eq!(self.holders("r1"), held(&["a", "b"]));
+        assert_eq!(self.holders("r2"), held(&[]));
+    }
+
     /// How often the scripted probe failure has fired.
     fn failed_probes(&self) -> u32 {
         self.host().fired.first().copied().unwrap_or(0)
@@ -115,10 +123,7 @@ async fn cancelling_during_the_wait_stops_and_revokes_the_new_revision_and_keeps
         "{r:?}"
     );
     assert!(r.retryable);
-    assert_eq!(rig.state("r1"), Some(BackendState::Running));
-    assert_eq!(rig.state("r2"), Some(BackendState::Stopped));
-    assert_eq!(rig.holders("r1"), held(&["a", "b"]));
-    assert_eq!(rig.holders("r2"), held(&[]));
+    rig.r1_kept_r2_undone();
 }
 
 impl Rig {

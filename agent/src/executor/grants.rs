@@ -9,7 +9,7 @@ use crate::hooks::{Phase, PhaseError};
 use crate::log::LogError;
 use crate::plan::grants::{self as decide, Fix, Recovery, Seen};
 use crate::plan::Step;
-use capstan_common::{Command, ErrorCode};
+use capstan_common::{Command, ErrorCode, Strategy};
 use capstan_driver::{BackendState, RevisionRef};
 use tokio_util::sync::CancellationToken;
 
@@ -101,15 +101,14 @@ impl Executor {
     pub(super) async fn roll_back(
         &self,
         id: &str,
-        ns: &str,
-        wl: &str,
-        rev: &str,
+        (ns, wl, rev): (&str, &str, &str),
+        strategy: Strategy,
     ) -> Result<Aftermath, LogError> {
         let intended = self.log.with_intent(|i| decide::intended(i, ns, wl));
         let seen = self.seen(ns, wl, rev, intended.as_deref()).await;
         let fixes = self
             .log
-            .with_intent(|i| decide::roll_back(i, ns, wl, rev, &seen));
+            .with_intent(|i| decide::roll_back(i, ns, wl, rev, strategy, &seen));
         self.fix(id, ns, wl, fixes).await
     }
 
@@ -222,6 +221,7 @@ impl Executor {
                 revision: rev,
                 previous,
                 readiness,
+                ..
             } = start;
             let intended = self.log.with_intent(|i| decide::intended(i, ns, wl));
             let mut seen = self.seen(ns, wl, rev, intended.as_deref()).await;

@@ -511,6 +511,7 @@ impl Executor {
                     .log
                     .with_intent(|i| plan::grants::intended(i, &namespace, &workload))
                     .filter(|p| p != &revision);
+                let strategy = spec.strategy;
                 match self.perform(id, step, &launch_env, cancel).await {
                     Ok(effect) => {
                         let then = self
@@ -528,7 +529,7 @@ impl Executor {
                     }
                     Err(e) => {
                         let aftermath = self
-                            .roll_back(id, &namespace, &workload, &revision)
+                            .roll_back(id, (&namespace, &workload, &revision), strategy)
                             .await
                             .map_err(PhaseError::Log)?;
                         tracing::info!(command_id = %id, "driver failed after {phase}{aftermath}");

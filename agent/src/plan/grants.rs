@@ -14,7 +14,7 @@
 use super::Step;
 use crate::grants::Hold;
 use crate::intent::{Intent, RunIntent};
-use capstan_common::Readiness;
+use capstan_common::{Readiness, Strategy};
 use capstan_driver::BackendState;
 
 /// The owners that grant, by level: each must hold access for a running revision (or
@@ -141,24 +141,37 @@ pub fn intended(intent: &Intent, ns: &str, wl: &str) -> Option<String> {
 /// runs and intent does not run it, revoke what it holds unless intent runs it, and
 /// start the revision intent runs again if it no longer runs. Intent itself is what
 /// the log says before the command: a command that did not complete changed nothing.
-pub fn roll_back(intent: &Intent, ns: &str, wl: &str, revision: &str, seen: &Seen) -> Vec<Fix> {
+///
+/// The order follows the spec's `strategy`: start-first brings the revision intent
+/// runs back before the other is stopped (the two may run at once, and on a cluster
+/// the predecessor's pods are never all gone); stop-first stops first, as the two
+/// must never run at once.
+pub fn roll_back(
+    intent: &Intent,
+    ns: &str,
+    wl: &str,
+    revision: &str,
+    strategy: Strategy,
+    seen: &Seen,
+) -> Vec<Fix> {
     let intended = intended(intent, ns, wl);
-    let mut fixes = Vec::new();
+    let mut undo = Vec::new();
     if intended.as_deref() != Some(revision) {
         if seen.target == Some(BackendState::Running) {
-            fixes.push(Fix::Stop(revision.into()));
+            undo.push(Fix::Stop(revision.into()));
         }
         let held = intent.grants.of_revision(ns, wl, revision);
         if held.is_some_and(|h| !h.is_empty()) {
-            fixes.push(Fix::Revoke(revision.into()));
+            undo.push(Fix::Revoke(revision.into()));
         }
     }
-    if let Some(p) = intended.filter(|p| p != revision) {
-        if seen.intended != Some(BackendState::Running) {
-            fixes.push(Fix::Resume(p));
-        }
+    let resume = intended
+        .filter(|p| p != revision && seen.intended != Some(BackendState::Running))
+        .map(Fix::Resume);
+    match strategy {
+        Strategy::StartFirst => resume.into_iter().chain(undo).collect(),
+        Strategy::StopFirst => undo.into_iter().chain(resume).collect(),
     }
-    fixes
 }
 
 /// How to end an activation or start that a crash interrupted after its grants began.
@@ -182,6 +195,8 @@ pub struct Starting<'a> {
     pub previous: Option<&'a str>,
     /// The started revision's readiness check, if its spec has one.
     pub readiness: Option<&'a Readiness>,
+    /// How it replaces the revision that runs.
+    pub strategy: Strategy,
 }
 
 /// [`Starting`] for an activation or start; `None` for any other step.
@@ -199,6 +214,7 @@ pub fn starting(step: &Step) -> Option<Starting<'_>> {
             revision,
             previous: previous.as_deref(),
             readiness: spec.readiness.as_ref(),
+            strategy: spec.strategy,
         }),
         Step::Start {
             namespace,
@@ -211,6 +227,7 @@ pub fn starting(step: &Step) -> Option<Starting<'_>> {
             revision,
             previous: None,
             readiness: spec.readiness.as_ref(),
+            strategy: spec.strategy,
         }),
         _ => None,
     }
@@ -223,6 +240,7 @@ pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Op
         workload: wl,
         revision: rev,
         previous,
+        strategy,
         ..
     } = starting(step)?;
     let applied = seen.target == Some(BackendState::Running)
@@ -233,7 +251,9 @@ pub fn recover(intent: &Intent, duties: &Duties, step: &Step, seen: &Seen) -> Op
         let stop = previous.filter(|_| predecessor_runs).map(String::from);
         return Some(Recovery::Finish { stop });
     }
-    Some(Recovery::RollBack(roll_back(intent, ns, wl, rev, seen)))
+    Some(Recovery::RollBack(roll_back(
+        intent, ns, wl, rev, strategy, seen,
+    )))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::testkit::{
 };
 use capstan_common::Phase::{AfterNamespacePrepared, BeforeWorkloadStart};
 use BackendState::{Running, Stopped};
+use Strategy::{StartFirst, StopFirst};
 
 fn duties(workload: &[&str]) -> Duties {
     Duties {
@@ -136,26 +137,27 @@ fn revisions_other_than_the_running_one_that_hold_grants_are_stale() {
     assert_eq!(stale(&intent, "ns", "web", "r1"), vec!["r2".to_string()]);
 }
 
-#[test]
-fn a_failed_activation_stops_and_revokes_the_new_revision_and_resumes_the_old() {
+/// r1 running (granted by vault), and activation a2 of r2 with vault's grant begun.
+fn r2_being_granted() -> crate::intent::Intent {
     let mut events = r1_granted_by(&["vault"]);
     events.push(received("a2", "activate_revision", Some("r2")));
     events.push(hook_started("a2", BeforeWorkloadStart, "vault", Some("r2")));
-    let intent = given(&events);
-    let fixes = roll_back(
-        &intent,
-        "ns",
-        "web",
-        "r2",
-        &seen(Some(Running), Some(Stopped)),
-    );
+    given(&events)
+}
+
+#[test]
+fn a_failed_activation_resumes_the_old_revision_then_stops_and_revokes_the_new() {
+    let intent = r2_being_granted();
+    let both = seen(Some(Running), Some(Stopped));
+    let fixes = roll_back(&intent, "ns", "web", "r2", StartFirst, &both);
     assert_eq!(
         fixes,
         vec![
+            Fix::Resume("r1".into()),
             Fix::Stop("r2".into()),
             Fix::Revoke("r2".into()),
-            Fix::Resume("r1".into())
-        ]
+        ],
+        "start-first: r1 back before r2 goes (on a cluster, r1's pods never all go)"
     );
     // Nothing of r2 ran and r1 still runs: only the grant is undone.
     let fixes = roll_back(
@@ -163,9 +165,26 @@ fn a_failed_activation_stops_and_revokes_the_new_revision_and_resumes_the_old() 
         "ns",
         "web",
         "r2",
+        StartFirst,
         &seen(Some(Stopped), Some(Running)),
     );
     assert_eq!(fixes, vec![Fix::Revoke("r2".into())]);
+}
+
+#[test]
+fn a_failed_stop_first_activation_stops_and_revokes_the_new_revision_before_resuming_the_old() {
+    let intent = r2_being_granted();
+    let both = seen(Some(Running), Some(Stopped));
+    let fixes = roll_back(&intent, "ns", "web", "r2", StopFirst, &both);
+    assert_eq!(
+        fixes,
+        vec![
+            Fix::Stop("r2".into()),
+            Fix::Revoke("r2".into()),
+            Fix::Resume("r1".into()),
+        ],
+        "the two never run at once"
+    );
 }
 
 #[test]
@@ -175,7 +194,14 @@ fn a_failed_start_of_a_stopped_workload_leaves_nothing_running_or_granted() {
     events.push(received("s1", "start_workload", None));
     events.push(hook_started("s1", BeforeWorkloadStart, "vault", Some("r1")));
     let intent = given(&events);
-    let fixes = roll_back(&intent, "ns", "web", "r1", &seen(Some(Running), None));
+    let fixes = roll_back(
+        &intent,
+        "ns",
+        "web",
+        "r1",
+        StartFirst,
+        &seen(Some(Running), None),
+    );
     assert_eq!(
         fixes,
         vec![Fix::Stop("r1".into()), Fix::Revoke("r1".into())]
@@ -190,6 +216,7 @@ fn a_failed_regrant_of_what_intent_runs_keeps_it_running() {
         "ns",
         "web",
         "r1",
+        StartFirst,
         &seen(Some(Running), Some(Running)),
     );
     assert_eq!(fixes, vec![]);
@@ -264,14 +291,14 @@ fn an_interrupted_activation_not_applied_or_not_granted_is_rolled_back() {
     // The crash came during mesh's call: the driver never started r2.
     let r = recover(&intent, &d, &step, &seen(None, Some(Running)));
     assert_eq!(r, Some(Recovery::RollBack(vec![Fix::Revoke("r2".into())])));
-    // Even if r2 runs, mesh is not surely granted: it is rolled back.
+    // Even if r2 runs, mesh is not surely granted: it is rolled back, r1 first.
     let r = recover(&intent, &d, &step, &seen(Some(Running), Some(Stopped)));
     assert_eq!(
         r,
         Some(Recovery::RollBack(vec![
+            Fix::Resume("r1".into()),
             Fix::Stop("r2".into()),
             Fix::Revoke("r2".into()),
-            Fix::Resume("r1".into())
         ]))
     );
 }

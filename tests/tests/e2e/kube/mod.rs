@@ -6,6 +6,7 @@ mod agent;
 mod conflict;
 mod crash;
 mod driver;
+mod grants;
 mod node;
 mod smoke;
 mod values;

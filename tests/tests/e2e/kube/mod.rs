@@ -7,5 +7,6 @@ mod conflict;
 mod crash;
 mod driver;
 mod node;
+mod readiness;
 mod smoke;
 mod values;

@@ -227,9 +227,10 @@ impl KubeDriver {
     /// Applies `rev`'s Deployment again from the live one (its template, launch env
     /// included), scaled to 0 (`stop`) or to what it runs with (`resume`), then waits
     /// for the rollout. A `resume` of a revision the Deployment moved away from takes
-    /// its template from its ReplicaSet ([`objects::replica_set_of`]). The apply carries the resourceVersion it was computed from: if
-    /// the Deployment changed in between (a 409 Conflict), it is read and applied
-    /// again, a few times. `Ok(())` for a stop when another revision runs.
+    /// its template from its ReplicaSet ([`objects::replica_set_of`]). The apply
+    /// carries the resourceVersion it was computed from: if the Deployment changed in
+    /// between (a 409 Conflict), it is read and applied again, a few times. `Ok(())`
+    /// for a stop when another revision runs.
     async fn reapply(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let stopping = op == "stop";
         let missing = || DriverError::Missing {

@@ -80,7 +80,8 @@ impl Readiness {
 
 /// Checks `readiness` for a spec of `driver`: bounds, an exec argv without NUL, an
 /// HTTP path that can go into a request line as it is, and a check the driver can carry
-/// out (the systemd driver probes ports only; the kube driver none yet).
+/// out (the systemd driver probes ports only; the kube driver writes every kind into
+/// the pod template as a readinessProbe).
 pub fn validate(readiness: &Readiness, driver: DriverKind) -> Result<(), Rejection> {
     let invalid = |m: String| Err(Rejection::new(ErrorCode::InvalidSpec, m));
     let bounded = [
@@ -123,9 +124,6 @@ pub fn validate(readiness: &Readiness, driver: DriverKind) -> Result<(), Rejecti
     match (driver, &readiness.check) {
         (DriverKind::Systemd, Check::Exec { .. }) => invalid(
             "the systemd driver probes `http` and `tcp` readiness only: an `exec` check would run outside the unit's sandbox".into(),
-        ),
-        (DriverKind::Kube, _) => invalid(
-            "the kube driver does not carry out readiness checks yet (docs/kube.md)".into(),
         ),
         _ => Ok(()),
     }

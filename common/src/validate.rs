@@ -174,12 +174,6 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
     if let Some(readiness) = &spec.readiness {
         crate::readiness::validate(readiness, spec.driver)?;
     }
-    if spec.strategy == crate::Strategy::StopFirst && spec.driver == DriverKind::Kube {
-        return Err(Rejection::new(
-            ErrorCode::InvalidSpec,
-            "the kube driver does not replace revisions stop-first yet (docs/kube.md)",
-        ));
-    }
     match (&spec.image, spec.driver) {
         (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
@@ -534,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn stop_first_is_for_drivers_that_replace_a_revision_by_stopping_it() {
+    fn stop_first_is_written_out_and_every_driver_takes_it() {
         let mut s = systemd_spec(&["/bin/app"]);
         s.strategy = crate::Strategy::StopFirst;
         super::spec(&s).unwrap();
@@ -545,10 +539,11 @@ mod tests {
             !default.contains("strategy"),
             "left out at its default: {default}"
         );
+        // The kube driver replaces a revision stop-first with a Recreate Deployment.
         s.driver = DriverKind::Kube;
         s.command = vec![];
         s.image = Some("shop/web:1".into());
-        assert!(invalid(&s).contains("stop-first"));
+        super::spec(&s).unwrap();
     }
 
     #[test]

@@ -63,6 +63,7 @@ impl Default for SimConfig {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
+            gates_readiness: false,
         })
     }
 }
@@ -76,6 +77,8 @@ impl SimConfig {
             reports_exits,
             restarts_exits,
             reaps_orphans,
+            // The sim is always probed by the executor: it never gates readiness.
+            gates_readiness: _,
         } = capabilities;
         SimConfig {
             manages_lifecycle,
@@ -539,6 +542,7 @@ impl Driver for SimDriver {
             reports_exits: self.config.reports_exits,
             restarts_exits: self.config.restarts_exits,
             reaps_orphans: self.config.reaps_orphans,
+            gates_readiness: false,
         }
     }
 

@@ -71,6 +71,8 @@ impl From<WireCapabilities> for Capabilities {
             reports_exits: c.reports_exits,
             restarts_exits: c.restarts_exits,
             reaps_orphans: c.reaps_orphans,
+            // An external driver is probed by the executor (not negotiated).
+            gates_readiness: false,
         }
     }
 }

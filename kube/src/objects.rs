@@ -2,11 +2,13 @@
 //! decisions it takes on what the cluster answers (ownership, rollout progress, pod
 //! failures, error codes). No I/O here, so all of it is unit-tested without a cluster.
 
-use capstan_common::{ErrorCode, Protocol, Spec};
+use capstan_common::{Check, ErrorCode, Protocol, Readiness, Spec, Strategy};
+use capstan_driver::Probe;
 use capstan_driver::{Failure, LaunchEnv, RevisionRef};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -80,7 +82,8 @@ pub fn namespace(host: &str, namespace: &str) -> Value {
 }
 
 /// What the pod template is made of: the spec's container, with spec env and the
-/// accepted launch env merged (placeholders only).
+/// accepted launch env merged (placeholders only), its readinessProbe; and how the
+/// Deployment replaces the pods of another template (its `spec.strategy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     pub image: String,
@@ -90,6 +93,90 @@ pub struct Template {
     pub working_dir: Option<String>,
     /// Container ports and their protocols.
     pub ports: Vec<(u16, Protocol)>,
+    /// The container's readinessProbe, from `spec.readiness`.
+    pub readiness: Option<ReadinessProbe>,
+    /// `Recreate` for stop-first; else a rolling update that keeps every old pod
+    /// until a new one is ready.
+    pub strategy: Strategy,
+}
+
+/// A container's readinessProbe as this driver writes it: the spec's check, its
+/// interval and timeout rounded up to whole seconds (at least 1, the API's unit and
+/// minimum), its threshold as `successThreshold`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadinessProbe {
+    pub check: Check,
+    pub period_seconds: u32,
+    pub timeout_seconds: u32,
+    pub success_threshold: u32,
+}
+
+impl ReadinessProbe {
+    pub fn of(readiness: &Readiness) -> ReadinessProbe {
+        let seconds = |ms: u32| ms.div_ceil(1000).max(1);
+        ReadinessProbe {
+            check: readiness.check.clone(),
+            period_seconds: seconds(readiness.interval_ms),
+            timeout_seconds: seconds(readiness.timeout_ms),
+            success_threshold: readiness.threshold,
+        }
+    }
+
+    /// Read back from a live container's probe; `None` for a handler this driver
+    /// never writes (a named port, gRPC).
+    fn from_live(probe: &k8s_openapi::api::core::v1::Probe) -> Option<ReadinessProbe> {
+        let port = |p: &IntOrString| match p {
+            IntOrString::Int(n) => u16::try_from(*n).ok(),
+            IntOrString::String(_) => None,
+        };
+        let check = if let Some(exec) = &probe.exec {
+            Check::Exec {
+                command: exec.command.clone().unwrap_or_default(),
+            }
+        } else if let Some(http) = &probe.http_get {
+            Check::Http {
+                port: port(&http.port)?,
+                path: http.path.clone().unwrap_or_else(|| "/".into()),
+            }
+        } else {
+            Check::Tcp {
+                port: port(&probe.tcp_socket.as_ref()?.port)?,
+            }
+        };
+        let positive = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok()).unwrap_or(1);
+        Some(ReadinessProbe {
+            check,
+            period_seconds: positive(probe.period_seconds),
+            timeout_seconds: positive(probe.timeout_seconds),
+            success_threshold: positive(probe.success_threshold),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        let mut probe = match &self.check {
+            Check::Exec { command } => json!({"exec": {"command": command}}),
+            Check::Http { port, path } => json!({"httpGet": {"port": port, "path": path}}),
+            Check::Tcp { port } => json!({"tcpSocket": {"port": port}}),
+        };
+        probe["periodSeconds"] = json!(self.period_seconds);
+        probe["timeoutSeconds"] = json!(self.timeout_seconds);
+        probe["successThreshold"] = json!(self.success_threshold);
+        probe
+    }
+}
+
+/// A Deployment's `spec.strategy` for `strategy`. Start-first is an explicit rolling
+/// update of one pod at a time that never takes an old pod away before a new one is
+/// available (the default, 25 %/25 %, would at 4 replicas or more), so the old
+/// revision serves until the new one is ready, whatever the replica count.
+fn strategy(strategy: Strategy) -> Value {
+    match strategy {
+        Strategy::StopFirst => json!({"type": "Recreate"}),
+        Strategy::StartFirst => json!({
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        }),
+    }
 }
 
 impl Template {
@@ -113,12 +200,29 @@ impl Template {
                 .iter()
                 .map(|p| (p.container_port, p.protocol))
                 .collect(),
+            readiness: spec.readiness.as_ref().map(ReadinessProbe::of),
+            strategy: spec.strategy,
         })
     }
 
-    /// Read back from a Deployment this driver applied: its `main` container.
+    /// Read back from a Deployment this driver applied: its `main` container and its
+    /// strategy.
     pub fn from_live(deployment: &Deployment) -> Option<Template> {
-        let pod = deployment.spec.as_ref()?.template.spec.as_ref()?;
+        let spec = deployment.spec.as_ref()?;
+        let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
+        let strategy = if recreate {
+            Strategy::StopFirst
+        } else {
+            Strategy::StartFirst
+        };
+        Template::from_pod_template(&spec.template, strategy)
+    }
+
+    /// Read back from a pod template this driver wrote (a Deployment's, or a
+    /// ReplicaSet's copy of it): its `main` container; `strategy` is the Deployment's,
+    /// which a pod template does not carry.
+    pub fn from_pod_template(template: &PodTemplateSpec, strategy: Strategy) -> Option<Template> {
+        let pod = template.spec.as_ref()?;
         let c = pod.containers.iter().find(|c| c.name == CONTAINER)?;
         Some(Template {
             image: c.image.clone()?,
@@ -145,6 +249,11 @@ impl Template {
                     (p.container_port as u16, protocol)
                 })
                 .collect(),
+            readiness: c
+                .readiness_probe
+                .as_ref()
+                .and_then(ReadinessProbe::from_live),
+            strategy,
         })
     }
 
@@ -175,6 +284,9 @@ impl Template {
                     json!({"containerPort": port, "protocol": protocol})
                 })
                 .collect();
+        }
+        if let Some(probe) = &self.readiness {
+            c["readinessProbe"] = probe.to_json();
         }
         c
     }
@@ -209,6 +321,7 @@ pub fn deployment(
         "spec": {
             "replicas": replicas,
             "progressDeadlineSeconds": progress_deadline_secs,
+            "strategy": strategy(template.strategy),
             // Immutable once created: never the revision.
             "selector": {"matchLabels": {MANAGED: "true", HOST: host, WORKLOAD: rev.workload}},
             "template": {
@@ -327,6 +440,80 @@ pub enum Rollout {
     Failed { reason: String },
     /// The Deployment moved to another revision meanwhile.
     Superseded,
+}
+
+impl std::fmt::Display for Rollout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rollout::Complete => f.write_str("complete"),
+            Rollout::Progressing {
+                updated,
+                available,
+                wanted,
+            } => write!(
+                f,
+                "{updated} of {wanted} pods on the revision, {available} available of any revision"
+            ),
+            Rollout::Failed { reason } => write!(f, "failed: {reason}"),
+            Rollout::Superseded => f.write_str("the Deployment moved to another revision"),
+        }
+    }
+}
+
+/// One readiness probe of `revision` on the live Deployment (`None`: there is none):
+/// ready once the Deployment is on it and its rollout is complete, which the
+/// cluster decides from the pods' readinessProbe.
+pub fn probe(live: Option<&Deployment>, revision: &str) -> Probe {
+    let Some(live) = live else {
+        return Probe::NotReady("the Deployment does not exist".into());
+    };
+    match rollout(live, revision) {
+        Rollout::Complete => Probe::Ready,
+        Rollout::Superseded => Probe::NotReady(format!(
+            "the Deployment is on revision {}",
+            revision_of(live).unwrap_or("(none)")
+        )),
+        state => Probe::NotReady(format!("the rollout is not complete: {state}")),
+    }
+}
+
+/// The ReplicaSet that holds `revision`'s pod template for `deployment`: ours, owned
+/// by that Deployment (its uid), labelled with the revision (the pod template's labels,
+/// which the ReplicaSet carries); the newest by the deployment controller's
+/// `deployment.kubernetes.io/revision` if there are several.
+pub fn replica_set_of<'a>(
+    replica_sets: &'a [ReplicaSet],
+    deployment: &Deployment,
+    revision: &str,
+    host: &str,
+) -> Option<&'a ReplicaSet> {
+    let uid = deployment.metadata.uid.as_deref()?;
+    let owned = |rs: &ReplicaSet| {
+        rs.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Deployment" && o.uid == uid)
+    };
+    let labelled = |rs: &ReplicaSet| {
+        let labels = rs.metadata.labels.as_ref();
+        is_ours(labels, host)
+            && labels.and_then(|l| l.get(REVISION)).map(String::as_str) == Some(revision)
+    };
+    let generation = |rs: &ReplicaSet| -> u64 {
+        rs.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("deployment.kubernetes.io/revision"))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0)
+    };
+    replica_sets
+        .iter()
+        .filter(|rs| {
+            owned(rs) && labelled(rs) && rs.spec.as_ref().is_some_and(|s| s.template.is_some())
+        })
+        .max_by_key(|rs| generation(rs))
 }
 
 /// Where the rollout of `revision` stands on `deployment` (as `kubectl rollout

@@ -521,6 +521,7 @@ impl Driver for SystemdDriver {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: self.config.reap_orphans,
+            gates_readiness: false,
         }
     }
 

@@ -631,7 +631,9 @@ impl Executor {
                     // new revision runs, and is started again if that fails.
                     self.driver.stop(RevisionRef { revision: p, ..rev }).await?;
                 }
-                match &spec.readiness {
+                // A driver that gates readiness waits for it in its own activate.
+                let gated = self.driver.capabilities().gates_readiness;
+                match spec.readiness.as_ref().filter(|_| !gated) {
                     None => {
                         (self.driver)
                             .activate(rev, &spec, launch_env, previous.as_deref())
@@ -668,7 +670,8 @@ impl Executor {
                     revision: &revision,
                 };
                 self.driver.start(rev, &spec, launch_env).await?;
-                if let Some(readiness) = &spec.readiness {
+                let gated = self.driver.capabilities().gates_readiness;
+                if let Some(readiness) = spec.readiness.as_ref().filter(|_| !gated) {
                     self.until_ready(rev, readiness, cancel).await?;
                 }
                 Event::WorkloadStarted {

@@ -152,8 +152,10 @@ fn given_an_exec_check_when_validated_then_it_needs_a_program_without_nul_and_a_
         Some(ErrorCode::InvalidSpec)
     );
     assert_eq!(code(&tcp(80), DriverKind::Systemd), None);
+    // The kube driver writes every kind of check into its pod template.
+    assert_eq!(code(&tcp(80), DriverKind::Kube), None);
     assert_eq!(
-        code(&tcp(80), DriverKind::Kube),
-        Some(ErrorCode::InvalidSpec)
+        code(&exec(&["test", "-f", "/ready"]), DriverKind::Kube),
+        None
     );
 }

@@ -1,6 +1,6 @@
 use super::*;
-use capstan_common::{DriverKind, PortMapping};
-use k8s_openapi::api::apps::v1::Deployment;
+use capstan_common::{DriverKind, PortMapping, Readiness};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 
 const HOST: &str = "c1";
 
@@ -72,6 +72,116 @@ fn the_deployment_carries_the_revision_env_and_replicas() {
     );
     // The selector never names the revision: it is immutable once created.
     assert!(d["spec"]["selector"]["matchLabels"].get(REVISION).is_none());
+}
+
+fn readiness(check: Check, interval_ms: u32, timeout_ms: u32, threshold: u32) -> Readiness {
+    Readiness {
+        check,
+        interval_ms,
+        timeout_ms,
+        threshold,
+        deadline_ms: 8_000,
+    }
+}
+
+/// The `main` container's readinessProbe of the Deployment for `spec`.
+fn probe_of(spec: &Spec) -> Value {
+    let t = Template::from_spec(spec, &launch()).unwrap();
+    let d = deployment(HOST, rev("r1"), &t, 1, 1, 600);
+    d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"].clone()
+}
+
+#[test]
+fn each_readiness_check_becomes_the_containers_readiness_probe() {
+    assert_eq!(probe_of(&spec()), Value::Null, "no readiness, no probe");
+    let mut s = spec();
+    let exec = Check::Exec {
+        command: vec!["test".into(), "-f".into(), "/ready".into()],
+    };
+    s.readiness = Some(readiness(exec, 1_000, 1_000, 1));
+    assert_eq!(
+        probe_of(&s),
+        json!({"exec": {"command": ["test", "-f", "/ready"]},
+            "periodSeconds": 1, "timeoutSeconds": 1, "successThreshold": 1})
+    );
+    let http = Check::Http {
+        port: 8080,
+        path: "/healthz?full=1".into(),
+    };
+    s.readiness = Some(readiness(http, 2_000, 500, 3));
+    assert_eq!(
+        probe_of(&s),
+        json!({"httpGet": {"port": 8080, "path": "/healthz?full=1"},
+            "periodSeconds": 2, "timeoutSeconds": 1, "successThreshold": 3})
+    );
+    s.readiness = Some(readiness(Check::Tcp { port: 5432 }, 1_500, 2_001, 2));
+    assert_eq!(
+        probe_of(&s),
+        json!({"tcpSocket": {"port": 5432},
+            "periodSeconds": 2, "timeoutSeconds": 3, "successThreshold": 2})
+    );
+}
+
+#[test]
+fn probe_intervals_and_timeouts_round_up_to_whole_seconds_of_at_least_one() {
+    let probe = |interval_ms, timeout_ms| {
+        ReadinessProbe::of(&readiness(
+            Check::Tcp { port: 1 },
+            interval_ms,
+            timeout_ms,
+            1,
+        ))
+    };
+    for (ms, seconds) in [(10, 1), (999, 1), (1_000, 1), (1_001, 2), (600_000, 600)] {
+        assert_eq!(probe(ms, ms).period_seconds, seconds, "{ms} ms");
+        assert_eq!(probe(ms, ms).timeout_seconds, seconds, "{ms} ms");
+    }
+    assert_eq!(probe(1, 1).timeout_seconds, 1);
+}
+
+#[test]
+fn start_first_rolls_one_pod_at_a_time_keeping_the_old_ones_and_stop_first_recreates() {
+    let t = Template::from_spec(&spec(), &launch()).unwrap();
+    let d = deployment(HOST, rev("r1"), &t, 5, 5, 600);
+    assert_eq!(
+        d["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let mut s = spec();
+    s.strategy = Strategy::StopFirst;
+    let t = Template::from_spec(&s, &launch()).unwrap();
+    let d = deployment(HOST, rev("r1"), &t, 5, 5, 600);
+    assert_eq!(d["spec"]["strategy"], json!({"type": "Recreate"}));
+}
+
+#[test]
+fn the_probe_and_the_strategy_read_back_from_the_live_deployment() {
+    for strategy in [Strategy::StartFirst, Strategy::StopFirst] {
+        for check in [
+            Check::Exec {
+                command: vec!["true".into()],
+            },
+            Check::Http {
+                port: 80,
+                path: "/".into(),
+            },
+            Check::Tcp { port: 443 },
+        ] {
+            let mut s = spec();
+            s.strategy = strategy;
+            s.readiness = Some(readiness(check, 2_500, 300, 4));
+            let t = Template::from_spec(&s, &launch()).unwrap();
+            let mut applied = deployment(HOST, rev("r1"), &t, 0, 1, 600);
+            // As the apiserver answers it: defaults filled in.
+            let probe = &mut applied["spec"]["template"]["spec"]["containers"][0]["readinessProbe"];
+            probe["failureThreshold"] = json!(3);
+            if let Some(http) = probe.get_mut("httpGet") {
+                http["scheme"] = json!("HTTP");
+            }
+            let read = Template::from_live(&live(applied, json!({}))).unwrap();
+            assert_eq!(read, t, "{strategy:?}");
+        }
+    }
 }
 
 #[test]
@@ -202,6 +312,81 @@ fn a_progress_deadline_fails_the_rollout() {
         Rollout::Failed {
             reason: "ProgressDeadlineExceeded".into()
         }
+    );
+}
+
+#[test]
+fn a_probe_is_ready_once_the_deployment_is_on_the_revision_and_rolled_out() {
+    let t = Template::from_spec(&spec(), &launch()).unwrap();
+    let applied = deployment(HOST, rev("r2"), &t, 1, 1, 600);
+    let done = live(
+        applied.clone(),
+        json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
+    );
+    assert_eq!(probe(Some(&done), "r2"), Probe::Ready);
+    let unready = live(
+        applied,
+        json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}),
+    );
+    assert_eq!(
+        probe(Some(&unready), "r2"),
+        Probe::NotReady(
+            "the rollout is not complete: 1 of 1 pods on the revision, 1 available of any revision"
+                .into()
+        )
+    );
+    assert_eq!(
+        probe(Some(&done), "r3"),
+        Probe::NotReady("the Deployment is on revision r2".into())
+    );
+    assert!(!probe(None, "r2").is_ready());
+}
+
+/// A ReplicaSet of workload `web` at `revision`, as the deployment controller makes
+/// it: the pod template's labels, owned by Deployment `owner`, its revision number.
+fn replica_set(t: &Template, revision: &str, owner: &str, number: u32) -> ReplicaSet {
+    let d = deployment(HOST, rev(revision), t, 1, 1, 600);
+    let mut template = d["spec"]["template"].clone();
+    template["metadata"]["labels"]["pod-template-hash"] = json!(format!("h{number}"));
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("capstan-web-h{number}"),
+            "labels": template["metadata"]["labels"],
+            "annotations": {"deployment.kubernetes.io/revision": number.to_string()},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                "name": "capstan-web", "uid": owner}],
+        },
+        "spec": {"selector": d["spec"]["selector"], "template": template},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_revision_is_found_in_its_replica_set_of_the_same_deployment() {
+    let mut s1 = spec();
+    s1.readiness = Some(readiness(Check::Tcp { port: 8080 }, 1_000, 1_000, 1));
+    let t1 = Template::from_spec(&s1, &launch()).unwrap();
+    let t2 = Template::from_spec(&spec(), &LaunchEnv::new()).unwrap();
+    let mut now = live(deployment(HOST, rev("r2"), &t2, 1, 1, 600), json!({}));
+    now.metadata.uid = Some("uid-1".into());
+    let sets = [
+        replica_set(&t2, "r2", "uid-1", 2),
+        replica_set(&t1, "r1", "uid-0", 7),
+        replica_set(&t1, "r1", "uid-1", 1),
+    ];
+    let found = replica_set_of(&sets, &now, "r1", HOST).expect("r1's ReplicaSet");
+    assert_eq!(
+        found.metadata.name.as_deref(),
+        Some("capstan-web-h1"),
+        "owned by this Deployment"
+    );
+    let template = found.spec.as_ref().unwrap().template.as_ref().unwrap();
+    let back = Template::from_pod_template(template, Strategy::StartFirst).unwrap();
+    assert_eq!(back, t1, "launch env and probe included");
+    assert!(replica_set_of(&sets, &now, "r0", HOST).is_none());
+    assert!(
+        replica_set_of(&sets, &now, "r1", "c2").is_none(),
+        "another host's"
     );
 }
 

@@ -219,6 +219,8 @@ fn drift_made_by_hand_is_reported_at_startup_and_left_alone() {
         env: Default::default(),
         working_dir: None,
         ports: vec![],
+        readiness: None,
+        strategy: Default::default(),
     };
     let ghost = capstan_driver::RevisionRef {
         namespace: "ns",

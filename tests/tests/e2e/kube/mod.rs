@@ -8,5 +8,6 @@ mod crash;
 mod driver;
 mod grants;
 mod node;
+mod readiness;
 mod smoke;
 mod values;

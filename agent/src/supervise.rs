@@ -395,7 +395,6 @@ mod tests {
         reports_exits: true,
         restarts_exits: true,
         reaps_orphans: false,
-        gates_readiness: false,
     };
 
     /// What systemd declares by default: exits are reported, the backend restarts.
@@ -404,7 +403,6 @@ mod tests {
         reports_exits: true,
         restarts_exits: false,
         reaps_orphans: false,
-        gates_readiness: false,
     };
 
     const NOW: Backoff = Backoff {

@@ -139,7 +139,6 @@ impl Driver for NullDriver {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
-            gates_readiness: false,
         }
     }
     async fn ensure_namespace(&self, _: &str) -> Result<(), DriverError> {

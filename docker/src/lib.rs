@@ -419,7 +419,6 @@ impl Driver for DockerDriver {
             reports_exits: true,
             restarts_exits: true,
             reaps_orphans: self.config.reap_orphans,
-            gates_readiness: false,
         }
     }
 

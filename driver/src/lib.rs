@@ -76,11 +76,6 @@ pub struct Capabilities {
     /// Drift found at startup (objects labelled ours that intent does not know) is
     /// removed, not only reported.
     pub reaps_orphans: bool,
-    /// The driver's own `start` and `activate` return only once the revision passes
-    /// its spec's `readiness`, or fail `not_ready` having left the predecessor running
-    /// (the kube driver: a readinessProbe and a rollout wait bounded by the deadline).
-    /// The executor then does not probe before activating.
-    pub gates_readiness: bool,
 }
 
 /// The runtime state of one revision as the backend reports it.

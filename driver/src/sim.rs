@@ -63,7 +63,6 @@ impl Default for SimConfig {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
-            gates_readiness: false,
         })
     }
 }
@@ -78,7 +77,6 @@ impl SimConfig {
             restarts_exits,
             reaps_orphans,
             // The sim is always probed by the executor: it never gates readiness.
-            gates_readiness: _,
         } = capabilities;
         SimConfig {
             manages_lifecycle,
@@ -542,7 +540,6 @@ impl Driver for SimDriver {
             reports_exits: self.config.reports_exits,
             restarts_exits: self.config.restarts_exits,
             reaps_orphans: self.config.reaps_orphans,
-            gates_readiness: false,
         }
     }
 

@@ -72,7 +72,6 @@ impl From<WireCapabilities> for Capabilities {
             restarts_exits: c.restarts_exits,
             reaps_orphans: c.reaps_orphans,
             // An external driver is probed by the executor (not negotiated).
-            gates_readiness: false,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::objects::{self, ApiFailure, OnRevision, Owner, Rollout, Template};
 use crate::KubeConfig;
-use capstan_common::{Check, DriverKind, ErrorCode, Readiness, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Spec};
 use capstan_driver::{
     BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed, Probe,
     RevisionRef,
@@ -271,41 +271,6 @@ impl KubeDriver {
         ))
     }
 
-    /// The revision to roll an unready `rev` back to, with its template and its
-    /// `(replicas, runs_with)`: `live` when it is on another revision; `previous` from
-    /// its ReplicaSet when `live` is on `rev` already; `None` when there is neither.
-    async fn roll_back_to(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        live: Option<&Deployment>,
-        previous: Option<&str>,
-    ) -> Result<Option<(String, Template, (u32, u32))>, DriverError> {
-        let Some(live) = live else {
-            return Ok(None);
-        };
-        match objects::revision_of(live) {
-            Some(on) if on != rev.revision => {
-                let replicas = live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let replicas = u32::try_from(replicas).unwrap_or(0);
-                let back = Template::from_live(live);
-                Ok(back.map(|t| (on.to_string(), t, (replicas, objects::runs_with(live)))))
-            }
-            _ => {
-                let Some(previous) = previous.filter(|p| *p != rev.revision) else {
-                    return Ok(None);
-                };
-                let back = RevisionRef {
-                    revision: previous,
-                    ..rev
-                };
-                let runs_with = objects::runs_with(live);
-                let template = self.replica_set_template(op, back, live).await?;
-                Ok(template.map(|t| (previous.to_string(), t, (runs_with, runs_with))))
-            }
-        }
-    }
-
     /// `rev`'s pod template from the ReplicaSet the Deployment `live` keeps of it, under
     /// the Deployment's strategy; `None` when there is no such ReplicaSet.
     async fn replica_set_template(
@@ -328,110 +293,30 @@ impl KubeDriver {
     }
 
     /// Starts `rev` from `spec` (its replicas) and the accepted launch environment.
-    /// With `spec.readiness`, the rollout (which the pods' readinessProbe gates) is
-    /// waited on until its deadline; one not complete by then is rolled back
-    /// ([`KubeDriver::roll_back_unready`]) and fails `not_ready`.
+    /// With `spec.readiness` it returns once the Deployment is written: the pods'
+    /// readinessProbe gates the rollout, and the executor waits for it through
+    /// [`Driver::probe`] (bounded by the deadline, cut short by a cancel), then
+    /// activates, or rolls back by resuming the predecessor from its ReplicaSet.
     async fn run(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
-        previous: Option<&str>,
     ) -> Result<(), DriverError> {
         let template = Template::from_spec(spec, launch_env)
             .map_err(|reason| DriverError::refused(op, rev, ErrorCode::InvalidSpec, reason))?;
         self.our_namespace(op, rev.namespace).await?;
-        // Refuses a Deployment under our name that is not ours; kept to roll back to.
-        let live = self.deployment(op, rev).await?;
+        // Refuses a Deployment under our name that is not ours.
+        self.deployment(op, rev).await?;
         let replicas = spec.kube.replicas;
-        let Some(readiness) = &spec.readiness else {
-            return self.apply(op, rev, &template, replicas, replicas).await;
-        };
-        self.write(op, rev, &template, (replicas, replicas), None)
-            .await?;
-        match self
-            .wait_rollout_within(op, rev, readiness.deadline())
-            .await
-        {
-            Ok(done) => done,
-            Err(watch::TimedOut { last }) => {
-                let unready = Unready {
-                    readiness,
-                    template: &template,
-                    runs_with: replicas,
-                    previous,
-                    last,
-                };
-                Err(self.roll_back_unready(op, rev, unready, live).await)
-            }
+        if spec.readiness.is_some() {
+            self.write(op, rev, &template, (replicas, replicas), None)
+                .await?;
+            return Ok(());
         }
+        self.apply(op, rev, &template, replicas, replicas).await
     }
-
-    /// After `rev`'s rollout did not complete by its readiness deadline: the
-    /// Deployment goes back to `live` when that was on another revision (read back:
-    /// that revision's template and replicas); when it was on `rev` already (an
-    /// activation carried out again after a crash), to the predecessor's template in
-    /// its ReplicaSet, if it has one; else `rev` is scaled to 0. A revision rolled back
-    /// to is waited on for `rollout_timeout_secs`. The `not_ready` error says what was
-    /// done, or why rolling back failed (the executor's roll-back then stops and
-    /// resumes what it must).
-    async fn roll_back_unready(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        unready: Unready<'_>,
-        live: Option<Deployment>,
-    ) -> DriverError {
-        let Unready {
-            readiness,
-            template,
-            runs_with,
-            previous,
-            last,
-        } = unready;
-        tracing::warn!(target: "capstan::kube", %rev, deadline_ms = readiness.deadline_ms, "not ready by the deadline; rolling back");
-        let rolled_back = match self.roll_back_to(op, rev, live.as_ref(), previous).await {
-            Ok(Some((revision, template, (replicas, runs_with)))) => {
-                let back = RevisionRef {
-                    revision: &revision,
-                    ..rev
-                };
-                self.apply(op, back, &template, replicas, runs_with)
-                    .await
-                    .map(|()| format!("the Deployment is back on {revision}"))
-            }
-            Ok(None) => self
-                .apply(op, rev, template, 0, runs_with)
-                .await
-                .map(|()| "the Deployment is scaled to 0".to_string()),
-            Err(e) => Err(e),
-        };
-        let after =
-            rolled_back.unwrap_or_else(|e| format!("rolling it back failed: {}", e.report()));
-        let last = last.map_or_else(|| "none seen".to_string(), |l| l.to_string());
-        DriverError::refused(
-            op,
-            rev,
-            ErrorCode::NotReady,
-            format!(
-                "{rev} was not ready within {} ms (last rollout state: {last}); {after}",
-                readiness.deadline_ms
-            ),
-        )
-    }
-}
-
-/// What a rollout that missed its readiness deadline leaves to roll back from.
-struct Unready<'a> {
-    readiness: &'a Readiness,
-    /// The new revision's template and the replicas it runs with.
-    template: &'a Template,
-    runs_with: u32,
-    /// The revision the activation replaces, if any.
-    previous: Option<&'a str>,
-    /// Where the rollout stood last.
-    last: Option<Rollout>,
 }
 
 /// A `not_owned` refusal of `target`.
@@ -522,15 +407,13 @@ impl Driver for KubeDriver {
     /// The cluster owns its workloads: an agent stop or start never stops or starts
     /// anything, and the cluster (not the agent) restarts pods. Container restarts are
     /// reported as exits ([`Driver::watch_exits`]); the agent only records them, and a
-    /// crash loop as `workload_failed`. Readiness is the pods' readinessProbe, and the
-    /// rollout wait is bounded by its deadline: the driver gates readiness itself.
+    /// crash loop as `workload_failed`.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             manages_lifecycle: false,
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: false,
-            gates_readiness: true,
         }
     }
 
@@ -607,12 +490,11 @@ impl Driver for KubeDriver {
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
-        previous: Option<&str>,
+        _previous: Option<&str>,
     ) -> Result<(), DriverError> {
         // The previous revision is the same Deployment's older template: the rollout
-        // replaces its pods, so there is nothing else to stop (and, not ready by the
-        // deadline, it is what the Deployment goes back to).
-        self.run("activate", rev, spec, launch_env, previous).await
+        // replaces its pods, so there is nothing else to stop.
+        self.run("activate", rev, spec, launch_env).await
     }
 
     async fn start(
@@ -621,7 +503,7 @@ impl Driver for KubeDriver {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        self.run("start", rev, spec, launch_env, None).await
+        self.run("start", rev, spec, launch_env).await
     }
 
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -630,16 +512,33 @@ impl Driver for KubeDriver {
 
     /// Ready once the Deployment is on `rev` and its rollout complete: the cluster
     /// probes the pods (`check` is their readinessProbe), so nothing is probed here.
-    /// Asked by the executor's crash recovery only: `activate`/`start` wait for the
-    /// rollout themselves ([`Capabilities::gates_readiness`]).
+    /// A rollout the cluster gave up on, or pods that cannot come up (an image that
+    /// cannot be pulled, a crash loop), fail the probe with their code: waiting on
+    /// would not change them.
     async fn probe(
         &self,
         rev: RevisionRef<'_>,
         _check: &Check,
         timeout: Duration,
     ) -> Result<Probe, DriverError> {
-        match tokio::time::timeout(timeout, self.deployment("probe", rev)).await {
-            Ok(live) => Ok(objects::probe(live?.as_ref(), rev.revision)),
+        const OP: &str = "probe";
+        let looked = async {
+            let live = self.deployment(OP, rev).await?;
+            let probe = objects::probe(live.as_ref(), rev.revision)
+                .map_err(|(code, reason)| DriverError::refused(OP, rev, code, reason))?;
+            if probe.is_ready() {
+                return Ok(probe);
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), rev.namespace);
+            let of_rev = ListParams::default().labels(&self.pods_selector(rev));
+            let listed = call(OP, &rev, || pods.list(&of_rev)).await?;
+            match objects::pod_failure(&listed.items) {
+                Some((code, reason)) => Err(DriverError::refused(OP, rev, code, reason)),
+                None => Ok(probe),
+            }
+        };
+        match tokio::time::timeout(timeout, looked).await {
+            Ok(probe) => probe,
             Err(_) => Ok(Probe::NotReady(format!(
                 "the apiserver did not answer within {} ms",
                 timeout.as_millis()

@@ -462,19 +462,26 @@ impl std::fmt::Display for Rollout {
 
 /// One readiness probe of `revision` on the live Deployment (`None`: there is none):
 /// ready once the Deployment is on it and its rollout is complete, which the
-/// cluster decides from the pods' readinessProbe.
-pub fn probe(live: Option<&Deployment>, revision: &str) -> Probe {
+/// cluster decides from the pods' readinessProbe; `Err` with a code and the reason
+/// when the cluster gave the rollout up.
+pub fn probe(live: Option<&Deployment>, revision: &str) -> Result<Probe, (ErrorCode, String)> {
     let Some(live) = live else {
-        return Probe::NotReady("the Deployment does not exist".into());
+        return Ok(Probe::NotReady("the Deployment does not exist".into()));
     };
-    match rollout(live, revision) {
+    Ok(match rollout(live, revision) {
         Rollout::Complete => Probe::Ready,
+        Rollout::Failed { reason } => {
+            return Err((
+                ErrorCode::BackendFailed,
+                format!("the rollout failed: {reason}"),
+            ))
+        }
         Rollout::Superseded => Probe::NotReady(format!(
             "the Deployment is on revision {}",
             revision_of(live).unwrap_or("(none)")
         )),
         state => Probe::NotReady(format!("the rollout is not complete: {state}")),
-    }
+    })
 }
 
 /// The ReplicaSet that holds `revision`'s pod template for `deployment`: ours, owned

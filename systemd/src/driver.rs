@@ -521,7 +521,6 @@ impl Driver for SystemdDriver {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: self.config.reap_orphans,
-            gates_readiness: false,
         }
     }
 

@@ -631,9 +631,7 @@ impl Executor {
                     // new revision runs, and is started again if that fails.
                     self.driver.stop(RevisionRef { revision: p, ..rev }).await?;
                 }
-                // A driver that gates readiness waits for it in its own activate.
-                let gated = self.driver.capabilities().gates_readiness;
-                match spec.readiness.as_ref().filter(|_| !gated) {
+                match &spec.readiness {
                     None => {
                         (self.driver)
                             .activate(rev, &spec, launch_env, previous.as_deref())
@@ -670,8 +668,7 @@ impl Executor {
                     revision: &revision,
                 };
                 self.driver.start(rev, &spec, launch_env).await?;
-                let gated = self.driver.capabilities().gates_readiness;
-                if let Some(readiness) = spec.readiness.as_ref().filter(|_| !gated) {
+                if let Some(readiness) = &spec.readiness {
                     self.until_ready(rev, readiness, cancel).await?;
                 }
                 Event::WorkloadStarted {

@@ -139,7 +139,6 @@ fn the_default_config_declares_the_sims_historical_capabilities() {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
-            gates_readiness: false,
         }
     );
 }
@@ -159,7 +158,6 @@ fn any_capability_set_can_be_declared_from_config() {
             reports_exits: true,
             restarts_exits: true,
             reaps_orphans: true,
-            gates_readiness: false,
         }
     );
     assert!(SimConfig::declaring(caps).reports_exits);

@@ -56,7 +56,6 @@ fn main() -> anyhow::Result<()> {
         reports_exits: cli.reports_exits,
         restarts_exits: cli.restarts_exits,
         reaps_orphans: cli.reaps_orphans,
-        gates_readiness: false,
     });
     let sim = SimDriver::open(&cli.state_dir, config)
         .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?;

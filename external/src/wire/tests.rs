@@ -16,7 +16,6 @@ fn an_unknown_capability_is_ignored_and_a_missing_one_is_false() {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: false,
-            gates_readiness: false,
         }
     );
     // No capabilities object at all: every one is false.

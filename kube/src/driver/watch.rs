@@ -43,33 +43,13 @@ impl KubeDriver {
 
     /// Waits (at most `rollout_timeout_secs`) for `rev`'s rollout to complete, from a
     /// watch of its Deployment and of its pods, failing on what the cluster will not
-    /// get past by itself; `rollout_timeout` when it is still going then.
+    /// get past by itself.
     pub(super) async fn wait_rollout(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
     ) -> Result<(), DriverError> {
         let seconds = self.config.rollout_timeout_secs;
-        let within = Duration::from_secs(seconds.into());
-        match self.wait_rollout_within(op, rev, within).await {
-            Ok(done) => done,
-            Err(TimedOut { last }) => Err(DriverError::refused(
-                op,
-                rev,
-                ErrorCode::RolloutTimeout,
-                format!("the rollout did not complete in {seconds} s ({last:?})"),
-            )),
-        }
-    }
-
-    /// As [`KubeDriver::wait_rollout`], for at most `within`: `Err` when the rollout
-    /// was still going then, with where it stood last.
-    pub(super) async fn wait_rollout_within(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        within: Duration,
-    ) -> Result<Result<(), DriverError>, TimedOut> {
         let name = objects::deployment_name(rev.workload);
         let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let of_rev = watcher::Config::default().labels(&self.pods_selector(rev));
@@ -77,9 +57,14 @@ impl KubeDriver {
         let events = self.watch((self.deployments(rev.namespace), by_name), (pods, of_rev));
         let mut last = None;
         let followed = follow_rollout(op, rev, events, &mut last);
-        match tokio::time::timeout(within, followed).await {
-            Ok(done) => Ok(done),
-            Err(_) => Err(TimedOut { last }),
+        match tokio::time::timeout(Duration::from_secs(seconds.into()), followed).await {
+            Ok(done) => done,
+            Err(_) => Err(DriverError::refused(
+                op,
+                rev,
+                ErrorCode::RolloutTimeout,
+                format!("the rollout did not complete in {seconds} s ({last:?})"),
+            )),
         }
     }
 
@@ -147,12 +132,6 @@ impl KubeDriver {
             }
         }
     }
-}
-
-/// A rollout wait that ended with the rollout still going: where it stood last
-/// (`None`: nothing was seen of it yet).
-pub(super) struct TimedOut {
-    pub last: Option<Rollout>,
 }
 
 /// What one watch event of an object says about failures not sent yet.

@@ -323,23 +323,36 @@ fn a_probe_is_ready_once_the_deployment_is_on_the_revision_and_rolled_out() {
         applied.clone(),
         json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
     );
-    assert_eq!(probe(Some(&done), "r2"), Probe::Ready);
+    assert_eq!(probe(Some(&done), "r2"), Ok(Probe::Ready));
     let unready = live(
         applied,
         json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}),
     );
     assert_eq!(
         probe(Some(&unready), "r2"),
-        Probe::NotReady(
+        Ok(Probe::NotReady(
             "the rollout is not complete: 1 of 1 pods on the revision, 1 available of any revision"
                 .into()
-        )
+        ))
     );
     assert_eq!(
         probe(Some(&done), "r3"),
-        Probe::NotReady("the Deployment is on revision r2".into())
+        Ok(Probe::NotReady("the Deployment is on revision r2".into()))
     );
-    assert!(!probe(None, "r2").is_ready());
+    assert!(!probe(None, "r2").unwrap().is_ready());
+}
+
+#[test]
+fn a_probe_of_a_rollout_the_cluster_gave_up_fails_with_backend_failed() {
+    let t = Template::from_spec(&spec(), &launch()).unwrap();
+    let d = live(
+        deployment(HOST, rev("r2"), &t, 1, 1, 600),
+        json!({"observedGeneration": 2, "replicas": 1, "conditions": [{
+            "type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}),
+    );
+    let (code, reason) = probe(Some(&d), "r2").unwrap_err();
+    assert_eq!(code, capstan_common::ErrorCode::BackendFailed);
+    assert_eq!(reason, "the rollout failed: ProgressDeadlineExceeded");
 }
 
 /// A ReplicaSet of workload `web` at `revision`, as the deployment controller makes

@@ -1,11 +1,10 @@
 //! Readiness and strategies on a real cluster, through the cluster agent: a spec's
 //! `readiness` is its pods' readinessProbe (the node stand-in plays the kubelet's
 //! probes: `unready` images never pass, other probed pods pass after
-//! `periodSeconds × successThreshold`), the activation waits for the rollout until the
-//! readiness deadline, and one not ready by then is rolled back to the previous
-//! revision's template. `stop-first` is a `Recreate` Deployment. A kill mid-rollout is
-//! recovered by probing the Deployment and resuming the predecessor from its
-//! ReplicaSet.
+//! `periodSeconds × successThreshold`), the agent probes the rollout until the
+//! readiness deadline, and one not ready by then is rolled back by resuming the
+//! previous revision from its ReplicaSet. `stop-first` is a `Recreate` Deployment. A
+//! kill mid-rollout is recovered the same way, by probing the Deployment again.
 
 use capstan_kube::objects::{self, Rollout};
 use capstan_tests::agent::Agent;
@@ -123,7 +122,7 @@ fn a_revision_never_ready_fails_not_ready_and_the_deployment_is_back_on_r1_servi
         "{message}"
     );
     assert!(
-        message.contains("the Deployment is back on r1"),
+        message.contains("the last: the rollout is not complete"),
         "{message}"
     );
 
@@ -143,6 +142,43 @@ fn a_revision_never_ready_fails_not_ready_and_the_deployment_is_back_on_r1_servi
     let intent = a.intent();
     assert_eq!(intent["workloads"]["ns/web"]["active_revision"], "r1");
     assert_eq!(intent["workloads"]["ns/web"]["intent"], "running");
+    grants_held_by(&a, "r1");
+    cluster.stop();
+}
+
+/// The agent waits for the rollout itself, so what cuts a wait short on the other
+/// drivers cuts it here: the command's deadline passing mid-wait (as a cancel or the
+/// agent's stop would) ends it `cancelled` with r1 serving, resumed from its
+/// ReplicaSet, long before the readiness deadline.
+#[test]
+fn a_deadline_passing_during_the_rollout_wait_cancels_it_and_the_deployment_is_back_on_r1() {
+    let cluster = KubeCluster::start();
+    let a = agent(&cluster, "kready-cut");
+    let c = a.commands("ns");
+    let mut setup = c.rollout(&["web"], "r1", |_| spec("capstan-test/web:1"));
+    setup.push(c.prepare(
+        "p2",
+        "web",
+        "r2",
+        checked("capstan-test/unready:2", 3_600_000),
+    ));
+    a.apply_ok(&setup);
+    let r1_pods = pods_of(&cluster, "r1");
+    let soon = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let cut = c
+        .activate("a2", "web", "r2")
+        .with("deadline", soon.to_rfc3339());
+    let applied = a.apply(&[cut]);
+    assert_eq!(applied.exit, Exit::Code(1), "{applied}");
+    let r = applied.result("a2");
+    assert_eq!(r["error"]["code"], "cancelled", "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cancelled while waiting for ns/web@r2"),
+        "{message}"
+    );
+    rolled_out_on(&cluster, "r1");
+    assert_eq!(pods_of(&cluster, "r1"), r1_pods, "r1's pod never replaced");
     grants_held_by(&a, "r1");
     cluster.stop();
 }
@@ -228,6 +264,7 @@ fn a_kill_during_a_never_ready_rollout_is_interrupted_and_r1_resumed_from_its_re
         spec("capstan-test/web:1").env("LAUNCHED", "as r1")
     }));
     let r1_env = main_container(&rolled_out_on(&cluster, "r1")).env.clone();
+    let r1_pods = pods_of(&cluster, "r1");
 
     // Killed while r2's rollout waits for a readiness that never comes.
     let input = a.write_input(&[
@@ -240,8 +277,8 @@ fn a_kill_during_a_never_ready_rollout_is_interrupted_and_r1_resumed_from_its_re
     assert!(a.in_progress("a2"), "killed mid-activation");
     assert_eq!(objects::revision_of(&web(&cluster)), Some("r2"));
 
-    // Recovery probes r2 until its deadline, then rolls back: r2 stopped, r1 resumed
-    // from its ReplicaSet, its template (env included) as it was.
+    // Recovery probes r2 until its deadline, then rolls back: r1 resumed from its
+    // ReplicaSet, its template (env included) as it was, before r2 is stopped.
     let recovered = a.recover();
     assert_eq!(recovered.exit, Exit::OK, "{recovered}");
     let done: Vec<Value> = a
@@ -270,6 +307,11 @@ fn a_kill_during_a_never_ready_rollout_is_interrupted_and_r1_resumed_from_its_re
     );
     let d = rolled_out_on(&cluster, "r1");
     assert_eq!(main_container(&d).env, r1_env, "r1's template as it was");
+    assert_eq!(
+        pods_of(&cluster, "r1"),
+        r1_pods,
+        "r1's pod served throughout: resumed before r2 was stopped"
+    );
     wait_until("r2's pods gone", READY, || {
         pods_of(&cluster, "r2").is_empty()
     });

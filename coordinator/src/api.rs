@@ -775,6 +775,32 @@ mod tests {
         assert!(served.len() >= 10, "{served:?}");
     }
 
+    /// Every operation has an operationId, camelCase and its own (what a generated
+    /// client names its methods by), and the server listed is the default `listen`.
+    #[test]
+    fn the_operations_have_their_own_camel_case_ids_and_the_server_is_the_default() {
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let mut ids = Vec::new();
+        for (path, ops) in spec["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                let id = op["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+                let camel = id.starts_with(|c: char| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric())
+                    && id.chars().any(|c| c.is_ascii_uppercase());
+                assert!(camel, "{method} {path}: {id} is not camelCase of words");
+                ids.push(id.to_string());
+            }
+        }
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count, "an operationId used twice: {ids:?}");
+        let url = format!("http://{}", crate::config::default_listen());
+        assert_eq!(spec["servers"][0]["url"], url.as_str());
+    }
+
     /// The `enum` of a schema of the description, as strings.
     fn described_enum(pointer: &str) -> Vec<String> {
         let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();

@@ -329,3 +329,208 @@ impl Record {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// The coordinator's OpenAPI description, whose `LogRecord` describes these records.
+    const OPENAPI: &str = include_str!("../../coordinator/src/openapi.json");
+
+    /// The variants `Event` declares, as serde's derive names them (its "expected one
+    /// of" list for an unknown variant).
+    fn declared_kinds() -> Vec<String> {
+        let refused = serde_json::from_str::<Event>("\"no_such_kind\"").unwrap_err();
+        let message = refused.to_string();
+        let (_, expected) = message
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("{message}"));
+        expected
+            .split(", ")
+            .map(|v| v.trim_matches('`').split('`').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// One event of every kind, with every optional field both set and unset.
+    fn events() -> Vec<Event> {
+        let mut events: Vec<Event> = crate::log::samples::every_event()
+            .into_iter()
+            .map(|(event, _)| event)
+            .collect();
+        let s = |v: &str| v.to_string();
+        events.extend([
+            Event::CancelRequested {
+                command_id: s("c1"),
+                by: s("cancel-0123"),
+            },
+            Event::CommandReceived {
+                command_id: s("cancel-0123"),
+                op: s("cancel_command"),
+                namespace: s(""),
+                workload: None,
+                revision: None,
+                command: s("{}"),
+            },
+            Event::CommandRejected {
+                command_id: Some(s("c2")),
+                code: ErrorCode::InvalidName,
+                message: s("m"),
+            },
+            Event::CommandCompleted {
+                command_id: s("c1"),
+                outcome: Outcome::Succeeded,
+                code: None,
+                message: None,
+            },
+            Event::HookStarted {
+                command_id: s("c1"),
+                phase: Phase::BeforeWorkloadStart,
+                owner: s("iam"),
+                revision: Some(s("r1")),
+            },
+            Event::HookStarted {
+                command_id: s("c1"),
+                phase: Phase::AfterNamespacePrepared,
+                owner: s("iam"),
+                revision: None,
+            },
+            Event::WorkloadStopped {
+                cause: Cause::AgentShutdown,
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: None,
+            },
+            Event::WorkloadStarted {
+                cause: Cause::Supervisor,
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: s("r2"),
+                previous: Some(s("r1")),
+            },
+            Event::WorkloadExited {
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: s("r1"),
+                exit_code: None,
+            },
+        ]);
+        events
+    }
+
+    /// Whether `value` is one `schema` allows, as far as these records need: `type`,
+    /// `enum`, `pattern` (whole-string hex only), `anyOf`/`oneOf`, and a `$ref` to a
+    /// component (an object's keys each one of its properties).
+    fn allows(spec: &Value, schema: &Value, value: &Value) -> Result<(), String> {
+        if let Some(pointer) = schema["$ref"].as_str() {
+            let target = spec
+                .pointer(pointer.trim_start_matches('#'))
+                .unwrap_or_else(|| panic!("no {pointer}"));
+            return allows(spec, target, value);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(options) = schema[key].as_array() {
+                return if options.iter().any(|o| allows(spec, o, value).is_ok()) {
+                    Ok(())
+                } else {
+                    Err(format!("{value} matches none of {key} {schema}"))
+                };
+            }
+        }
+        if let Some(allowed) = schema["enum"].as_array() {
+            if !allowed.contains(value) {
+                return Err(format!("{value} is not in the enum {allowed:?}"));
+            }
+        }
+        let types: Vec<&str> = match &schema["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let actual = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        if !types.is_empty() && !types.contains(&actual) {
+            return Err(format!("{value} is {actual}, not {types:?}"));
+        }
+        if schema["pattern"] == "^[0-9a-f]{64}$" {
+            let text = value.as_str().unwrap_or_default();
+            if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{value} is not 64 hex digits"));
+            }
+        }
+        if let (Some(object), Some(properties)) =
+            (value.as_object(), schema["properties"].as_object())
+        {
+            for (key, field) in object {
+                let Some(property) = properties.get(key) else {
+                    return Err(format!("`{key}` is not a property it lists"));
+                };
+                allows(spec, property, field).map_err(|e| format!("`{key}`: {e}"))?;
+            }
+            for key in schema["required"].as_array().into_iter().flatten() {
+                if !object.contains_key(key.as_str().unwrap()) {
+                    return Err(format!("`{key}` is required"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Given one record of every event kind (and each optional field set and unset), as
+    /// the agent's log answers it and as its outbox publishes it (with `host`), then
+    /// every key is a property `LogRecord` lists, of a type it allows, and its
+    /// required ones are there; and `kind`'s enum is exactly the kinds `Event`
+    /// declares, `op`'s the ops this version knows, `phase`'s every phase.
+    #[test]
+    fn every_record_of_every_kind_is_one_the_openapi_log_record_describes() {
+        let spec: Value = serde_json::from_str(OPENAPI).unwrap();
+        let schema = &spec["components"]["schemas"]["LogRecord"];
+        let listed = |field: &str| -> Vec<String> {
+            schema["properties"][field]["enum"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{field} has no enum"))
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let declared = declared_kinds();
+        assert_eq!(
+            listed("kind"),
+            declared,
+            "LogRecord.kind is not Event's kinds"
+        );
+        assert_eq!(listed("op"), capstan_common::KNOWN_OPS);
+        let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(listed("phase"), phases);
+        let events = events();
+        let mut built: Vec<String> = events.iter().map(|e| e.kind().to_string()).collect();
+        built.sort();
+        built.dedup();
+        let mut every = declared.clone();
+        every.sort();
+        assert_eq!(built, every, "a kind without a sample");
+        for (seq, event) in (1..).zip(events) {
+            let record = Record {
+                seq,
+                at_ms: 1_764_000_000_000,
+                prev_hash: [7; 32],
+                event,
+            };
+            let own = record.to_json();
+            let mut published = own.clone();
+            published["host"] = "h1".into();
+            for json in [own, published] {
+                if let Err(e) = allows(&spec, schema, &json) {
+                    panic!("{json}: {e}");
+                }
+            }
+        }
+    }
+}

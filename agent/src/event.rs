@@ -333,10 +333,7 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    /// The coordinator's OpenAPI description, whose `LogRecord` describes these records.
-    const OPENAPI: &str = include_str!("../../coordinator/src/openapi.json");
+    use crate::testkit::openapi;
 
     /// The variants `Event` declares, as serde's derive names them (its "expected one
     /// of" list for an unknown variant).
@@ -418,71 +415,6 @@ mod tests {
         events
     }
 
-    /// Whether `value` is one `schema` allows, as far as these records need: `type`,
-    /// `enum`, `pattern` (whole-string hex only), `anyOf`/`oneOf`, and a `$ref` to a
-    /// component (an object's keys each one of its properties).
-    fn allows(spec: &Value, schema: &Value, value: &Value) -> Result<(), String> {
-        if let Some(pointer) = schema["$ref"].as_str() {
-            let target = spec
-                .pointer(pointer.trim_start_matches('#'))
-                .unwrap_or_else(|| panic!("no {pointer}"));
-            return allows(spec, target, value);
-        }
-        for key in ["anyOf", "oneOf"] {
-            if let Some(options) = schema[key].as_array() {
-                return if options.iter().any(|o| allows(spec, o, value).is_ok()) {
-                    Ok(())
-                } else {
-                    Err(format!("{value} matches none of {key} {schema}"))
-                };
-            }
-        }
-        if let Some(allowed) = schema["enum"].as_array() {
-            if !allowed.contains(value) {
-                return Err(format!("{value} is not in the enum {allowed:?}"));
-            }
-        }
-        let types: Vec<&str> = match &schema["type"] {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => vec![],
-        };
-        let actual = match value {
-            Value::Null => "null",
-            Value::Bool(_) => "boolean",
-            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-            Value::Number(_) => "number",
-            Value::String(_) => "string",
-            Value::Array(_) => "array",
-            Value::Object(_) => "object",
-        };
-        if !types.is_empty() && !types.contains(&actual) {
-            return Err(format!("{value} is {actual}, not {types:?}"));
-        }
-        if schema["pattern"] == "^[0-9a-f]{64}$" {
-            let text = value.as_str().unwrap_or_default();
-            if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("{value} is not 64 hex digits"));
-            }
-        }
-        if let (Some(object), Some(properties)) =
-            (value.as_object(), schema["properties"].as_object())
-        {
-            for (key, field) in object {
-                let Some(property) = properties.get(key) else {
-                    return Err(format!("`{key}` is not a property it lists"));
-                };
-                allows(spec, property, field).map_err(|e| format!("`{key}`: {e}"))?;
-            }
-            for key in schema["required"].as_array().into_iter().flatten() {
-                if !object.contains_key(key.as_str().unwrap()) {
-                    return Err(format!("`{key}` is required"));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Given one record of every event kind (and each optional field set and unset), as
     /// the agent's log answers it and as its outbox publishes it (with `host`), then
     /// every key is a property `LogRecord` lists, of a type it allows, and its
@@ -490,7 +422,7 @@ mod tests {
     /// declares, `op`'s the ops this version knows, `phase`'s every phase.
     #[test]
     fn every_record_of_every_kind_is_one_the_openapi_log_record_describes() {
-        let spec: Value = serde_json::from_str(OPENAPI).unwrap();
+        let spec = openapi::description();
         let schema = &spec["components"]["schemas"]["LogRecord"];
         let listed = |field: &str| -> Vec<String> {
             schema["properties"][field]["enum"]
@@ -527,7 +459,7 @@ mod tests {
             let mut published = own.clone();
             published["host"] = "h1".into();
             for json in [own, published] {
-                if let Err(e) = allows(&spec, schema, &json) {
+                if let Err(e) = openapi::allows(&spec, schema, &json) {
                     panic!("{json}: {e}");
                 }
             }

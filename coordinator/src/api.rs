@@ -801,6 +801,17 @@ mod tests {
         assert_eq!(spec["servers"][0]["url"], url.as_str());
     }
 
+    /// `Spec.image` carries the image grammar the server enforces: the pattern and
+    /// length `validate::is_image_ref` is held to (in common's tests).
+    #[test]
+    fn the_described_image_pattern_is_the_validators() {
+        use capstan_common::validate::{IMAGE_REF_MAX_LEN, IMAGE_REF_PATTERN};
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let image = &spec["components"]["schemas"]["Spec"]["properties"]["image"];
+        assert_eq!(image["pattern"], IMAGE_REF_PATTERN);
+        assert_eq!(image["maxLength"], IMAGE_REF_MAX_LEN);
+    }
+
     /// The `enum` of a schema of the description, as strings.
     fn described_enum(pointer: &str) -> Vec<String> {
         let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();

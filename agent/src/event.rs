@@ -329,3 +329,140 @@ impl Record {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::openapi;
+
+    /// The variants `Event` declares, as serde's derive names them (its "expected one
+    /// of" list for an unknown variant).
+    fn declared_kinds() -> Vec<String> {
+        let refused = serde_json::from_str::<Event>("\"no_such_kind\"").unwrap_err();
+        let message = refused.to_string();
+        let (_, expected) = message
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("{message}"));
+        expected
+            .split(", ")
+            .map(|v| v.trim_matches('`').split('`').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// One event of every kind, with every optional field both set and unset.
+    fn events() -> Vec<Event> {
+        let mut events: Vec<Event> = crate::log::samples::every_event()
+            .into_iter()
+            .map(|(event, _)| event)
+            .collect();
+        let s = |v: &str| v.to_string();
+        events.extend([
+            Event::CancelRequested {
+                command_id: s("c1"),
+                by: s("cancel-0123"),
+            },
+            Event::CommandReceived {
+                command_id: s("cancel-0123"),
+                op: s("cancel_command"),
+                namespace: s(""),
+                workload: None,
+                revision: None,
+                command: s("{}"),
+            },
+            Event::CommandRejected {
+                command_id: Some(s("c2")),
+                code: ErrorCode::InvalidName,
+                message: s("m"),
+            },
+            Event::CommandCompleted {
+                command_id: s("c1"),
+                outcome: Outcome::Succeeded,
+                code: None,
+                message: None,
+            },
+            Event::HookStarted {
+                command_id: s("c1"),
+                phase: Phase::BeforeWorkloadStart,
+                owner: s("iam"),
+                revision: Some(s("r1")),
+            },
+            Event::HookStarted {
+                command_id: s("c1"),
+                phase: Phase::AfterNamespacePrepared,
+                owner: s("iam"),
+                revision: None,
+            },
+            Event::WorkloadStopped {
+                cause: Cause::AgentShutdown,
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: None,
+            },
+            Event::WorkloadStarted {
+                cause: Cause::Supervisor,
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: s("r2"),
+                previous: Some(s("r1")),
+            },
+            Event::WorkloadExited {
+                namespace: s("ns"),
+                workload: s("web"),
+                revision: s("r1"),
+                exit_code: None,
+            },
+        ]);
+        events
+    }
+
+    /// Given one record of every event kind (and each optional field set and unset), as
+    /// the agent's log answers it and as its outbox publishes it (with `host`), then
+    /// every key is a property `LogRecord` lists, of a type it allows, and its
+    /// required ones are there; and `kind`'s enum is exactly the kinds `Event`
+    /// declares, `op`'s the ops this version knows, `phase`'s every phase.
+    #[test]
+    fn every_record_of_every_kind_is_one_the_openapi_log_record_describes() {
+        let spec = openapi::description();
+        let schema = &spec["components"]["schemas"]["LogRecord"];
+        let listed = |field: &str| -> Vec<String> {
+            schema["properties"][field]["enum"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{field} has no enum"))
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let declared = declared_kinds();
+        assert_eq!(
+            listed("kind"),
+            declared,
+            "LogRecord.kind is not Event's kinds"
+        );
+        assert_eq!(listed("op"), capstan_common::KNOWN_OPS);
+        let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        assert_eq!(listed("phase"), phases);
+        let events = events();
+        let mut built: Vec<String> = events.iter().map(|e| e.kind().to_string()).collect();
+        built.sort();
+        built.dedup();
+        let mut every = declared.clone();
+        every.sort();
+        assert_eq!(built, every, "a kind without a sample");
+        for (seq, event) in (1..).zip(events) {
+            let record = Record {
+                seq,
+                at_ms: 1_764_000_000_000,
+                prev_hash: [7; 32],
+                event,
+            };
+            let own = record.to_json();
+            let mut published = own.clone();
+            published["host"] = "h1".into();
+            for json in [own, published] {
+                if let Err(e) = openapi::allows(&spec, schema, &json) {
+                    panic!("{json}: {e}");
+                }
+            }
+        }
+    }
+}

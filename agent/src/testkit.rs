@@ -317,3 +317,87 @@ pub async fn wait_for(log: &Log, what: &str, done: impl Fn(&[Record]) -> bool) {
         panic!("the log never showed {what}: {kinds:?}");
     }
 }
+
+/// The coordinator's OpenAPI description (`coordinator/src/openapi.json`), which
+/// describes what the agent answers through it (records, `status`, heartbeats), and
+/// a check of a JSON value against one of its schemas.
+pub mod openapi {
+    use serde_json::Value;
+
+    pub fn description() -> Value {
+        serde_json::from_str(include_str!("../../coordinator/src/openapi.json"))
+            .expect("the OpenAPI description is JSON")
+    }
+
+    /// The schema `components.schemas.<name>`.
+    pub fn schema(spec: &Value, name: &str) -> Value {
+        let schema = spec["components"]["schemas"][name].clone();
+        assert!(schema.is_object(), "no schema {name}");
+        schema
+    }
+
+    /// Whether `value` is one `schema` allows, as far as these records need: `type`,
+    /// `enum`, `pattern` (whole-string hex only), `anyOf`/`oneOf`, and a `$ref` to a
+    /// component (an object's keys each one of its properties).
+    pub fn allows(spec: &Value, schema: &Value, value: &Value) -> Result<(), String> {
+        if let Some(pointer) = schema["$ref"].as_str() {
+            let target = spec
+                .pointer(pointer.trim_start_matches('#'))
+                .unwrap_or_else(|| panic!("no {pointer}"));
+            return allows(spec, target, value);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(options) = schema[key].as_array() {
+                return if options.iter().any(|o| allows(spec, o, value).is_ok()) {
+                    Ok(())
+                } else {
+                    Err(format!("{value} matches none of {key} {schema}"))
+                };
+            }
+        }
+        if let Some(allowed) = schema["enum"].as_array() {
+            if !allowed.contains(value) {
+                return Err(format!("{value} is not in the enum {allowed:?}"));
+            }
+        }
+        let types: Vec<&str> = match &schema["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let actual = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        if !types.is_empty() && !types.contains(&actual) {
+            return Err(format!("{value} is {actual}, not {types:?}"));
+        }
+        if schema["pattern"] == "^[0-9a-f]{64}$" {
+            let text = value.as_str().unwrap_or_default();
+            if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{value} is not 64 hex digits"));
+            }
+        }
+        if let (Some(object), Some(properties)) =
+            (value.as_object(), schema["properties"].as_object())
+        {
+            for (key, field) in object {
+                let Some(property) = properties.get(key) else {
+                    return Err(format!("`{key}` is not a property it lists"));
+                };
+                allows(spec, property, field).map_err(|e| format!("`{key}`: {e}"))?;
+            }
+            for key in schema["required"].as_array().into_iter().flatten() {
+                if !object.contains_key(key.as_str().unwrap()) {
+                    return Err(format!("`{key}` is required"));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -129,6 +129,52 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order (kept complete by a test against the enum).
+    pub const ALL: [ErrorCode; 42] = [
+        Self::TooLarge,
+        Self::InvalidJson,
+        Self::UnsupportedVersion,
+        Self::UnknownOp,
+        Self::InvalidCommand,
+        Self::InvalidId,
+        Self::InvalidName,
+        Self::InvalidTimestamp,
+        Self::InvalidEnv,
+        Self::InvalidSpec,
+        Self::WrongHost,
+        Self::NamespaceNotFound,
+        Self::NamespaceNotEmpty,
+        Self::WorkloadNotFound,
+        Self::RevisionNotFound,
+        Self::RevisionConflict,
+        Self::RevisionRetired,
+        Self::NoActiveRevision,
+        Self::DriverFailed,
+        Self::BackendMissing,
+        Self::LogDegraded,
+        Self::LogFailed,
+        Self::ImageNotFound,
+        Self::HookFailed,
+        Self::LaunchEnvRejected,
+        Self::Cancelled,
+        Self::Interrupted,
+        Self::Unsigned,
+        Self::BadSignature,
+        Self::Expired,
+        Self::IssuedInFuture,
+        Self::BackendFailed,
+        Self::DriverMismatch,
+        Self::IdConflict,
+        Self::NotOwned,
+        Self::HookTimeout,
+        Self::HookInvalidReply,
+        Self::DriverUnavailable,
+        Self::Forbidden,
+        Self::FieldConflict,
+        Self::RolloutTimeout,
+        Self::NotReady,
+    ];
+
     /// The wire spelling, e.g. `invalid_name`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -222,6 +268,31 @@ impl Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ALL` lists every variant once: serde's derive, which sees the enum itself,
+    /// names every variant in its "expected one of" list, and each is in `ALL`; and
+    /// `as_str` (an exhaustive match) spells each as serde does.
+    #[test]
+    fn all_lists_every_code_once_as_the_enum_declares_them() {
+        let refused = serde_json::from_str::<ErrorCode>("\"no_such_code\"").unwrap_err();
+        let message = refused.to_string();
+        let (_, expected) = message
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("{message}"));
+        let declared: Vec<&str> = expected
+            .split(", ")
+            .map(|v| v.trim_start_matches("one of ").trim_matches('`'))
+            .map(|v| v.split('`').next().unwrap())
+            .collect();
+        let listed: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            listed, declared,
+            "ErrorCode::ALL is not the enum's variants in order"
+        );
+        for code in ErrorCode::ALL {
+            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{code}\""));
+        }
+    }
 
     #[test]
     fn the_newest_codes_are_spelt_on_the_wire_as_documented_and_final() {

@@ -53,10 +53,31 @@ pub fn is_env_name(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
+/// [`is_image_ref`]'s grammar as a regular expression (ECMA 262 and the `regex`
+/// crate alike; what the OpenAPI description's `Spec.image` says), for a string of at
+/// most [`IMAGE_REF_MAX_LEN`] bytes: a first path component with more after it is a
+/// registry host when it holds `.` or `:` (or is `localhost`, which is a component
+/// too); a tag follows the last component, a digest the tag. A test holds the two
+/// to the same verdicts.
+pub const IMAGE_REF_PATTERN: &str = concat!(
+    "^(?:",
+    // A registry host, or a component without `.` (one with is a host), then more.
+    "(?:[A-Za-z0-9.:-]*[.:][A-Za-z0-9.:-]*|[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?)",
+    "(?:/[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?)+",
+    // Or one component alone.
+    "|[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?",
+    ")",
+    "(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?",
+    "(?:@sha256:[0-9a-f]{64})?$",
+);
+
+/// The longest image reference [`is_image_ref`] takes.
+pub const IMAGE_REF_MAX_LEN: usize = 512;
+
 /// A container image reference: `[host[:port]/]path[:tag][@sha256:<64 hex>]`, where
-/// path components are `[a-z0-9]+([._-][a-z0-9]+)*`.
+/// path components are `[a-z0-9]+([._-][a-z0-9]+)*`. Also [`IMAGE_REF_PATTERN`].
 pub fn is_image_ref(s: &str) -> bool {
-    if s.is_empty() || s.len() > 512 {
+    if s.is_empty() || s.len() > IMAGE_REF_MAX_LEN {
         return false;
     }
     let (rest, digest) = match s.split_once('@') {
@@ -584,6 +605,98 @@ mod tests {
         }
     }
 
+    /// `IMAGE_REF_PATTERN` (within `IMAGE_REF_MAX_LEN`) says of these what
+    /// `is_image_ref` says: the cases above and edges of each rule.
+    #[test]
+    fn the_image_pattern_gives_the_validators_verdicts() {
+        let pattern = regex::Regex::new(IMAGE_REF_PATTERN).unwrap();
+        let hex = "0123456789abcdef".repeat(4);
+        let long_tag = format!("app:{}", "t".repeat(128));
+        let longer_tag = format!("app:{}", "t".repeat(129));
+        let long = format!("{}/app", "a".repeat(508));
+        let longer = format!("{}/app", "a".repeat(509));
+        let cases = [
+            "busybox",
+            "busybox:1.36",
+            "library/busybox:latest",
+            "registry.local:5000/team/app:v1.2_3",
+            "localhost/app",
+            "localhost",
+            "localhost:5000/app",
+            "capstan-test/busybox:1",
+            "Busybox",
+            "a b",
+            "app:",
+            "app:-x",
+            "app:_x",
+            "app:X.Y-z",
+            "-app",
+            "app-",
+            "a..b",
+            "a__b",
+            "a/b/c/d",
+            "a//b",
+            "/app",
+            "app/",
+            "ho_st.x/app",
+            "HOST.x/app",
+            "h:/app",
+            "./app",
+            ".",
+            "a.b",
+            "a.b/c",
+            "a_b/c",
+            "a-b/c",
+            "A/b",
+            "a/B",
+            "a:b/c",
+            "a:b:c",
+            "a/b:c",
+            "a/b:c:d",
+            "host:5000",
+            "app@",
+            "@sha256:x",
+            "app@sha256:",
+            "app@sha256:zz",
+            "app@sha256:ABCDEF",
+            "app@sha1:00",
+            "a@b@c",
+            "app:1@",
+            "é",
+            "app\n",
+            "a/b.c/d:1",
+            "a.b:1/c.d",
+            "a-/b",
+            "a/-b",
+            "a/b-",
+        ];
+        let digests = [
+            format!("app@sha256:{hex}"),
+            format!("app:1@sha256:{hex}"),
+            format!("r.io:1/a/b:c@sha256:{hex}"),
+            format!("app@sha256:{hex}0"),
+            format!("app@sha256:{}", &hex[1..]),
+            format!("app@sha256:{}", hex.to_uppercase()),
+        ];
+        let mut verdicts = (0, 0);
+        for image in cases
+            .iter()
+            .map(|c| c.to_string())
+            .chain(digests)
+            .chain([long_tag, longer_tag, long, longer])
+        {
+            let expected = is_image_ref(&image);
+            let matched = image.len() <= IMAGE_REF_MAX_LEN && pattern.is_match(&image);
+            assert_eq!(matched, expected, "{image:?}");
+            if expected {
+                verdicts.0 += 1
+            } else {
+                verdicts.1 += 1
+            }
+        }
+        assert!(verdicts.0 >= 20 && verdicts.1 >= 30, "{verdicts:?}");
+    }
+
     #[test]
     fn paths_and_volumes() {
         for ok in ["/", "/data", "/a/b.c/d"] {
@@ -599,6 +712,17 @@ mod tests {
     }
 
     proptest! {
+        /// Strings of every character the grammar gives a role (and a few it gives
+        /// none), shaped like references: the pattern and the validator agree.
+        #[test]
+        fn the_image_pattern_agrees_with_the_validator(
+            s in "([a-zA-Z0-9._:@/-]{0,12}|[a-z0-9.:]{1,8}/[a-z0-9._-]{1,8}(:[A-Za-z0-9._-]{1,6})?(@sha256:[0-9a-f]{63,65})?| |é)",
+        ) {
+            let pattern = regex::Regex::new(IMAGE_REF_PATTERN).unwrap();
+            let matched = s.len() <= IMAGE_REF_MAX_LEN && pattern.is_match(&s);
+            prop_assert_eq!(matched, is_image_ref(&s), "{:?}", s);
+        }
+
         #[test]
         fn dns_label_grammar_matches_definition(s in "[a-z0-9-]{0,70}") {
             let expect = !s.is_empty() && s.len() <= 63 && !s.starts_with('-') && !s.ends_with('-');

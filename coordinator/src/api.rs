@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use capstan_common::wire::ErrorReply;
-use capstan_common::{signing, Command, MAX_COMMAND_BYTES};
+use capstan_common::{signing, Command, ErrorCode, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,20 +47,154 @@ pub const BUSY_RETRY_AFTER_SECS: u32 = 1;
 
 type Shared = State<Arc<AppState>>;
 
+/// The codes of this API's own errors (`error.code`); the rest are the protocol's
+/// ([`capstan_common::ErrorCode`], a command the fleet refused). The description's
+/// `ApiError` schema lists both (a test holds it to them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum ApiCode {
+    /// A query parameter or body field is malformed (not a protocol command's fault).
+    InvalidRequest,
+    /// The body is not JSON.
+    InvalidJson,
+    /// The body, or the command as it would be signed, is over `MAX_COMMAND_BYTES`.
+    TooLarge,
+    /// A body that is not `application/json`.
+    UnsupportedMediaType,
+    /// No token, or one the tokens file does not hold.
+    Unauthorized,
+    /// The token's role does not cover the method.
+    Forbidden,
+    /// Without a tokens file, a `Host` that is not loopback.
+    ForbiddenHost,
+    /// No such endpoint.
+    NotFound,
+    /// No command under that id.
+    CommandNotFound,
+    /// The host has no account on the NATS server.
+    HostNotFound,
+    /// The host has no such registered key.
+    KeyNotFound,
+    /// The id was used for a command with different content.
+    IdConflict,
+    /// Every permit of a bound is taken (`Retry-After`).
+    Busy,
+    /// Not connected to NATS.
+    NatsUnavailable,
+    /// NATS answered with an error.
+    NatsError,
+    /// The host's agent does not answer (no responders).
+    HostUnreachable,
+    /// The host's agent did not answer in time.
+    HostTimeout,
+    /// What the host published is not signed by a key registered for it.
+    Unverified,
+    /// The host's result entry cannot be read.
+    ResultUnreadable,
+    /// The host's agent could not read its own log.
+    LogUnreadable,
+    /// The host's agent answered an error this API has no code of its own for.
+    HostError,
+}
+
+impl ApiCode {
+    /// Every code, in declaration order (kept complete by a test against the enum).
+    pub const ALL: [ApiCode; 21] = [
+        ApiCode::InvalidRequest,
+        ApiCode::InvalidJson,
+        ApiCode::TooLarge,
+        ApiCode::UnsupportedMediaType,
+        ApiCode::Unauthorized,
+        ApiCode::Forbidden,
+        ApiCode::ForbiddenHost,
+        ApiCode::NotFound,
+        ApiCode::CommandNotFound,
+        ApiCode::HostNotFound,
+        ApiCode::KeyNotFound,
+        ApiCode::IdConflict,
+        ApiCode::Busy,
+        ApiCode::NatsUnavailable,
+        ApiCode::NatsError,
+        ApiCode::HostUnreachable,
+        ApiCode::HostTimeout,
+        ApiCode::Unverified,
+        ApiCode::ResultUnreadable,
+        ApiCode::LogUnreadable,
+        ApiCode::HostError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiCode::InvalidRequest => "invalid_request",
+            ApiCode::InvalidJson => "invalid_json",
+            ApiCode::TooLarge => "too_large",
+            ApiCode::UnsupportedMediaType => "unsupported_media_type",
+            ApiCode::Unauthorized => "unauthorized",
+            ApiCode::Forbidden => "forbidden",
+            ApiCode::ForbiddenHost => "forbidden_host",
+            ApiCode::NotFound => "not_found",
+            ApiCode::CommandNotFound => "command_not_found",
+            ApiCode::HostNotFound => "host_not_found",
+            ApiCode::KeyNotFound => "key_not_found",
+            ApiCode::IdConflict => "id_conflict",
+            ApiCode::Busy => "busy",
+            ApiCode::NatsUnavailable => "nats_unavailable",
+            ApiCode::NatsError => "nats_error",
+            ApiCode::HostUnreachable => "host_unreachable",
+            ApiCode::HostTimeout => "host_timeout",
+            ApiCode::Unverified => "unverified",
+            ApiCode::ResultUnreadable => "result_unreadable",
+            ApiCode::LogUnreadable => "log_unreadable",
+            ApiCode::HostError => "host_error",
+        }
+    }
+
+    /// The code spelt `code`, if it is one.
+    fn parse(code: &str) -> Option<ApiCode> {
+        ApiCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+}
+
+/// The code of an error answer: this API's own or the protocol's, and nothing else
+/// (what the description's `ApiError` lists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Code {
+    Api(ApiCode),
+    Protocol(ErrorCode),
+}
+
+impl Code {
+    fn as_str(self) -> &'static str {
+        match self {
+            Code::Api(code) => code.as_str(),
+            Code::Protocol(code) => code.as_str(),
+        }
+    }
+}
+
 /// An error answer.
 pub struct ApiError {
     status: StatusCode,
-    code: String,
+    code: Code,
     message: String,
     /// `Retry-After` in seconds.
     retry_after: Option<u32>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
+    fn new(status: StatusCode, code: ApiCode, message: impl Into<String>) -> ApiError {
+        ApiError::with_code(status, Code::Api(code), message)
+    }
+
+    /// An error with the protocol's code: a command the fleet refused.
+    fn rejected(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError::with_code(status, Code::Protocol(code), message)
+    }
+
+    fn with_code(status: StatusCode, code: Code, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            code: code.into(),
+            code,
             message: message.into(),
             retry_after: None,
         }
@@ -76,7 +210,7 @@ impl ApiError {
             retry_after: Some(BUSY_RETRY_AFTER_SECS),
             ..ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
+                ApiCode::Busy,
                 format!(
                     "as many {what} as this coordinator allows (`{}`) are running; try again",
                     bound.key()
@@ -86,7 +220,7 @@ impl ApiError {
     }
 
     fn too_large(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ApiCode::TooLarge, message)
     }
 }
 
@@ -105,22 +239,28 @@ impl From<FleetError> for ApiError {
             other => other.to_string(),
         };
         let (status, code) = match &e {
-            FleetError::BadCommand(r) if r.code == capstan_common::ErrorCode::TooLarge => {
-                (StatusCode::PAYLOAD_TOO_LARGE, r.code.as_str())
+            FleetError::BadCommand(r) if r.code == ErrorCode::TooLarge => {
+                return ApiError::rejected(StatusCode::PAYLOAD_TOO_LARGE, r.code, message);
             }
-            FleetError::BadCommand(r) => (StatusCode::BAD_REQUEST, r.code.as_str()),
-            FleetError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            FleetError::CommandNotFound(_) => (StatusCode::NOT_FOUND, "command_not_found"),
-            FleetError::IdConflict { .. } => (StatusCode::CONFLICT, "id_conflict"),
-            FleetError::NatsUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "nats_unavailable"),
-            FleetError::HostUnreachable(_) => (StatusCode::SERVICE_UNAVAILABLE, "host_unreachable"),
-            FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "host_timeout"),
-            FleetError::NoHostAccount(_) => (StatusCode::NOT_FOUND, "host_not_found"),
-            FleetError::KeyNotFound(_) => (StatusCode::NOT_FOUND, "key_not_found"),
-            FleetError::Unverified { .. } => (StatusCode::BAD_GATEWAY, "unverified"),
-            FleetError::Unreadable(_) => (StatusCode::BAD_GATEWAY, "result_unreadable"),
+            FleetError::BadCommand(r) => {
+                return ApiError::rejected(StatusCode::BAD_REQUEST, r.code, message);
+            }
+            FleetError::BadRequest(_) => (StatusCode::BAD_REQUEST, ApiCode::InvalidRequest),
+            FleetError::CommandNotFound(_) => (StatusCode::NOT_FOUND, ApiCode::CommandNotFound),
+            FleetError::IdConflict { .. } => (StatusCode::CONFLICT, ApiCode::IdConflict),
+            FleetError::NatsUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, ApiCode::NatsUnavailable)
+            }
+            FleetError::HostUnreachable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ApiCode::HostUnreachable)
+            }
+            FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, ApiCode::HostTimeout),
+            FleetError::NoHostAccount(_) => (StatusCode::NOT_FOUND, ApiCode::HostNotFound),
+            FleetError::KeyNotFound(_) => (StatusCode::NOT_FOUND, ApiCode::KeyNotFound),
+            FleetError::Unverified { .. } => (StatusCode::BAD_GATEWAY, ApiCode::Unverified),
+            FleetError::Unreadable(_) => (StatusCode::BAD_GATEWAY, ApiCode::ResultUnreadable),
             FleetError::Nats(_) | FleetError::Setup(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "nats_error")
+                (StatusCode::SERVICE_UNAVAILABLE, ApiCode::NatsError)
             }
         };
         if status.is_server_error() {
@@ -132,8 +272,11 @@ impl From<FleetError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response =
-            (self.status, Json(ErrorReply::new(self.code, self.message))).into_response();
+        let mut response = (
+            self.status,
+            Json(ErrorReply::new(self.code.as_str(), self.message)),
+        )
+            .into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -176,7 +319,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+            ApiError::new(StatusCode::NOT_FOUND, ApiCode::NotFound, "no such endpoint")
         })
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -212,7 +355,7 @@ async fn loopback_only(State(state): Shared, request: Request, next: Next) -> Re
     tracing::warn!(host = ?host, path = %request.uri().path(), "refused a request for another host name (no tokens_file: loopback only)");
     ApiError::new(
         StatusCode::FORBIDDEN,
-        "forbidden_host",
+        ApiCode::ForbiddenHost,
         "without a tokens file this coordinator answers requests for localhost, 127.0.0.1 or [::1] only",
     )
     .into_response()
@@ -239,7 +382,7 @@ async fn authorize(State(state): Shared, request: Request, next: Next) -> Respon
     let Some(presented) = presented else {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ApiCode::Unauthorized,
             "this API needs `Authorization: Bearer <token>`",
         )
         .into_response();
@@ -247,7 +390,7 @@ async fn authorize(State(state): Shared, request: Request, next: Next) -> Respon
     let Some(caller) = tokens.check(presented) else {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ApiCode::Unauthorized,
             "the token is not in this coordinator's tokens file",
         )
         .into_response();
@@ -256,7 +399,7 @@ async fn authorize(State(state): Shared, request: Request, next: Next) -> Respon
         tracing::warn!(token = %caller.name, method = %request.method(), path = %request.uri().path(), "forbidden");
         return ApiError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ApiCode::Forbidden,
             format!(
                 "a `{}` token may not do this; it needs a `{}` token",
                 caller.role.as_str(),
@@ -285,7 +428,7 @@ async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Byte
     if !is_json(&headers) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ApiCode::UnsupportedMediaType,
             "the body must be `Content-Type: application/json`",
         ));
     }
@@ -298,7 +441,7 @@ async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Byte
     let value: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_json",
+            ApiCode::InvalidJson,
             format!("not JSON: {e}"),
         )
     })?;
@@ -338,7 +481,7 @@ fn signed_size(body: &Value) -> Option<usize> {
     match Command::parse(&probe.to_string()) {
         Ok(command) => Some(signing::signed_len(&command)),
         // Over the limit before it is even canonical.
-        Err(r) if r.code == capstan_common::ErrorCode::TooLarge => Some(MAX_COMMAND_BYTES + 1),
+        Err(r) if r.code == ErrorCode::TooLarge => Some(MAX_COMMAND_BYTES + 1),
         Err(_) => None,
     }
 }
@@ -389,7 +532,7 @@ async fn wait(
         Some(t) => parse_duration(t).ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "invalid_request",
+                ApiCode::InvalidRequest,
                 "timeout is like 30s, 500ms or 2m",
             )
         })?,
@@ -427,7 +570,7 @@ fn page(query: &HashMap<String, String>) -> Result<(u64, usize), ApiError> {
             v.parse().map_err(|_| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "invalid_request",
+                    ApiCode::InvalidRequest,
                     format!("`{name}` is a non-negative integer"),
                 )
             })
@@ -463,11 +606,17 @@ async fn host_log(
     let answer = state.fleet.rpc(&host, "log", body).await?;
     if let Some(error) = answer.get("error") {
         // The agent could not read its own log (`log_unreadable`): its fault, not ours.
-        return Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            error["code"].as_str().unwrap_or("host_error"),
-            error["message"].as_str().unwrap_or_default(),
-        ));
+        // A code this API does not know is answered as `host_error`, naming it.
+        let code = error["code"].as_str().unwrap_or_default();
+        let message = error["message"].as_str().unwrap_or_default();
+        return Err(match ApiCode::parse(code) {
+            Some(known) => ApiError::new(StatusCode::BAD_GATEWAY, known, message),
+            None => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                ApiCode::HostError,
+                format!("{code}: {message}"),
+            ),
+        });
     }
     ok(StatusCode::OK, answer)
 }
@@ -489,14 +638,14 @@ async fn register(
     if !is_json(&headers) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ApiCode::UnsupportedMediaType,
             "the body must be `Content-Type: application/json`",
         ));
     }
     let registration: Registration = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            ApiCode::InvalidRequest,
             format!("the body is `{{\"public_key\": \"<64 hex digits>\"}}`: {e}"),
         )
     })?;
@@ -532,7 +681,7 @@ async fn healthz(State(state): Shared) -> ApiResult {
     } else {
         Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "nats_unavailable",
+            ApiCode::NatsUnavailable,
             "not connected to NATS",
         ))
     }
@@ -624,6 +773,112 @@ mod tests {
         served.sort();
         assert_eq!(described, served);
         assert!(served.len() >= 10, "{served:?}");
+    }
+
+    /// Every operation has an operationId, camelCase and its own (what a generated
+    /// client names its methods by), and the server listed is the default `listen`.
+    #[test]
+    fn the_operations_have_their_own_camel_case_ids_and_the_server_is_the_default() {
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let mut ids = Vec::new();
+        for (path, ops) in spec["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                let id = op["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path}: no operationId"));
+                let camel = id.starts_with(|c: char| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric())
+                    && id.chars().any(|c| c.is_ascii_uppercase());
+                assert!(camel, "{method} {path}: {id} is not camelCase of words");
+                ids.push(id.to_string());
+            }
+        }
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count, "an operationId used twice: {ids:?}");
+        let url = format!("http://{}", crate::config::default_listen());
+        assert_eq!(spec["servers"][0]["url"], url.as_str());
+    }
+
+    /// `Spec.image` carries the image grammar the server enforces: the pattern and
+    /// length `validate::is_image_ref` is held to (in common's tests).
+    #[test]
+    fn the_described_image_pattern_is_the_validators() {
+        use capstan_common::validate::{IMAGE_REF_MAX_LEN, IMAGE_REF_PATTERN};
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let image = &spec["components"]["schemas"]["Spec"]["properties"]["image"];
+        assert_eq!(image["pattern"], IMAGE_REF_PATTERN);
+        assert_eq!(image["maxLength"], IMAGE_REF_MAX_LEN);
+    }
+
+    /// The `enum` of a schema of the description, as strings.
+    fn described_enum(pointer: &str) -> Vec<String> {
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        spec.pointer(pointer)
+            .and_then(|v| v.as_array())
+            .unwrap_or_else(|| panic!("no enum at {pointer}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// `ApiError`'s `error.code` lists exactly the codes an error answer can carry:
+    /// every protocol code (a command the fleet refused answers with its own) and
+    /// every code of this API's (what `ApiError` is built from: [`ApiCode`] or
+    /// [`ErrorCode`], nothing else); `ErrorCode` lists the protocol's.
+    #[test]
+    fn the_described_error_codes_are_every_code_an_answer_can_carry() {
+        use super::ApiCode;
+        use capstan_common::ErrorCode;
+        use std::collections::BTreeSet;
+        let protocol: BTreeSet<String> = ErrorCode::ALL
+            .iter()
+            .map(|c| c.as_str().to_string())
+            .collect();
+        let mut every = protocol.clone();
+        every.extend(ApiCode::ALL.iter().map(|c| c.as_str().to_string()));
+        for (pointer, codes) in [
+            (
+                "/components/schemas/ApiError/properties/error/properties/code/enum",
+                &every,
+            ),
+            ("/components/schemas/ErrorCode/enum", &protocol),
+        ] {
+            let described = described_enum(pointer);
+            let set: BTreeSet<String> = described.iter().cloned().collect();
+            let missing: Vec<_> = codes.difference(&set).collect();
+            let unknown: Vec<_> = set.difference(codes).collect();
+            assert!(
+                missing.is_empty() && unknown.is_empty(),
+                "{pointer}: missing {missing:?}, no such code {unknown:?}"
+            );
+            assert_eq!(described.len(), set.len(), "{pointer}: a code listed twice");
+        }
+    }
+
+    /// `ApiCode::ALL` lists every variant once, as `as_str` spells it: serde's derive
+    /// sees the enum itself and names every variant in its "expected one of" list.
+    #[test]
+    fn api_code_all_lists_every_code_of_the_enum() {
+        use super::ApiCode;
+        let refused = serde_json::from_str::<ApiCode>("\"no_such_code\"").unwrap_err();
+        let message = refused.to_string();
+        let (_, expected) = message
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("{message}"));
+        let declared: Vec<&str> = expected
+            .split(", ")
+            .map(|v| v.trim_matches('`').split('`').next().unwrap())
+            .collect();
+        let listed: Vec<&str> = ApiCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            listed, declared,
+            "ApiCode::ALL is not the enum's variants in order"
+        );
+        for code in ApiCode::ALL {
+            assert_eq!(ApiCode::parse(code.as_str()), Some(code));
+        }
     }
 
     /// Given bodies with and without the fields the fleet fills in, when sized, then

@@ -56,7 +56,7 @@ fn default_max_stream_reads() -> usize {
     64
 }
 
-fn default_listen() -> SocketAddr {
+pub(crate) fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7400))
 }
 

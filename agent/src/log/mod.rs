@@ -57,6 +57,9 @@ pub use records::TREE as RECORDS_TREE;
 /// open a log's database raw).
 #[doc(hidden)]
 pub use release::wait_until_released;
+/// One event of every kind (tests of the events' JSON).
+#[cfg(test)]
+pub(crate) use stored::samples;
 pub use verify::Pace;
 
 /// Decodes `content` (`[format version][body]`) as a stored record, as the log does

@@ -332,6 +332,42 @@ mod tests {
         }
     }
 
+    /// Given a host running a workload, its `status` answer and its heartbeat are what
+    /// the coordinator's OpenAPI description says (`Status`, `HostBeat`): every key a
+    /// listed property of the type it gives, with the driver's capabilities and the
+    /// figures spelt out property by property.
+    #[tokio::test]
+    async fn status_and_heartbeat_are_what_the_openapi_description_says() {
+        use crate::testkit::openapi;
+        let rig = crate::testkit::Rig::new(SimConfig::default());
+        rig.running_r1().await;
+        let info = HostInfo {
+            capabilities: serde_json::to_value(rig.executor.driver().capabilities()).unwrap(),
+            ..info()
+        };
+        let last = rig.executor.log().last_seq();
+        let status = rpc::answer("status", b"", &rig.executor, &info, 2);
+        let beat = registry::beat(&info, &rig.executor, last, 2);
+        let beat = serde_json::to_value(&beat).expect("beats serialise");
+        let spec = openapi::description();
+        let capabilities = openapi::schema(&spec, "Capabilities");
+        let mut listed: Vec<&String> = capabilities["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        listed.sort();
+        for (name, json) in [("Status", &status), ("HostBeat", &beat)] {
+            if let Err(e) = openapi::allows(&spec, &openapi::schema(&spec, name), json) {
+                panic!("{name}: {json}: {e}");
+            }
+            let mut sent: Vec<&String> = json["capabilities"].as_object().unwrap().keys().collect();
+            sent.sort();
+            assert_eq!(sent, listed, "{name}: the capabilities a driver declares");
+            assert!(json["figures"].is_object(), "{json}");
+        }
+    }
+
     #[tokio::test]
     async fn an_outbox_alarm_shows_in_status_and_heartbeat() {
         let rig = crate::testkit::Rig::new(SimConfig::default());

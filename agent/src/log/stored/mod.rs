@@ -19,7 +19,7 @@ pub mod v1;
 pub mod v2;
 
 #[cfg(test)]
-mod samples;
+pub(crate) mod samples;
 #[cfg(test)]
 mod test_v3;
 #[cfg(test)]

@@ -33,15 +33,15 @@ fn schemathesis_finds_every_answer_of_the_api_as_its_description_says() {
         .run_all(&[h1.commands("openapi").ensure_namespace("openapi-ns")]);
 
     let examples = std::env::var("CAPSTAN_SCHEMATHESIS_EXAMPLES").unwrap_or("25".into());
-    // Every operation in every phase, but `wait`: a wait on a command that stays
+    // Every operation in every phase, but `waitCommand`: a wait on a command that stays
     // pending (fuzzed commands go to hosts that do not exist) rightly takes its whole
     // timeout, up to 5 minutes. It gets its examples and the boundary cases of its
     // parameters on their own (on a finished command, it answers at once).
     let runs: [&[&str]; 2] = [
-        &["--exclude-operation-id", "wait"],
+        &["--exclude-operation-id", "waitCommand"],
         &[
             "--include-operation-id",
-            "wait",
+            "waitCommand",
             "--phases",
             "examples,coverage",
         ],
@@ -58,7 +58,7 @@ fn schemathesis_finds_every_answer_of_the_api_as_its_description_says() {
             // A 5xx is checked against the description instead (status code
             // conformance): 503 and 504 are documented answers (NATS or the host not
             // there). Schema-valid commands that break a rule the description leaves to
-            // the protocol (the image grammar, a driver's needs) are rightly 400.
+            // the protocol (what each driver needs in a spec) are rightly 400.
             .args([
                 "--exclude-checks",
                 "not_a_server_error,positive_data_acceptance",

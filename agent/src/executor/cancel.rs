@@ -6,7 +6,7 @@
 //! nothing about it and changes nothing. A cancel takes no namespace's lock (it must
 //! not wait behind the command it cancels); cancels run one at a time.
 
-use super::{arrived, id_conflict, Executor};
+use super::{arrived, Earlier, Executor};
 use crate::event::{Event, Record};
 use crate::log::LogError;
 use capstan_common::{Command, CommandResult, Outcome};
@@ -98,24 +98,10 @@ impl Executor {
         let id = &command.id;
         let lock = self.lock_for(CANCELS);
         let _serial = lock.lock().await;
-        let history: Vec<Record> = self
-            .log
-            .for_command(id)?
-            .into_iter()
-            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
-            .collect();
-        let pruned = match history.is_empty() {
-            true => self.log.pruned_command(id)?,
-            false => None,
+        let history = match self.earlier(command).await? {
+            Earlier::Settled(answer) => return Ok(answer),
+            Earlier::Records(history) => history,
         };
-        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
-            return Ok(self.record_rejection(Some(id.clone()), rejection).await);
-        }
-        let answer = history.iter().find_map(|r| super::completed(r, id));
-        if let Some(answer) = answer.or_else(|| pruned.map(|p| super::pruned_answer(&p, id))) {
-            tracing::info!(command_id = %id, "duplicate cancel answered from the log");
-            return Ok(answer);
-        }
         let mut events = Vec::new();
         if history.is_empty() {
             events.push(arrived(command));

@@ -290,32 +290,16 @@ impl Executor {
         cancel: &CancellationToken,
     ) -> Result<CommandResult, LogError> {
         let id = &command.id;
-        let mut history: Vec<Record> = self
-            .log
-            .for_command(id)?
-            .into_iter()
-            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
-            .collect();
+        let mut history = match self.earlier(command).await? {
+            Earlier::Settled(answer) => return Ok(answer),
+            Earlier::Records(history) => history,
+        };
         // A cancel recorded for it cuts it short (or keeps it from beginning); it is
         // not part of what the command itself recorded.
         let cancelled_by = cancel::requested_by(&history).map(String::from);
         history.retain(|r| !matches!(r.event, Event::CancelRequested { .. }));
         if cancelled_by.is_some() {
             cancel.cancel();
-        }
-        // Retention may have pruned its records: what the log kept of it answers.
-        let received = |r: &Record| matches!(r.event, Event::CommandReceived { .. });
-        let pruned = match history.iter().any(received) {
-            true => None,
-            false => self.log.pruned_command(id)?,
-        };
-        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
-            return Ok(self.record_rejection(Some(id.clone()), rejection).await);
-        }
-        let answer = history.iter().find_map(|r| completed(r, id));
-        if let Some(answer) = answer.or_else(|| pruned.map(|p| pruned_answer(&p, id))) {
-            tracing::info!(command_id = %id, "duplicate command answered from the log");
-            return Ok(answer);
         }
         if history.is_empty() {
             self.log.append_durable(&[arrived(command)]).await?;
@@ -397,6 +381,35 @@ impl Executor {
                 self.fail(id, e, why).await
             }
         }
+    }
+
+    /// What the log already holds of `command`'s id: the answer, when it is settled
+    /// there (completed, also once retention pruned its records, or the id reused for
+    /// other content: `id_conflict`, recorded); else its records, rejections left out.
+    async fn earlier(&self, command: &Command) -> Result<Earlier, LogError> {
+        let id = &command.id;
+        let history: Vec<Record> = self
+            .log
+            .for_command(id)?
+            .into_iter()
+            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
+            .collect();
+        // Retention may have pruned its records: what the log kept of it answers.
+        let received = |r: &Record| matches!(r.event, Event::CommandReceived { .. });
+        let pruned = match history.iter().any(received) {
+            true => None,
+            false => self.log.pruned_command(id)?,
+        };
+        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
+            let answer = self.record_rejection(Some(id.clone()), rejection).await;
+            return Ok(Earlier::Settled(answer));
+        }
+        let answer = history.iter().find_map(|r| completed(r, id));
+        if let Some(answer) = answer.or_else(|| pruned.map(|p| pruned_answer(&p, id))) {
+            tracing::info!(command_id = %id, "duplicate command answered from the log");
+            return Ok(Earlier::Settled(answer));
+        }
+        Ok(Earlier::Records(history))
     }
 
     /// Completes a step that was carried out: with its effect, succeeded, or failed
@@ -721,6 +734,14 @@ impl Executor {
             }
         }))
     }
+}
+
+/// What the log holds of a command's id before it is carried out ([`Executor::earlier`]).
+enum Earlier {
+    /// Answered from the log: nothing more is done.
+    Settled(CommandResult),
+    /// Its records so far (none for a new command).
+    Records(Vec<Record>),
 }
 
 /// A step that was carried out: its effect (if it has one), and what failed after it

@@ -14,6 +14,7 @@ use crate::auth::{Role, Tokens};
 use crate::fleet::{Fleet, FleetError};
 use crate::guard::{self, Bound, Limits};
 use crate::metrics::{FleetGauges, Metrics};
+use crate::verify;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -309,6 +310,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/hosts/{host}/status", get(status))
         .route("/v1/hosts/{host}/events", get(events))
         .route("/v1/hosts/{host}/log", get(host_log))
+        .route("/v1/hosts/{host}/verify", get(verify_host))
         .route("/v1/hosts/{host}/keys", get(host_keys).put(register))
         .route("/v1/hosts/{host}/keys/{key}", delete(unregister))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -602,8 +604,21 @@ async fn host_log(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let (since, limit) = page(&query)?;
+    ok(
+        StatusCode::OK,
+        read_host_log(&state.fleet, &host, since, limit).await?,
+    )
+}
+
+/// The agent's RPC `log` answer, its error as this API's.
+async fn read_host_log(
+    fleet: &Fleet,
+    host: &str,
+    since: u64,
+    limit: usize,
+) -> Result<Value, ApiError> {
     let body = json!({"since": since, "limit": limit});
-    let answer = state.fleet.rpc(&host, "log", body).await?;
+    let answer = fleet.rpc(host, "log", body).await?;
     if let Some(error) = answer.get("error") {
         // The agent could not read its own log (`log_unreadable`): its fault, not ours.
         // A code this API does not know is answered as `host_error`, naming it.
@@ -618,7 +633,44 @@ async fn host_log(
             ),
         });
     }
-    ok(StatusCode::OK, answer)
+    Ok(answer)
+}
+
+/// The host's log against its published copy ([`verify`]), read under one stream-read
+/// permit.
+async fn verify_host(State(state): Shared, Path(host): Path<String>) -> ApiResult {
+    let _read = permit(&state, Bound::StreamReads)?;
+    let verdict = verify::verify(&FleetPages(&state.fleet), &host).await?;
+    ok(StatusCode::OK, verdict)
+}
+
+/// [`verify::Pages`] read through NATS: `CAPSTAN_EVT` and the agent's RPC `log`.
+struct FleetPages<'a>(&'a Fleet);
+
+impl verify::Pages for FleetPages<'_> {
+    type Error = ApiError;
+
+    async fn published(&self, host: &str, since: u64) -> Result<Vec<Value>, ApiError> {
+        Ok(self.0.events(host, since, MAX_EVENTS).await?)
+    }
+
+    async fn held(&self, host: &str, since: u64) -> Result<verify::HostPage, ApiError> {
+        let answer = read_host_log(self.0, host, since, MAX_EVENTS).await?;
+        let (Some(records), Some(last_seq)) =
+            (answer["records"].as_array(), answer["last_seq"].as_u64())
+        else {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                ApiCode::HostError,
+                "the host's `log` answer has no `records` and `last_seq`",
+            ));
+        };
+        Ok(verify::HostPage {
+            records: records.clone(),
+            last_seq,
+            anchor_seq: answer["anchor"]["seq"].as_u64(),
+        })
+    }
 }
 
 /// The body of `PUT /v1/hosts/{host}/keys`.

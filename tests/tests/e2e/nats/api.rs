@@ -98,6 +98,8 @@ fn health_metrics_and_json_errors() {
             ("/v1/commands/ns/wait?timeout=soon", 400, "invalid_request"),
             ("/v1/hosts/H1.%3E/intent", 400, "invalid_name"),
             ("/v1/hosts/h9/intent", 503, "host_unreachable"),
+            ("/v1/hosts/h9/verify", 503, "host_unreachable"),
+            ("/v1/hosts/H1.%3E/verify", 400, "invalid_name"),
             ("/v1/hosts/h1/events?since=x", 400, "invalid_request"),
             ("/v2/anything", 404, "not_found"),
         ] {
@@ -113,6 +115,17 @@ fn health_metrics_and_json_errors() {
         let v: Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(v["events"].as_array().map(Vec::len), Some(1), "{body}");
         assert_eq!(v["events"][0]["seq"], 3);
+        // The outbox may lag the log: what it published so far is the host's log.
+        let (status, body) = get(&format!("{base}/v1/hosts/h1/verify"), &token).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(
+            (&v["host"], &v["result"]),
+            (&"h1".into(), &"ok".into()),
+            "{body}"
+        );
+        assert_eq!(v["compared"], v["published_seq"], "{body}");
+        assert_eq!(v["first_difference"], Value::Null, "{body}");
     });
     daemon.stop();
     fleet.stop();

@@ -17,7 +17,7 @@ fn kinds(status: &Value) -> Vec<String> {
 
 #[test]
 fn round_trip_and_offline_delivery() {
-    round_trip(Fleet::start());
+    round_trip(Fleet::start(), "host_unreachable: ");
 }
 
 /// The same on per-host accounts (`capstan-coordinator nats-config`): every part of
@@ -25,10 +25,14 @@ fn round_trip_and_offline_delivery() {
 /// the oldest supported nats-server).
 #[test]
 fn round_trip_and_offline_delivery_on_per_host_accounts() {
-    round_trip(Fleet::with_accounts(&["h1"], "256M"));
+    round_trip(
+        Fleet::with_accounts(&["h1"], "256M"),
+        "host_not_found: host h9 has no account",
+    );
 }
 
-fn round_trip(fleet: Fleet) {
+/// `unknown_host`: what asking about a host without an agent (h9) says.
+fn round_trip(fleet: Fleet, unknown_host: &str) {
     let coordinator = &fleet.coordinator;
     let h1 = fleet.agent("h1").build();
     let daemon = h1.run();
@@ -86,6 +90,14 @@ fn round_trip(fleet: Fleet) {
     let out = coordinator.cli(&["submit", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid_name"));
+
+    // The host's log is what it published; a host nobody serves cannot be verified.
+    let verdict = coordinator.cli_json(&["verify", "h1"], 0);
+    assert_eq!(verdict["result"], "ok", "{verdict}");
+    let out = coordinator.cli(&["verify", "h9"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(unknown_host), "{stderr}");
     daemon.stop();
     fleet.stop();
 }

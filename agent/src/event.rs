@@ -327,7 +327,7 @@ impl Record {
 
 /// Lower-case hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    capstan_common::signing::to_hex(bytes)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! uses (utime + stime from `/proc/<pid>/stat`) over `--idle-secs` of doing nothing
 //! after it said it was ready. No baseline: the target is absolute (< 20 MB, ~0 % CPU).
 
+use crate::cpu;
 use crate::roundtrip::round;
 use crate::Args;
 use capstan_tests::agent::{Agent, AgentBuilder};
@@ -44,10 +45,10 @@ fn measure(
     agent.apply_ok(&agent.commands("idle").rollout(&names, "r1", spec));
     let daemon = agent.run();
     let pid = daemon.id();
-    let ticks = ticks_per_second()?;
-    let (cpu0, t0) = (cpu_ticks(pid)?, Instant::now());
+    let ticks = cpu::ticks_per_second()?;
+    let (cpu0, t0) = (cpu::ticks(pid)?, Instant::now());
     std::thread::sleep(idle);
-    let (cpu1, elapsed) = (cpu_ticks(pid)?, t0.elapsed());
+    let (cpu1, elapsed) = (cpu::ticks(pid)?, t0.elapsed());
     let (rss, hwm) = (status_kib(pid, "VmRSS:")?, status_kib(pid, "VmHWM:")?);
     let threads = status_kib(pid, "Threads:")?;
     daemon.stop();
@@ -73,20 +74,6 @@ fn measure(
     Ok(())
 }
 
-/// utime + stime of `pid`, in clock ticks (fields 14 and 15 of `/proc/<pid>/stat`,
-/// counted after the command name, which may hold spaces).
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| anyhow::anyhow!("no command name in /proc/{pid}/stat"))?;
-    // After the name: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| -> anyhow::Result<u64> { Ok(fields[n - 3].parse()?) };
-    Ok(field(14)? + field(15)?)
-}
-
 /// A `Name:  value kB` line of `/proc/<pid>/status`, as a number.
 fn status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -96,11 +83,4 @@ fn status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no {key} in /proc/{pid}/status"))?;
     let value = line.split_whitespace().next().unwrap_or_default();
     Ok(value.parse()?)
-}
-
-fn ticks_per_second() -> anyhow::Result<f64> {
-    let out = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
 }

@@ -22,7 +22,8 @@
 //! - `roundtrip` ([`roundtrip`]): submit → wait through the HTTP API vs the raw NATS +
 //!   log chain under it.
 //! - `throughput` ([`throughput`]): commands/s to one sim agent over NATS across 16
-//!   namespaces vs the executor alone in process.
+//!   namespaces vs the raw pipelined chain on the same nats-server ([`pipelined`]),
+//!   with the CPU each process used a command.
 //! - `reads` ([`reads`]): command status and `events?since` as a host's history grows
 //!   to `--history` records; the smallest size is the baseline.
 //! - `fanout` ([`fanout`]): one command to each of `--hosts` simulated hosts
@@ -49,6 +50,7 @@
 //! a release build needs nothing else built.
 
 mod apply;
+mod cpu;
 mod docker;
 mod engine_proxy;
 mod fanout;
@@ -59,6 +61,7 @@ mod log_append;
 mod million;
 mod needs;
 mod open;
+mod pipelined;
 mod query;
 mod reads;
 mod replay;

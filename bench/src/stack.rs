@@ -77,6 +77,11 @@ impl Stack {
         names
     }
 
+    /// The pid of the `n`th agent process started.
+    pub fn agent_pid(&self, n: usize) -> u32 {
+        self.agents[n].1.id()
+    }
+
     /// Stops everything, asserting each process's exit status.
     pub fn stop(self) {
         for (_, daemon) in self.agents {
@@ -153,6 +158,11 @@ impl Publisher {
         }
     }
 
+    /// The signed body of `command`, as [`Publisher::run`] publishes it.
+    pub fn body(&self, command: &Command) -> String {
+        self.signer.signed_json(command)
+    }
+
     /// Publishes `commands` (a thousand sent before their acks are awaited) and waits
     /// until each has a done result; how long that took from the first publish. The
     /// commands are signed before the clock starts: signing is the coordinator's work
@@ -164,10 +174,7 @@ impl Publisher {
             .subscribe(format!("$KV.{}.{}.*", wire::RESULTS_BUCKET, self.host))
             .await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
-        let bodies: Vec<String> = commands
-            .iter()
-            .map(|c| self.signer.signed_json(c))
-            .collect();
+        let bodies: Vec<String> = commands.iter().map(|c| self.body(c)).collect();
         let t = Instant::now();
         // Acks awaited a thousand at a time: async-nats holds at most a few thousand
         // unawaited acks and then makes `publish` wait.

@@ -58,6 +58,11 @@ impl NatsServer {
         format!("nats://{}:{}", self.addr, self.port)
     }
 
+    /// The pid of the running server (a benchmark reads its CPU).
+    pub fn pid(&self) -> u32 {
+        self.process.as_ref().expect("the server runs").id()
+    }
+
     fn boot(&mut self) {
         self.runs += 1;
         let mut c = Command::new(nats_server_binary());

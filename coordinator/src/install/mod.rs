@@ -120,10 +120,7 @@ pub struct Job {
 
 /// The lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    capstan_common::signing::to_hex(&Sha256::digest(bytes))
 }
 
 /// The shell script that reports a host's state as `key=value` lines.

@@ -82,9 +82,7 @@ mod tests {
         "01016d",                                   // Some("m")
     );
 
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    }
+    use capstan_common::signing::to_hex as hex;
 
     #[test]
     fn a_format_1_entry_decodes_as_released() {

@@ -61,6 +61,17 @@ impl Stack {
             .signing(&self.keys.public)
             .build();
         let process = config.sim_fleet(hosts, prefix);
+        // Every host's key (`sim-fleet` lists them in `host-keys`), registered in one
+        // call: a host is alive only with a registered key.
+        let keys = config.data_dir().join("host-keys");
+        let out = self
+            .coordinator
+            .cli(&["register", "--file", &keys.display().to_string()]);
+        assert!(
+            out.status.success(),
+            "capstan register --file: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         self.agents.push((config, process));
         let names: Vec<String> = (1..=hosts).map(|i| format!("{prefix}-{i:04}")).collect();
         self.coordinator

@@ -3,6 +3,7 @@
 //! the coordinator answers it (`GET /v1/commands/{id}`), so both sum the records up
 //! the same way: here.
 
+use crate::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -15,7 +16,9 @@ pub struct CommandStatus {
     pub status: String,
     /// True once the status is final.
     pub done: bool,
-    /// `{code, message}` of a failure or rejection.
+    /// `{code, message, retryable}` of a failure or rejection: `retryable` is
+    /// [`ErrorCode::is_retryable`] of the code (false for a code this build does not
+    /// know); entries written before it existed carry only `code` and `message`.
     pub error: Option<Value>,
     /// Every record carrying the command's id, in log order (their `CAPSTAN_EVT`
     /// form: the record's JSON plus `host`).
@@ -61,9 +64,10 @@ pub fn summarize(id: &str, host: &str, events: Vec<Value>) -> CommandStatus {
     let mut completed = false;
     for e in &events {
         let err = || {
-            e.get("code")
-                .filter(|c| !c.is_null())
-                .map(|c| json!({"code": c, "message": e["message"]}))
+            e.get("code").filter(|c| !c.is_null()).map(|c| {
+                let retryable = ErrorCode::deserialize(c).is_ok_and(ErrorCode::is_retryable);
+                json!({"code": c, "message": e["message"], "retryable": retryable})
+            })
         };
         match e["kind"].as_str() {
             Some("command_received") if !completed => status = "running",
@@ -152,6 +156,43 @@ mod tests {
             json!({"kind":"command_completed","outcome":"failed","code":"namespace_not_found","message":"m"}),
         ];
         assert_eq!(summarize("a", "h", failed).status, "failed");
+    }
+
+    /// Given a failure whose code is retryable, one whose code is not, a rejection and
+    /// a code this build does not know, when summed up, then the error carries
+    /// `retryable` as `ErrorCode::is_retryable` says (false for the unknown code).
+    #[test]
+    fn the_error_says_whether_a_new_id_may_succeed() {
+        let failed = |code: &str| {
+            vec![
+                json!({"seq": 1, "kind":"command_received","command_id":"a"}),
+                json!({"seq": 2, "kind":"command_completed","command_id":"a","outcome":"failed",
+                    "code": code, "message":"m"}),
+            ]
+        };
+        let s = summarize("a", "h", failed("hook_failed"));
+        assert_eq!(status(&s), ("failed", true));
+        assert_eq!(
+            s.error,
+            Some(json!({"code": "hook_failed", "message": "m", "retryable": true}))
+        );
+        let s = summarize("a", "h", failed("namespace_not_found"));
+        assert_eq!(
+            s.error,
+            Some(json!({"code": "namespace_not_found", "message": "m", "retryable": false}))
+        );
+        let s = summarize("a", "h", failed("no_such_code_yet"));
+        assert_eq!(s.error.unwrap()["retryable"], false);
+        let rejected = vec![json!({"kind":"command_rejected","code":"expired","message":"old"})];
+        let s = summarize("a", "h", rejected);
+        assert_eq!(
+            s.error,
+            Some(json!({"code": "expired", "message": "old", "retryable": false}))
+        );
+        let succeeded = vec![
+            json!({"kind":"command_completed","outcome":"succeeded","code":null,"message":null}),
+        ];
+        assert_eq!(summarize("a", "h", succeeded).error, None);
     }
 
     #[test]

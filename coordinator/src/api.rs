@@ -909,6 +909,66 @@ mod tests {
         }
     }
 
+    /// `CommandStatus` in the description is what `status::summarize` writes (the
+    /// agent's result entries, answered as they are): its `status` values, and an
+    /// `error` whose fields are the described ones, `code` an `ErrorCode`, `retryable`
+    /// a boolean.
+    #[test]
+    fn the_described_command_status_is_what_summarize_writes() {
+        use capstan_common::status::summarize;
+        use serde_json::json;
+        let spec: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let schema = &spec["components"]["schemas"]["CommandStatus"];
+        let statuses = described_enum("/components/schemas/CommandStatus/properties/status/enum");
+        assert_eq!(schema["properties"]["status"]["type"], "string");
+        let error = schema["properties"]["error"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["type"] == "object")
+            .expect("an object form of error");
+        assert_eq!(
+            error["properties"]["code"]["$ref"],
+            "#/components/schemas/ErrorCode"
+        );
+        assert_eq!(error["properties"]["retryable"]["type"], "boolean");
+        let codes = described_enum("/components/schemas/ErrorCode/enum");
+        for (code, outcome) in [
+            ("hook_failed", "failed"),
+            ("namespace_not_found", "failed"),
+            ("expired", "rejected"),
+        ] {
+            let events = vec![
+                json!({"seq": 1, "kind": "command_received", "command_id": "a"}),
+                json!({"seq": 2, "kind": "command_completed", "command_id": "a",
+                    "outcome": outcome, "code": code, "message": "m"}),
+            ];
+            let status = serde_json::to_value(summarize("a", "h1", events)).unwrap();
+            assert!(
+                statuses.iter().any(|s| status["status"] == s.as_str()),
+                "{status}"
+            );
+            for key in schema["required"].as_array().unwrap() {
+                assert!(
+                    status.get(key.as_str().unwrap()).is_some(),
+                    "{key}: {status}"
+                );
+            }
+            let answered = status["error"].as_object().unwrap();
+            for key in error["required"].as_array().unwrap() {
+                assert!(answered.contains_key(key.as_str().unwrap()), "{key}");
+            }
+            for key in answered.keys() {
+                assert!(
+                    error["properties"].get(key).is_some(),
+                    "`{key}` undescribed"
+                );
+            }
+            assert!(codes.iter().any(|c| answered["code"] == c.as_str()));
+            assert!(answered["retryable"].is_boolean());
+        }
+    }
+
     /// `ApiCode::ALL` lists every variant once, as `as_str` spells it: serde's derive
     /// sees the enum itself and names every variant in its "expected one of" list.
     #[test]

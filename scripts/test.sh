@@ -44,7 +44,8 @@ cargo build --workspace --bins
 out=$(mktemp)
 smoke_out=$(mktemp)
 fuzz_out=$(mktemp)
-trap 'rm -f "$out" "$smoke_out" "$fuzz_out"' EXIT
+ts_out=$(mktemp)
+trap 'rm -f "$out" "$smoke_out" "$fuzz_out" "$ts_out"' EXIT
 cargo test --workspace --no-run "$@"
 set +e
 "$nextest" nextest run --workspace --exclude capstan-tests --no-fail-fast "$@" 2>&1 | tee "$out"
@@ -58,6 +59,17 @@ echo "== smoke run against $("$OLDEST_NATS" --version)"
 CAPSTAN_NATS_SERVER=$OLDEST_NATS cargo test -p capstan-tests --test e2e --no-fail-fast \
   -- nats::flow:: 2>&1 | tee -a "$out" "$smoke_out"
 smoke=${PIPESTATUS[0]}
+# The TypeScript packages (clients/typescript): their generated types against the
+# OpenAPI description, the description against Redocly's recommended rules, the live
+# tests (node's test runner; each test file starts its own nats-server, coordinator
+# and agents from the debug binaries built above), and `npm pack` installable. Not
+# with a test-name filter.
+ts=0
+if (($# == 0)); then
+  echo "== TypeScript client and compute driver (clients/typescript)"
+  .ci/typescript.sh 2>&1 | tee -a "$out" "$ts_out"
+  ts=${PIPESTATUS[0]}
+fi
 # Coverage-guided fuzzing, short: every target of fuzz/ for 20 s from its seed corpus
 # (.ci/fuzz.sh; the full run gives each 600 s). Not with a test-name filter.
 fuzz=0
@@ -69,13 +81,17 @@ fi
 set -e
 echo "== summary"
 echo "smoke run against $OLDEST_NATS: $(grep -h '^test result:' "$smoke_out" || echo 'no result')"
-if (($# == 0)); then grep -h '^fuzz ' "$fuzz_out" || echo "fuzzing: no result"; fi
+if (($# == 0)); then
+  echo "TypeScript tests: $(grep -hE '^ℹ (pass|fail) ' "$ts_out" | tr '\n' ' ' || echo 'no result')"
+  grep -h '^fuzz ' "$fuzz_out" || echo "fuzzing: no result"
+fi
 grep -h '^capstan-tests watchdog:' "$out" || true
 # nextest names each failure twice (as it happens, and again at the end): once here.
 grep -hE '^ *(FAIL|TIMEOUT|SIGKILL|SIGSEGV|SIGABRT|ABORT) \[' "$out" | sed 's/^ */failed: /' | sort -u || true
 grep -h "process didn't exit successfully" "$out" | sed 's/^ */failed: /' || true
 # nextest: "Summary [ 40.1s] 210 tests run: 208 passed, 1 failed, 1 timed out, 0 skipped"
 # cargo test: "test result: ok. 58 passed; 0 failed; …"
+# node --test (spec reporter): "ℹ pass 12" and "ℹ fail 0"
 awk '/^ *Summary \[/ {
        for (i = 1; i <= NF; i++) {
          if ($(i + 1) ~ /^passed/) passed += $i
@@ -84,8 +100,11 @@ awk '/^ *Summary \[/ {
        }
      }
      /^test result:/ { passed += $4; failed += $6 }
+     /^ℹ pass [0-9]+$/ { passed += $3 }
+     /^ℹ fail [0-9]+$/ { failed += $3 }
      END { printf "%d passed, %d failed\n", passed, failed }' "$out"
 if ((unit != 0)); then exit "$unit"; fi
 if ((e2e != 0)); then exit "$e2e"; fi
 if ((smoke != 0)); then exit "$smoke"; fi
+if ((ts != 0)); then exit "$ts"; fi
 exit "$fuzz"

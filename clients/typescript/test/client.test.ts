@@ -236,6 +236,15 @@ describe("rollout", () => {
       summary.results.map((r) => r.id),
       [...stack.fleetHosts].sort().map((h) => `ts-rollout-1.${h}`),
     );
+    // A host the API refuses the command for is a result of its own.
+    const refused = await c.rollout(
+      { op: "ensure_namespace", namespace: "fleetwide", id: "ts-rollout-2" },
+      { hosts: [stack.fleetHosts[0]!, "Not_A_Host"] },
+    );
+    assert.equal(refused.succeeded, 1);
+    const bad = refused.results.find((r) => r.host === "Not_A_Host");
+    assert.equal(bad?.status, "unsubmitted");
+    assert.equal(bad?.error?.code, "invalid_name");
     // "alive": every host alive now, each answered from its log the second time.
     const alive = await c.rollout(
       { op: "ensure_namespace", namespace: "fleetwide", id: "ts-rollout-1" },

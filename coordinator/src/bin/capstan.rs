@@ -4,7 +4,7 @@
 //! error; 3 a wait timed out before the command was done.
 
 use anyhow::Context as _;
-use capstan_coordinator::client::Client;
+use capstan_coordinator::client::{Client, ClientError};
 use capstan_coordinator::verify::{Finding, Verdict};
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -103,6 +103,12 @@ enum Cmd {
         hosts: String,
         #[arg(long, default_value = "60s")]
         timeout: String,
+        /// Requests in flight at once, submissions and waits alike (1 to 1024).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: u16,
+        /// List every host in the summary (by default only those that did not succeed).
+        #[arg(long)]
+        each: bool,
     },
     /// Install the capstan-agent PACKAGE (.deb) on hosts over SSH, write its config,
     /// enable and start it, and wait until each host is alive in the registry.
@@ -474,7 +480,16 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             file,
             hosts,
             timeout,
-        } => rollout(&client, json, &file, &hosts, &timeout).await,
+            concurrency,
+            each,
+        } => {
+            let how = RolloutHow {
+                timeout,
+                concurrency: usize::from(concurrency),
+                each,
+            };
+            rollout(&client, json, &file, &hosts, &how).await
+        }
         Cmd::Install(args) => install(&client, json, args).await,
         Cmd::Register { host, key, file } => register(&client, json, host, key, file).await,
         Cmd::Keys { host } => {
@@ -696,13 +711,27 @@ async fn install(client: &Client, json: bool, args: InstallArgs) -> anyhow::Resu
     })
 }
 
+/// How `rollout` goes about it (its flags).
+struct RolloutHow {
+    timeout: String,
+    /// Requests in flight at once.
+    concurrency: usize,
+    /// A line for every host, not only those that did not succeed.
+    each: bool,
+}
+
+/// Hosts listed in the human summary when `--each` is not given: those that did not
+/// succeed, up to this many.
+const ROLLOUT_LISTED: usize = 20;
+
 async fn rollout(
     client: &Client,
     json: bool,
     file: &PathBuf,
     hosts: &str,
-    timeout: &str,
+    how: &RolloutHow,
 ) -> anyhow::Result<ExitCode> {
+    use futures::StreamExt as _;
     let template = read_input(file)?
         .into_iter()
         .next()
@@ -727,70 +756,159 @@ async fn rollout(
         .as_str()
         .map(str::to_string)
         .unwrap_or_else(|| format!("rollout-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f")));
-    let mut ids = Vec::new();
-    for host in &hosts {
-        let mut command = template.clone();
-        command["host"] = json!(host);
-        command["id"] = json!(format!("{base}.{host}"));
-        let accepted = client.post("/v1/commands", &command).await?;
-        ids.push(accepted["id"].as_str().unwrap_or_default().to_string());
-    }
-    let total = ids.len();
-    let mut waits: futures::stream::FuturesUnordered<_> = ids
-        .iter()
-        .map(|id| async move {
-            (
-                id.clone(),
-                client
-                    .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
-                    .await,
-            )
+    let total = hosts.len();
+    let mut bar = Progress::new(total);
+    // Every submission first, `concurrency` at a time; then every wait, as many at a
+    // time. A host the API refuses a command for (`host_not_found`, `invalid_name`, …)
+    // is a result of its own (`unsubmitted`); not reaching the coordinator, or a token
+    // it refuses, ends the rollout.
+    let submissions = futures::stream::iter(&hosts)
+        .map(|host| {
+            let mut command = template.clone();
+            command["host"] = json!(host);
+            let id = format!("{base}.{host}");
+            command["id"] = json!(id);
+            async move { (host, id, client.post("/v1/commands", &command).await) }
         })
-        .collect();
-    let mut results = Vec::new();
-    let mut stderr = std::io::stderr();
-    use futures::StreamExt as _;
-    while let Some((id, r)) = waits.next().await {
-        let status = r.unwrap_or_else(|e| json!({"id": id, "status": "unknown", "error": {"code": "client", "message": e.to_string()}}));
-        results.push(status);
-        let failed = results
-            .iter()
-            .filter(|s| s["status"] != "succeeded")
-            .count();
-        let done = results.len();
-        let bar = "#".repeat(done * 20 / total) + &".".repeat(20 - done * 20 / total);
-        let _ = write!(
-            stderr,
-            "\rrollout [{bar}] {done}/{total} done, {failed} not succeeded"
-        );
-        let _ = stderr.flush();
-    }
-    let _ = writeln!(stderr);
-    results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
-    let ok = results
-        .iter()
-        .filter(|s| s["status"] == "succeeded")
-        .count();
-    let summary = json!({"total": total, "succeeded": ok, "results": results});
-    print(json, &summary, |v| {
-        let mut out = format!("{:<20} {:<10} {:<32} ERROR\n", "HOST", "STATUS", "COMMAND");
-        for s in v["results"].as_array().into_iter().flatten() {
-            out.push_str(&format!(
-                "{:<20} {:<10} {:<32} {}\n",
-                s["host"].as_str().unwrap_or("-"),
-                s["status"].as_str().unwrap_or("-"),
-                s["id"].as_str().unwrap_or("-"),
-                s["error"]["code"].as_str().unwrap_or("")
-            ));
+        .buffered(how.concurrency);
+    tokio::pin!(submissions);
+    let mut ids = Vec::with_capacity(total);
+    let mut results = Vec::with_capacity(total);
+    while let Some((host, id, accepted)) = submissions.next().await {
+        match accepted {
+            Ok(_) => ids.push((host, id)),
+            Err(ClientError::Api { code, message, .. }) => {
+                bar.failed += 1;
+                bar.done += 1;
+                results.push(
+                    json!({"id": id, "host": host, "status": "unsubmitted", "done": false,
+                    "error": {"code": code, "message": message}}),
+                );
+            }
+            Err(e) => return Err(e.into()),
         }
-        out.push_str(&format!("{ok}/{total} succeeded\n"));
-        out
-    });
+        bar.submitted += 1;
+        bar.draw();
+    }
+    let timeout = &how.timeout;
+    let waits = futures::stream::iter(&ids)
+        .map(|(host, id)| async move {
+            let answer = client
+                .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
+                .await;
+            answer.unwrap_or_else(|e| {
+                json!({"id": id, "host": host, "status": "unknown", "done": false,
+                "error": {"code": "client", "message": e.to_string()}})
+            })
+        })
+        .buffer_unordered(how.concurrency);
+    tokio::pin!(waits);
+    while let Some(status) = waits.next().await {
+        bar.done += 1;
+        if status["status"] != "succeeded" {
+            bar.failed += 1;
+        }
+        bar.draw();
+        results.push(status);
+    }
+    bar.finish();
+    results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
+    let ok = total - bar.failed;
+    let summary = json!({"total": total, "succeeded": ok, "results": results});
+    print(json, &summary, |v| human_rollout(v, how.each));
     Ok(if ok == total {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The rollout's summary: a line for each host that did not succeed (the first
+/// [`ROLLOUT_LISTED`], or every host with `each`), then the count.
+fn human_rollout(v: &Value, each: bool) -> String {
+    let results = v["results"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let listed: Vec<&Value> = results
+        .iter()
+        .filter(|s| each || s["status"] != "succeeded")
+        .collect();
+    let mut out = String::new();
+    if !listed.is_empty() {
+        out.push_str(&format!(
+            "{:<20} {:<10} {:<32} ERROR\n",
+            "HOST", "STATUS", "COMMAND"
+        ));
+    }
+    let shown = if each {
+        listed.len()
+    } else {
+        listed.len().min(ROLLOUT_LISTED)
+    };
+    for s in &listed[..shown] {
+        out.push_str(&format!(
+            "{:<20} {:<10} {:<32} {}\n",
+            s["host"].as_str().unwrap_or("-"),
+            s["status"].as_str().unwrap_or("-"),
+            s["id"].as_str().unwrap_or("-"),
+            s["error"]["code"].as_str().unwrap_or("")
+        ));
+    }
+    if shown < listed.len() {
+        out.push_str(&format!(
+            "… and {} more that did not succeed (--each or --json lists every host)\n",
+            listed.len() - shown
+        ));
+    }
+    out.push_str(&format!("{}/{} succeeded\n", v["succeeded"], v["total"]));
+    out
+}
+
+/// One progress bar on stderr, redrawn in place: `submitted`, then `done`.
+struct Progress {
+    total: usize,
+    submitted: usize,
+    done: usize,
+    failed: usize,
+    /// The last line drawn: a bar is redrawn only when it changes.
+    drawn: String,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        Progress {
+            total,
+            submitted: 0,
+            done: 0,
+            failed: 0,
+            drawn: String::new(),
+        }
+    }
+
+    fn draw(&mut self) {
+        let filled = self.done * 20 / self.total;
+        let line = format!(
+            "rollout [{}{}] {}/{} submitted, {}/{} done, {} not succeeded",
+            "#".repeat(filled),
+            ".".repeat(20 - filled),
+            self.submitted,
+            self.total,
+            self.done,
+            self.total,
+            self.failed
+        );
+        if line != self.drawn {
+            let mut stderr = std::io::stderr();
+            let _ = write!(stderr, "\r{line}");
+            let _ = stderr.flush();
+            self.drawn = line;
+        }
+    }
+
+    fn finish(&self) {
+        let _ = writeln!(std::io::stderr());
+    }
 }
 
 #[cfg(test)]
@@ -804,6 +922,42 @@ mod tests {
         assert!(expect_intent(error).is_err());
         let intent = json!({"applied_seq": 9, "namespaces": {}, "workloads": {}});
         assert_eq!(expect_intent(intent.clone()).unwrap(), intent);
+    }
+
+    fn summary(hosts: usize, failed: usize) -> Value {
+        let results: Vec<Value> = (0..hosts)
+            .map(|i| {
+                let (status, code) = if i < failed {
+                    ("failed", json!("hook_failed"))
+                } else {
+                    ("succeeded", Value::Null)
+                };
+                json!({"host": format!("h{i:05}"), "id": format!("ro.h{i:05}"),
+                    "status": status, "error": {"code": code}})
+            })
+            .collect();
+        json!({"total": hosts, "succeeded": hosts - failed, "results": results})
+    }
+
+    /// Given a rollout to thousands of hosts, when it is summed up for a person, then
+    /// the summary lists only the hosts that did not succeed, at most 20 of them,
+    /// unless every host is asked for.
+    #[test]
+    fn a_rollout_summary_lists_the_hosts_that_did_not_succeed_not_every_host() {
+        let all_ok = human_rollout(&summary(5000, 0), false);
+        assert_eq!(all_ok, "5000/5000 succeeded\n");
+        let some = human_rollout(&summary(5000, 3), false);
+        assert_eq!(some.lines().count(), 1 + 3 + 1, "{some}");
+        assert!(
+            some.contains("h00002") && !some.contains("h00003"),
+            "{some}"
+        );
+        let many = human_rollout(&summary(5000, 25), false);
+        assert_eq!(many.lines().count(), 1 + ROLLOUT_LISTED + 2, "{many}");
+        assert!(many.contains("… and 5 more that did not succeed"), "{many}");
+        assert!(many.ends_with("4975/5000 succeeded\n"), "{many}");
+        let each = human_rollout(&summary(50, 25), true);
+        assert_eq!(each.lines().count(), 1 + 50 + 1, "{each}");
     }
 
     #[test]

@@ -182,6 +182,20 @@ fn two_coordinators_serve_the_same_fleet() {
     );
     assert_eq!(summary["succeeded"], 2, "{summary}");
     assert_eq!(c1.cli_json(&["status", "ro.h1"], 0)["status"], "succeeded");
+    // A host the API refuses a command for is a result of its own, not the end of the
+    // rollout.
+    let template = c2.write(
+        "template2.json",
+        r#"{"id":"ro2","op":"ensure_namespace","namespace":"four"}"#,
+    );
+    let template = template.to_str().unwrap();
+    let summary = c2.cli_json(&["rollout", template, "--hosts", "h1,Not_A_Host,h2"], 1);
+    assert_eq!(summary["succeeded"], 2, "{summary}");
+    let refused = &summary["results"][0];
+    assert_eq!(refused["host"], "Not_A_Host", "{summary}");
+    assert_eq!(refused["status"], "unsubmitted", "{summary}");
+    assert_eq!(refused["error"]["code"], "invalid_name", "{summary}");
+
     for daemon in daemons {
         daemon.stop();
     }

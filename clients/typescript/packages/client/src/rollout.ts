@@ -29,14 +29,18 @@ export interface RolloutProgress {
   last: RolloutResult;
 }
 
-/** One host's result: the command's status, or `unknown` with the client's error when
- * it could not be submitted or followed to its end (ask `status(id)` later). */
+/**
+ * One host's result: the command's status; `unsubmitted` when the API refused the
+ * command for that host (`invalid_name`, `host_not_found`, …: an error answer, as
+ * `capstan rollout` says it); `unknown` with the client's error when it could not be
+ * submitted or followed to its end (ask `status(id)` later).
+ */
 export type RolloutResult =
   | CommandStatus
   | {
       id: string;
       host: string;
-      status: "unknown";
+      status: "unsubmitted" | "unknown";
       done: false;
       error: { code: CapstanError["code"]; message: string };
     };
@@ -79,7 +83,7 @@ export async function rollout(
   await pool(submitted, concurrency, async ({ host, id, error }) => {
     let result: RolloutResult;
     if (error) {
-      result = unknown(id, host, error);
+      result = notFollowed(id, host, error, "submitting");
     } else {
       try {
         result = await client.wait(id, {
@@ -87,7 +91,7 @@ export async function rollout(
           ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
         });
       } catch (e) {
-        result = unknown(id, host, asError(e));
+        result = notFollowed(id, host, asError(e), "waiting");
       }
     }
     results.push(result);
@@ -105,8 +109,22 @@ export async function rollout(
   };
 }
 
-function unknown(id: string, host: string, error: CapstanError): RolloutResult {
-  return { id, host, status: "unknown", done: false, error: { code: error.code, message: error.message } };
+function notFollowed(
+  id: string,
+  host: string,
+  error: CapstanError,
+  when: "submitting" | "waiting",
+): RolloutResult {
+  // Submitting, an error answer that asking again would not change: the API refused
+  // this host's command. Anything else leaves its fate unknown.
+  const refused = when === "submitting" && error.status !== undefined && !error.retryable;
+  return {
+    id,
+    host,
+    status: refused ? "unsubmitted" : "unknown",
+    done: false,
+    error: { code: error.code, message: error.message },
+  };
 }
 
 function asError(error: unknown): CapstanError {

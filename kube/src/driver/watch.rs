@@ -25,6 +25,17 @@ enum Seen {
     Pod(Box<watcher::Event<Pod>>),
 }
 
+impl Seen {
+    /// `deployments` or `pods` when this event ends a (re)list of that watch.
+    fn listed(&self) -> Option<&'static str> {
+        match self {
+            Seen::Deployment(e) if matches!(**e, watcher::Event::InitDone) => Some("deployments"),
+            Seen::Pod(e) if matches!(**e, watcher::Event::InitDone) => Some("pods"),
+            _ => None,
+        }
+    }
+}
+
 impl KubeDriver {
     /// The Deployments and pods `deployments` and `pods` select, watched together.
     fn watch(
@@ -114,6 +125,13 @@ impl KubeDriver {
                 () = failures.closed() => return Ok(()),
                 event = events.next() => event,
             };
+            if let Some(Ok(seen)) = &event {
+                if let Some(watch) = seen.listed() {
+                    // From here on every change of those objects reaches this loop
+                    // (said so that an operator, or a test, knows the watch holds).
+                    tracing::info!(target: "capstan::kube", watch, "failure watch listed");
+                }
+            }
             let failure = match event {
                 Some(Ok(Seen::Deployment(e))) => {
                     failure_of(&mut deployments, *e, |d| Watched::Deployment(d).failure())

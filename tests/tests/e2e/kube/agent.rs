@@ -318,6 +318,12 @@ fn failures_after_the_rollout_are_recorded_from_the_watch_across_an_apiserver_re
     let before = web(&cluster).expect("the Deployment");
     let daemon = a.run();
     reconciled(&daemon);
+    // The status written below lasts only until the deployment controller's next
+    // sync rewrites it: the agent must be watching before it is written, or a list
+    // after the rewrite never shows it (this test failed so, now and then).
+    daemon.wait_for_line("the failure watch listed the Deployments", |l| {
+        l["fields"]["message"] == "failure watch listed" && l["fields"]["watch"] == "deployments"
+    });
     // The cluster gives up on the rollout: the Deployment's status, as the
     // deployment controller writes it after progressDeadlineSeconds.
     let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");

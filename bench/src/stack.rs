@@ -63,7 +63,7 @@ impl Stack {
         let process = config.sim_fleet(hosts, prefix);
         // Every host's key (`sim-fleet` lists them in `host-keys`), registered in one
         // call: a host is alive only with a registered key.
-        let keys = config.data_dir().join("host-keys");
+        let keys = config.data_dir().join(capstan_agent::sim_fleet::KEYS_FILE);
         let out = self
             .coordinator
             .cli(&["register", "--file", &keys.display().to_string()]);

@@ -813,7 +813,10 @@ async fn rollout(
     }
     bar.finish();
     results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
-    let ok = total - bar.failed;
+    let ok = results
+        .iter()
+        .filter(|s| s["status"] == "succeeded")
+        .count();
     let summary = json!({"total": total, "succeeded": ok, "results": results});
     print(json, &summary, |v| human_rollout(v, how.each));
     Ok(if ok == total {
@@ -871,8 +874,6 @@ struct Progress {
     submitted: usize,
     done: usize,
     failed: usize,
-    /// The last line drawn: a bar is redrawn only when it changes.
-    drawn: String,
 }
 
 impl Progress {
@@ -882,11 +883,11 @@ impl Progress {
             submitted: 0,
             done: 0,
             failed: 0,
-            drawn: String::new(),
         }
     }
 
-    fn draw(&mut self) {
+    /// Called after each count changed, so each call is a new line.
+    fn draw(&self) {
         let filled = self.done * 20 / self.total;
         let line = format!(
             "rollout [{}{}] {}/{} submitted, {}/{} done, {} not succeeded",
@@ -898,12 +899,9 @@ impl Progress {
             self.total,
             self.failed
         );
-        if line != self.drawn {
-            let mut stderr = std::io::stderr();
-            let _ = write!(stderr, "\r{line}");
-            let _ = stderr.flush();
-            self.drawn = line;
-        }
+        let mut stderr = std::io::stderr();
+        let _ = write!(stderr, "\r{line}");
+        let _ = stderr.flush();
     }
 
     fn finish(&self) {

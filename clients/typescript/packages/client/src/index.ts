@@ -12,7 +12,7 @@ export { CapstanError, isCapstanError } from "./errors.js";
 export type { CapstanCode, CapstanErrorInit, ClientCode, HookFailure } from "./errors.js";
 export { canonicalJson, commandId, randomId } from "./ids.js";
 export type { IdOptions } from "./ids.js";
-export { withRetry } from "./retry.js";
+export { sleep, withRetry } from "./retry.js";
 export type { RetryPolicy } from "./retry.js";
 export type { RolloutOptions, RolloutProgress, RolloutResult, RolloutSummary } from "./rollout.js";
 export type * from "./types.js";

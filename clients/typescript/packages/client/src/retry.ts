@@ -1,4 +1,5 @@
 // Asking again: which errors, how often, how long in between.
+import { setTimeout as delay } from "node:timers/promises";
 import { CapstanError } from "./errors.js";
 
 export interface RetryPolicy {
@@ -48,20 +49,12 @@ export async function withRetry<T>(
 }
 
 /** Resolves after `ms`, or rejects `aborted` when `signal` fires first. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortError(signal));
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    function done() {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }
-    function onAbort() {
-      clearTimeout(timer);
-      reject(abortError(signal!));
-    }
-  });
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  try {
+    await delay(ms, undefined, signal === undefined ? {} : { signal });
+  } catch (error) {
+    throw signal?.aborted ? abortError(signal) : error;
+  }
 }
 
 /** The error an aborted call ends in. */

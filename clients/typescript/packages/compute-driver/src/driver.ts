@@ -9,6 +9,7 @@ import {
   type CommandStatus,
   commandId,
   type HookFailure,
+  sleep,
   type Spec,
 } from "@capstan/client";
 import { capstanName } from "./names.js";
@@ -204,7 +205,17 @@ export class CapstanComputeDriver {
       if (status.status === "succeeded") return { host: command.host, commandId: id, status };
       const error = CapstanError.fromCommand(status);
       if (!error.retryable || attempt + 1 >= this.attempts) throw error;
-      await pause(this.retryDelayMs * 2 ** attempt, target.signal, id);
+      try {
+        await sleep(this.retryDelayMs * 2 ** attempt, target.signal);
+      } catch (cause) {
+        throw new CapstanError({
+          code: "aborted",
+          message: `aborted before retrying after command ${id}`,
+          retryable: false,
+          commandId: id,
+          cause,
+        });
+      }
     }
   }
 
@@ -271,30 +282,6 @@ function revisionNames(input: RevisionRef): { namespace: string; workload: strin
     workload: capstanName(input.workload),
     revision: capstanName(input.revision),
   };
-}
-
-async function pause(ms: number, signal: AbortSignal | undefined, id: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(aborted(id));
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        reject(aborted(id));
-      },
-      { once: true },
-    );
-  });
-}
-
-function aborted(id: string): CapstanError {
-  return new CapstanError({
-    code: "aborted",
-    message: `aborted before retrying after command ${id}`,
-    retryable: false,
-    commandId: id,
-  });
 }
 
 export type { HookFailure };

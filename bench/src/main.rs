@@ -41,6 +41,10 @@
 //! - `footprint` ([`footprint`]): an idle `capstan-agent run` holding
 //!   `--idle-workloads` workloads (sim, then docker): resident memory and CPU over
 //!   `--idle-secs`.
+//! - `fleet` ([`fleet`]), only when named: a three-step rollout (`capstan rollout`)
+//!   to each of `--fleet-sizes` simulated hosts over a three-node JetStream cluster,
+//!   with the coordinator's CPU and memory and every host's heartbeats; the smallest
+//!   size, scaled linearly, is the baseline.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
 //! (the release binaries next to this one: `cargo build --release --workspace --bins`).
@@ -54,6 +58,7 @@ mod cpu;
 mod docker;
 mod engine_proxy;
 mod fanout;
+mod fleet;
 mod fleet_systemd;
 mod footprint;
 mod group_commit;
@@ -121,6 +126,12 @@ pub struct Args {
     /// Simulated hosts in the fanout measurement.
     #[arg(long, default_value_t = 500)]
     hosts: usize,
+    /// Fleet sizes of the fleet measurement, smallest first (a comma list).
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 2000, 5000, 10_000])]
+    fleet_sizes: Vec<usize>,
+    /// Simulated hosts per `sim-fleet` process in the fleet measurement.
+    #[arg(long, default_value_t = 2500)]
+    fleet_per_process: usize,
     /// Records in the large log of the replay and query measurements.
     #[arg(long, default_value_t = 1_000_000)]
     log_records: u64,
@@ -153,6 +164,7 @@ enum Measurement {
     Query,
     Docker,
     Footprint,
+    Fleet,
 }
 
 pub fn event(i: usize) -> Event {
@@ -181,6 +193,10 @@ fn main() -> anyhow::Result<()> {
     );
     anyhow::ensure!(args.history >= 1_000, "--history must be at least 1000");
     anyhow::ensure!(args.hosts > 0, "--hosts must be at least 1");
+    anyhow::ensure!(
+        !args.fleet_sizes.is_empty() && args.fleet_sizes.iter().all(|&n| n > 0),
+        "--fleet-sizes must list sizes of at least 1"
+    );
     anyhow::ensure!(
         args.log_workloads > 0 && args.log_records >= 10_000,
         "--log-workloads must be at least 1 and --log-records at least 10000"
@@ -237,6 +253,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Footprint) {
         footprint::run(&args)?;
+    }
+    if args.only.contains(&Measurement::Fleet) {
+        runtime.block_on(fleet::run(&args))?;
     }
     Ok(())
 }

@@ -348,6 +348,12 @@ pub const CMD_MAX_BYTES: i64 = 1 << 30;
 /// The most commands `CAPSTAN_CMD` keeps pending for one host; more for that host
 /// are refused (discard new, per subject), other hosts' still go in.
 pub const CMD_MAX_PER_HOST: i64 = 10_000;
+/// The most consumers `CAPSTAN_CMD` takes: one a host (its agent's durable consumer),
+/// so the most hosts one fleet has. Set on the stream because nats-server 2.12 and
+/// later cap a stream that sets none at 1,000 consumers (`default_max_consumers`),
+/// which stopped the 1,001st host of a fleet from taking commands
+/// (`maximum consumers limit reached`, found by `capstan-bench --only fleet`).
+pub const CMD_MAX_CONSUMERS: i32 = 100_000;
 /// How long a command waits in `CAPSTAN_CMD` for its host at most: the coordinators'
 /// `commands_max_age` (its binding and result are gone by then; the agent would
 /// refuse it `expired` anyway, signatures are good for `max_age_secs`).
@@ -453,6 +459,11 @@ async fn migrate_streams(
             // update the stream on every call.
             wanted.allow_atomic_publish = current.allow_atomic_publish;
         }
+        if !max_consumers_changeable(js) {
+            // Before 2.12 a stream's consumer limit is fixed at its creation (and
+            // those servers set no default limit of their own).
+            wanted.max_consumers = current.max_consumers;
+        }
         if wanted != current {
             js.update_stream(&wanted)
                 .await
@@ -478,6 +489,7 @@ fn harden_cmd(c: &mut stream::Config) {
     c.max_age = CMD_MAX_AGE;
     c.max_message_size = MAX_MESSAGE_BYTES;
     c.allow_rollup = false;
+    c.max_consumers = CMD_MAX_CONSUMERS;
 }
 
 /// No rollup (`Nats-Rollup: all` on any subject would purge every other one), no
@@ -500,6 +512,13 @@ pub fn agent_context(client: async_nats::Client, config: &NatsConfig) -> jetstre
 
 /// Whether the server takes atomic batch publishes (nats-server 2.12 and later).
 pub fn atomic_publish_supported(js: &jetstream::Context) -> bool {
+    version_at_least(&js.client().server_info().version, (2, 12))
+}
+
+/// Whether the server lets an existing stream's `max_consumers` change (nats-server
+/// 2.12 and later; before, "stream configuration update can not change
+/// MaxConsumers").
+fn max_consumers_changeable(js: &jetstream::Context) -> bool {
     version_at_least(&js.client().server_info().version, (2, 12))
 }
 

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
+mod beats;
 pub mod keys;
 mod position;
 mod read;
@@ -126,8 +127,8 @@ pub struct Fleet {
 }
 
 struct Layout {
-    hosts: kv::Store,
-    /// The hosts bucket's stream, for direct gets that keep the beat's signature.
+    /// The hosts bucket's stream, read whole for its latest beats (with their
+    /// signatures: [`beats::latest`]).
     hosts_stream: stream::Stream,
     commands: kv::Store,
     keys: keys::Registry,
@@ -187,7 +188,8 @@ impl Fleet {
                 let replicas = self.retention.replicas;
                 cnats::cmd_stream(&self.js, replicas).await?;
                 let bucket = |name, max_age| cnats::bucket(&self.js, name, max_age, replicas);
-                let hosts = bucket(wire::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
+                // The hosts bucket: its stream is read below.
+                bucket(wire::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
                 let commands =
                     bucket(wire::COMMANDS_BUCKET, self.retention.commands_max_age).await?;
                 // Keys are kept until removed.
@@ -204,7 +206,6 @@ impl Fleet {
                     .map_err(FleetError::nats)?;
                 let keys = keys::Registry::open(keys, self.trust.allow_unregistered).await?;
                 Ok::<_, FleetError>(Layout {
-                    hosts,
                     hosts_stream,
                     commands,
                     keys,
@@ -539,23 +540,13 @@ impl Fleet {
     /// anyone gone) when NATS is not reachable.
     pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
         let layout = self.layout().await?;
-        let mut keys = layout.hosts.keys().await.map_err(FleetError::nats)?;
+        let prefix = format!("$KV.{}.", wire::HOSTS_BUCKET);
+        let latest = beats::latest(&self.client, &layout.hosts_stream, &prefix).await?;
         let now = chrono::Utc::now();
-        let mut out = Vec::new();
-        while let Some(k) = keys.next().await {
-            let k = k.map_err(FleetError::nats)?;
-            let subject = format!("$KV.{}.{k}", wire::HOSTS_BUCKET);
-            let m = match layout
-                .hosts_stream
-                .direct_get_last_for_subject(subject)
-                .await
-            {
-                Ok(m) => m,
-                Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => continue,
-                Err(e) => return Err(FleetError::nats(e)),
-            };
+        let mut out = Vec::with_capacity(latest.len());
+        for (k, m) in latest {
             if let Err(e) = self
-                .check(&k, Publication::Beat, &m.payload, Some(&m.headers))
+                .check(&k, Publication::Beat, &m.payload, m.headers.as_ref())
                 .await
             {
                 tracing::warn!(error = %e, "a heartbeat not signed by its host");
@@ -597,8 +588,10 @@ impl Fleet {
                 known.push(subject.rsplit('.').next().unwrap_or_default().to_string());
             }
         }
+        let listed: std::collections::HashSet<String> =
+            out.iter().map(|h| h.host.clone()).collect();
         for host in known {
-            if !out.iter().any(|h| h.host == host) {
+            if !listed.contains(&host) {
                 out.push(HostStatus {
                     host,
                     status: "gone",

@@ -1,6 +1,6 @@
 //! capstan coordinator: an HTTP/JSON API for the controller over the fleet's NATS
 //! streams ([`fleet`], [`api`]), and the HTTP client the `capstan` CLI uses
-//! ([`client`]). It keeps no local state; API tokens ([`auth`]) come from a file.
+//! ([`client`], and [`rollout`]: one command to many hosts). It keeps no local state; API tokens ([`auth`]) come from a file.
 
 pub mod api;
 pub mod auth;
@@ -11,4 +11,5 @@ pub mod guard;
 pub mod install;
 pub mod metrics;
 pub mod natsconf;
+pub mod rollout;
 pub mod verify;

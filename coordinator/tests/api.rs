@@ -4,7 +4,7 @@
 mod common;
 
 use capstan_common::published::Publication;
-use common::{api, code, ns, publish_signed, registered, signed, two_tokens};
+use common::{api, beat_body, code, ns, publish_signed, registered, signed, two_tokens};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -239,6 +239,73 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
         "{text}"
     );
     assert!(!text.contains("h2"), "no host names: {text}");
+}
+
+/// The hosts list reads every host's latest beat in one pass over the bucket's
+/// stream, reading on to its end: beats put meanwhile are delivered too, and each
+/// must replace its host's earlier one (a 1,000-host cluster run listed 1,002
+/// hosts before). A host whose beat was deleted is `gone`, not an unsigned beat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_list_names_each_host_once_while_beats_arrive() {
+    let api = api(None).await;
+    let hosts: Vec<String> = (0..100).map(|i| format!("h{i:03}")).collect();
+    for host in &hosts {
+        api.beat(host, true).await;
+    }
+    // h099's beat deleted (its key stays registered).
+    let client = async_nats::connect(&api.nats.url).await.expect("connect");
+    let client_for_beats = client.clone();
+    let bucket = async_nats::jetstream::new(client)
+        .get_key_value(capstan_common::wire::HOSTS_BUCKET)
+        .await
+        .expect("bucket");
+    bucket.delete("h099").await.expect("delete");
+    // Beats put as fast as they are acked, for as long as the lists go on.
+    let js = async_nats::jetstream::new(client_for_beats);
+    let mut keys = Vec::new();
+    for host in &hosts[..40] {
+        keys.push((host, registered(&api, host).await));
+    }
+    let listed_enough = std::sync::atomic::AtomicBool::new(false);
+    let beating = async {
+        let mut round = 0;
+        while !listed_enough.load(std::sync::atomic::Ordering::Relaxed) {
+            for (host, key) in &keys {
+                let subject = format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET);
+                let body = beat_body(host, round % 2 == 0);
+                publish_signed(&js, subject, key, Publication::Beat, body).await;
+            }
+            round += 1;
+        }
+    };
+    let listing = async {
+        let mut lists = 0;
+        loop {
+            let (status, v) = api.get("/v1/hosts", None).await;
+            assert_eq!(status, 200, "{v}");
+            let listed: Vec<&str> = v["hosts"]
+                .as_array()
+                .expect("hosts")
+                .iter()
+                .map(|h| h["host"].as_str().expect("host"))
+                .collect();
+            let mut once = listed.clone();
+            once.dedup();
+            assert_eq!(listed, once, "each host once, in order");
+            assert_eq!(listed.len(), hosts.len(), "{v}");
+            let gone = &v["hosts"][99];
+            assert_eq!(
+                (&gone["host"], &gone["status"]),
+                (&json!("h099"), &json!("gone"))
+            );
+            lists += 1;
+            if lists >= 20 {
+                listed_enough.store(true, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+        }
+    };
+    tokio::join!(beating, listing);
 }
 
 /// Seen once on a busy machine: the main job printed an empty audit log as the truth.

@@ -622,11 +622,17 @@ impl Agent {
     /// waits until every host has started.
     #[track_caller]
     pub fn sim_fleet(&self, hosts: usize, prefix: &str) -> Process {
-        let hosts = hosts.to_string();
-        let args = ["--hosts", hosts.as_str(), "--prefix", prefix];
-        let fleet = self.spawn("sim-fleet", prefix, &args, &[]);
+        let fleet = self.spawn_sim_fleet(hosts, prefix);
         fleet.wait_for_text("sim fleet ready");
         fleet
+    }
+
+    /// [`Agent::sim_fleet`] without waiting: the caller waits for `sim fleet ready`
+    /// (a large fleet takes longer than [`crate::READY`]).
+    pub fn spawn_sim_fleet(&self, hosts: usize, prefix: &str) -> Process {
+        let hosts = hosts.to_string();
+        let args = ["--hosts", hosts.as_str(), "--prefix", prefix];
+        self.spawn("sim-fleet", prefix, &args, &[])
     }
 
     /// Starts daemon `subcommand` (JSON diagnostics into `run-<n>.log`).

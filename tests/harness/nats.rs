@@ -589,6 +589,15 @@ impl Coordinator {
         self.process.stop();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Its diagnostics so far.
+    pub fn log(&self) -> String {
+        self.process.stderr()
+    }
+
     /// Runs `capstan --json --coordinator URL ARGS…` with the token.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         capstan_cli(&self.url, &self.token, args)

@@ -4,7 +4,8 @@
 //! error; 3 a wait timed out before the command was done.
 
 use anyhow::Context as _;
-use capstan_coordinator::client::{Client, ClientError};
+use capstan_coordinator::client::Client;
+use capstan_coordinator::rollout;
 use capstan_coordinator::verify::{Finding, Verdict};
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
@@ -724,6 +725,7 @@ struct RolloutHow {
 /// succeed, up to this many.
 const ROLLOUT_LISTED: usize = 20;
 
+/// `capstan rollout`: [`rollout::run`] with a progress bar on stderr and a summary.
 async fn rollout(
     client: &Client,
     json: bool,
@@ -731,7 +733,6 @@ async fn rollout(
     hosts: &str,
     how: &RolloutHow,
 ) -> anyhow::Result<ExitCode> {
-    use futures::StreamExt as _;
     let template = read_input(file)?
         .into_iter()
         .next()
@@ -752,74 +753,16 @@ async fn rollout(
             .collect()
     };
     anyhow::ensure!(!hosts.is_empty(), "no hosts to roll out to");
-    let base = template["id"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("rollout-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f")));
-    let total = hosts.len();
-    let mut bar = Progress::new(total);
-    // Every submission first, `concurrency` at a time; then every wait, as many at a
-    // time. A host the API refuses a command for (`host_not_found`, `invalid_name`, …)
-    // is a result of its own (`unsubmitted`); not reaching the coordinator, or a token
-    // it refuses, ends the rollout.
-    let submissions = futures::stream::iter(&hosts)
-        .map(|host| {
-            let mut command = template.clone();
-            command["host"] = json!(host);
-            let id = format!("{base}.{host}");
-            command["id"] = json!(id);
-            async move { (host, id, client.post("/v1/commands", &command).await) }
-        })
-        .buffered(how.concurrency);
-    tokio::pin!(submissions);
-    let mut ids = Vec::with_capacity(total);
-    let mut results = Vec::with_capacity(total);
-    while let Some((host, id, accepted)) = submissions.next().await {
-        match accepted {
-            Ok(_) => ids.push((host, id)),
-            Err(ClientError::Api { code, message, .. }) => {
-                bar.failed += 1;
-                bar.done += 1;
-                results.push(
-                    json!({"id": id, "host": host, "status": "unsubmitted", "done": false,
-                    "error": {"code": code, "message": message}}),
-                );
-            }
-            Err(e) => return Err(e.into()),
-        }
-        bar.submitted += 1;
-        bar.draw();
-    }
-    let timeout = &how.timeout;
-    let waits = futures::stream::iter(&ids)
-        .map(|(host, id)| async move {
-            let answer = client
-                .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
-                .await;
-            answer.unwrap_or_else(|e| {
-                json!({"id": id, "host": host, "status": "unknown", "done": false,
-                "error": {"code": "client", "message": e.to_string()}})
-            })
-        })
-        .buffer_unordered(how.concurrency);
-    tokio::pin!(waits);
-    while let Some(status) = waits.next().await {
-        bar.done += 1;
-        if status["status"] != "succeeded" {
-            bar.failed += 1;
-        }
-        bar.draw();
-        results.push(status);
-    }
-    bar.finish();
-    results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
-    let ok = results
-        .iter()
-        .filter(|s| s["status"] == "succeeded")
-        .count();
-    let summary = json!({"total": total, "succeeded": ok, "results": results});
+    let plan = rollout::Plan {
+        template,
+        hosts,
+        timeout: duration("timeout", &how.timeout)?,
+        concurrency: how.concurrency,
+    };
+    let summary = rollout::run(client, &plan, draw).await?;
+    let _ = writeln!(std::io::stderr());
     print(json, &summary, |v| human_rollout(v, how.each));
-    Ok(if ok == total {
+    Ok(if summary["succeeded"] == summary["total"] {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -868,45 +811,23 @@ fn human_rollout(v: &Value, each: bool) -> String {
     out
 }
 
-/// One progress bar on stderr, redrawn in place: `submitted`, then `done`.
-struct Progress {
-    total: usize,
-    submitted: usize,
-    done: usize,
-    failed: usize,
-}
-
-impl Progress {
-    fn new(total: usize) -> Progress {
-        Progress {
-            total,
-            submitted: 0,
-            done: 0,
-            failed: 0,
-        }
-    }
-
-    /// Called after each count changed, so each call is a new line.
-    fn draw(&self) {
-        let filled = self.done * 20 / self.total;
-        let line = format!(
-            "rollout [{}{}] {}/{} submitted, {}/{} done, {} not succeeded",
-            "#".repeat(filled),
-            ".".repeat(20 - filled),
-            self.submitted,
-            self.total,
-            self.done,
-            self.total,
-            self.failed
-        );
-        let mut stderr = std::io::stderr();
-        let _ = write!(stderr, "\r{line}");
-        let _ = stderr.flush();
-    }
-
-    fn finish(&self) {
-        let _ = writeln!(std::io::stderr());
-    }
+/// The rollout's one progress bar on stderr, redrawn in place: `submitted`, then
+/// `done`.
+fn draw(p: &rollout::Progress) {
+    let filled = p.done * 20 / p.total.max(1);
+    let line = format!(
+        "rollout [{}{}] {}/{} submitted, {}/{} done, {} not succeeded",
+        "#".repeat(filled),
+        ".".repeat(20 - filled),
+        p.submitted,
+        p.total,
+        p.done,
+        p.total,
+        p.failed
+    );
+    let mut stderr = std::io::stderr();
+    let _ = write!(stderr, "\r{line}");
+    let _ = stderr.flush();
 }
 
 #[cfg(test)]

@@ -136,25 +136,31 @@ impl Api {
         )
         .await
         .expect("bucket");
-        let beat = capstan_common::wire::HostBeat {
-            host: host.into(),
-            version: "test".into(),
-            drivers: vec!["sim".into()],
-            capabilities: Value::Null,
-            last_seq: 1,
-            healthy,
-            degraded: None,
-            log_failed: (!healthy).then(|| "flush failed".into()),
-            outbox_alarm: None,
-            figures: None,
-            at: chrono::Utc::now(),
-        };
-        let body = serde_json::to_vec(&beat).expect("beat");
+        let body = beat_body(host, healthy);
         drop(hosts);
         let key = registered(self, host).await;
         let subject = format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET);
         publish_signed(&js, subject, &key, Publication::Beat, body).await;
     }
+}
+
+/// A fresh heartbeat of `host`, as its agent puts it (`healthy: false` says its log
+/// failed a flush).
+pub fn beat_body(host: &str, healthy: bool) -> Vec<u8> {
+    let beat = capstan_common::wire::HostBeat {
+        host: host.into(),
+        version: "test".into(),
+        drivers: vec!["sim".into()],
+        capabilities: Value::Null,
+        last_seq: 1,
+        healthy,
+        degraded: None,
+        log_failed: (!healthy).then(|| "flush failed".into()),
+        outbox_alarm: None,
+        figures: None,
+        at: chrono::Utc::now(),
+    };
+    serde_json::to_vec(&beat).expect("beat")
 }
 
 /// Publishes `body` on `subject` as `what`, signed by `key`, and waits for its ack.

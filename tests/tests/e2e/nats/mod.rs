@@ -5,6 +5,8 @@ mod attack;
 mod auth;
 mod cancel;
 mod cluster;
+mod cluster_fleet;
+mod consumers;
 pub(crate) mod crash;
 mod flow;
 mod follow;

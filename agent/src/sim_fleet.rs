@@ -8,16 +8,18 @@
 //! `[metrics]` does not apply: a simulated fleet serves no `/metrics` (each host still
 //! counts, and its heartbeat carries its figures).
 //!
-//! Hosts start one after another (progress every [`PROGRESS_EVERY`]); a stop signal
-//! during that ends the starting after the host in hand. On the signal every host
-//! stops at once, each as `run` stops.
+//! Hosts start [`START_CONCURRENCY`] at a time (progress every [`PROGRESS_EVERY`]);
+//! a stop signal during that ends the starting once the hosts in hand have started,
+//! and so does a host that cannot start (then every host started is stopped and
+//! the error names it). On the signal every host stops at once, each as `run`
+//! stops.
 
 use crate::config::{AgentConfig, DriverSetting};
 use crate::daemon::{DaemonError, HostSetup};
 use crate::log::LogOptions;
 use capstan_common::signing::Policy;
 use capstan_common::DriverKind;
-use futures::FutureExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use std::future::Future;
 use std::path::PathBuf;
 use tracing::Instrument as _;
@@ -26,6 +28,9 @@ use tracing::Instrument as _;
 pub const DEFAULT_LOG_CACHE_MIB: u64 = 4;
 /// Hosts between two progress lines while starting.
 pub const PROGRESS_EVERY: usize = 100;
+/// Hosts starting at once: each start waits on NATS (its connection, its consumer
+/// made afresh, streams looked up), most of all on a cluster.
+pub const START_CONCURRENCY: usize = 16;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,27 +108,33 @@ pub async fn run<S>(
     tokio::pin!(stopped);
     let mut daemons = Vec::with_capacity(names.len());
     let mut signalled = false;
-    for name in &names {
-        let data_dir = options.data_dir.join(name);
-        // Each host its own key, beside its log (`host_key_file` is not used).
-        let host_key = data_dir.join(crate::host_key::FILE);
-        let setup = HostSetup {
-            config,
-            host: name,
-            data_dir: &data_dir,
-            host_key: &host_key,
-            log: options.log,
+    let mut failed = None;
+    let mut starting = futures::stream::FuturesUnordered::new();
+    let mut next = names.iter();
+    loop {
+        // Keep START_CONCURRENCY hosts starting; after the first, not once a stop
+        // signal or a failure has been seen.
+        while starting.len() < START_CONCURRENCY && !signalled && failed.is_none() {
+            let first = daemons.is_empty() && starting.is_empty();
+            if !first && (&mut stopped).now_or_never().is_some() {
+                signalled = true;
+                tracing::info!(
+                    started = daemons.len(),
+                    "stopped while starting: not starting the rest"
+                );
+                break;
+            }
+            let Some(name) = next.next() else { break };
+            starting.push(start_host(config, policy.clone(), options, name));
+        }
+        let Some((name, started)) = starting.next().await else {
+            break;
         };
-        let started = setup
-            .start(policy.clone(), None)
-            .instrument(span(name))
-            .await;
         match started {
             Ok(daemon) => daemons.push((name, daemon)),
             Err(source) => {
                 tracing::error!(host = %name, "cannot start; stopping the hosts started");
-                stop_all(daemons).await;
-                return Err(FleetError::Host {
+                failed.get_or_insert(FleetError::Host {
                     host: name.clone(),
                     source,
                 });
@@ -136,14 +147,10 @@ pub async fn run<S>(
                 "sim fleet starting"
             );
         }
-        if (&mut stopped).now_or_never().is_some() {
-            signalled = true;
-            tracing::info!(
-                started = daemons.len(),
-                "stopped while starting: not starting the rest"
-            );
-            break;
-        }
+    }
+    if let Some(e) = failed {
+        stop_all(daemons).await;
+        return Err(e);
     }
     if !signalled {
         // Every host's public key, for `capstan register --file`.
@@ -163,6 +170,27 @@ pub async fn run<S>(
         stopped.await;
     }
     Ok(stop_all(daemons).await)
+}
+
+/// Starts host `name` as `run` starts an agent, with its own data dir and key.
+async fn start_host<'a>(
+    config: &AgentConfig,
+    policy: Option<Policy>,
+    options: &FleetOptions,
+    name: &'a String,
+) -> (&'a String, Result<crate::daemon::Daemon, DaemonError>) {
+    let data_dir = options.data_dir.join(name);
+    // Each host its own key, beside its log (`host_key_file` is not used).
+    let host_key = data_dir.join(crate::host_key::FILE);
+    let setup = HostSetup {
+        config,
+        host: name,
+        data_dir: &data_dir,
+        host_key: &host_key,
+        log: options.log,
+    };
+    let started = setup.start(policy, None).instrument(span(name)).await;
+    (name, started)
 }
 
 /// Stops every host at once; the exit status as [`run`] says.

@@ -30,9 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The longest a step may take before the size counts as failed.
-const STEP_TIMEOUT: &str = "600s";
+const STEP_TIMEOUT: &str = "120s";
 /// How long the fleet processes may take to start every host.
-const START_TIMEOUT: Duration = Duration::from_secs(1800);
+const START_TIMEOUT: Duration = Duration::from_secs(900);
 /// A beat older than this is stale to the coordinator (its default).
 const STALE_AFTER_SECS: f64 = 15.0;
 /// Each step must end within this (the target).
@@ -170,6 +170,19 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
     };
     let alive_s = t.elapsed().as_secs_f64();
     eprintln!("fleet: {hosts} hosts alive in {alive_s:.1} s (GET /v1/hosts {list_ms:.0} ms)");
+    // Where the machine's CPU goes with the fleet idle (heartbeats, consumers), then
+    // during the rollout.
+    let processes = Processes {
+        nats: cluster.pids(),
+        fleets: fleets.iter().map(|(_, p, _)| p.id()).collect(),
+        coordinator: coordinator.pid(),
+    };
+    let idle_from = processes.ticks()?;
+    let idle_t = Instant::now();
+    tokio::time::sleep(IDLE).await;
+    let idle = processes.percent(&idle_from, idle_t.elapsed())?;
+    eprintln!("fleet: {hosts} hosts idle: CPU % {idle}");
+    let rollout_from = processes.ticks()?;
 
     let pid = coordinator.pid();
     let meter = cpu::Meter::start(&[("coordinator", pid)])?;
@@ -221,9 +234,19 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
         steps_ms.push(round(took));
     }
     let rollout_s = rollout_t.elapsed().as_secs_f64();
+    let busy = processes.percent(&rollout_from, rollout_t.elapsed())?;
     let cpu_s = (cpu::ticks(pid)? - cpu_start) as f64 / cpu::ticks_per_second()?;
     let per_command = meter.per(hosts * steps.len())?;
-    let memory = memory(pid)?;
+    let coordinator_memory = memory(pid)?;
+    let rss = |pids: &[u32]| -> anyhow::Result<f64> {
+        Ok(round(
+            pids.iter()
+                .map(|&p| memory(p).map(|m| m.0))
+                .sum::<anyhow::Result<f64>>()?,
+        ))
+    };
+    let rss_mib =
+        json!({"nats_servers": rss(&processes.nats)?, "sim_fleets": rss(&processes.fleets)?});
     let gap = beats.longest_gap().max(beats_from);
     let beats_seen = beats.hosts();
     beats.stop();
@@ -245,15 +268,51 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
             "cpu_s": round(cpu_s),
             "cpu_percent": round(cpu_s / rollout_s * 100.0),
             "cpu_ms_per_command": per_command["coordinator"],
-            "rss_mib": memory.0,
-            "peak_rss_mib": memory.1,
+            "rss_mib": coordinator_memory.0,
+            "peak_rss_mib": coordinator_memory.1,
         },
+        "cpu_percent_idle": idle,
+        "rss_mib": rss_mib,
+        "cpu_percent_rollout": busy,
         "beats": {
             "hosts_seen": beats_seen,
             "longest_gap_s": round(gap),
             "stale_after_s": STALE_AFTER_SECS,
         },
     }))
+}
+
+/// How long the fleet is watched idle, all hosts alive, before the rollout.
+const IDLE: Duration = Duration::from_secs(10);
+
+/// The processes of one size's run, for the CPU each kind used.
+struct Processes {
+    nats: Vec<u32>,
+    fleets: Vec<u32>,
+    coordinator: u32,
+}
+
+impl Processes {
+    /// utime + stime of each kind: nats-servers, sim-fleets, coordinator.
+    fn ticks(&self) -> anyhow::Result<[u64; 3]> {
+        let sum =
+            |pids: &[u32]| -> anyhow::Result<u64> { pids.iter().map(|&p| cpu::ticks(p)).sum() };
+        Ok([
+            sum(&self.nats)?,
+            sum(&self.fleets)?,
+            cpu::ticks(self.coordinator)?,
+        ])
+    }
+
+    /// The CPU each kind used since `from`, over `elapsed`, in % of one core (the
+    /// machine has `nproc` × 100 %).
+    fn percent(&self, from: &[u64; 3], elapsed: Duration) -> anyhow::Result<Value> {
+        let now = self.ticks()?;
+        let per_s = cpu::ticks_per_second()?;
+        let pct =
+            |i: usize| round((now[i] - from[i]) as f64 / per_s / elapsed.as_secs_f64() * 100.0);
+        Ok(json!({"nats_servers": pct(0), "sim_fleets": pct(1), "coordinator": pct(2)}))
+    }
 }
 
 /// `VmRSS` and `VmHWM` of `pid`, in MiB.

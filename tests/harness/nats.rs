@@ -162,6 +162,14 @@ impl NatsCluster {
         &self.nodes[i].name
     }
 
+    /// The pid of every running node.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.process.as_ref().map(Process::id))
+            .collect()
+    }
+
     fn boot(&mut self, i: usize) {
         let routes = self
             .nodes

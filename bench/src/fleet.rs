@@ -21,7 +21,7 @@ use crate::Args;
 use anyhow::Context as _;
 use capstan_common::wire;
 use capstan_tests::agent::Agent;
-use capstan_tests::nats::{Coordinator, Keys, NatsCluster};
+use capstan_tests::nats::{alive_count, Coordinator, Keys, NatsCluster};
 use capstan_tests::process::Process;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
@@ -153,12 +153,7 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
     let deadline = Instant::now() + Duration::from_secs(300);
     let list_ms = loop {
         let (v, took) = list(http.clone()).await?;
-        let alive = v["hosts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|h| h["status"] == "alive")
-            .count();
+        let alive = alive_count(&v);
         if alive == hosts {
             break took.as_secs_f64() * 1000.0;
         }
@@ -185,8 +180,6 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
     let rollout_from = processes.ticks()?;
 
     let pid = coordinator.pid();
-    let meter = cpu::Meter::start(&[("coordinator", pid)])?;
-    let cpu_start = cpu::ticks(pid)?;
     let rollout_t = Instant::now();
     let beats_from = beats.longest_gap();
     let steps = [
@@ -235,8 +228,7 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
     }
     let rollout_s = rollout_t.elapsed().as_secs_f64();
     let busy = processes.percent(&rollout_from, rollout_t.elapsed())?;
-    let cpu_s = (cpu::ticks(pid)? - cpu_start) as f64 / cpu::ticks_per_second()?;
-    let per_command = meter.per(hosts * steps.len())?;
+    let cpu_s = processes.seconds(&rollout_from)?[2];
     let coordinator_memory = memory(pid)?;
     let rss = |pids: &[u32]| -> anyhow::Result<f64> {
         Ok(round(
@@ -267,7 +259,7 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
         "coordinator": {
             "cpu_s": round(cpu_s),
             "cpu_percent": round(cpu_s / rollout_s * 100.0),
-            "cpu_ms_per_command": per_command["coordinator"],
+            "cpu_ms_per_command": (cpu_s * 1e6 / (hosts * steps.len()) as f64).round() / 1000.0,
             "rss_mib": coordinator_memory.0,
             "peak_rss_mib": coordinator_memory.1,
         },
@@ -304,13 +296,18 @@ impl Processes {
         ])
     }
 
+    /// Seconds of CPU each kind used since `from`.
+    fn seconds(&self, from: &[u64; 3]) -> anyhow::Result<[f64; 3]> {
+        let now = self.ticks()?;
+        let per_s = cpu::ticks_per_second()?;
+        Ok(std::array::from_fn(|i| (now[i] - from[i]) as f64 / per_s))
+    }
+
     /// The CPU each kind used since `from`, over `elapsed`, in % of one core (the
     /// machine has `nproc` × 100 %).
     fn percent(&self, from: &[u64; 3], elapsed: Duration) -> anyhow::Result<Value> {
-        let now = self.ticks()?;
-        let per_s = cpu::ticks_per_second()?;
-        let pct =
-            |i: usize| round((now[i] - from[i]) as f64 / per_s / elapsed.as_secs_f64() * 100.0);
+        let used = self.seconds(from)?;
+        let pct = |i: usize| round(used[i] / elapsed.as_secs_f64() * 100.0);
         Ok(json!({"nats_servers": pct(0), "sim_fleets": pct(1), "coordinator": pct(2)}))
     }
 }

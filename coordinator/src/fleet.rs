@@ -588,10 +588,11 @@ impl Fleet {
                 known.push(subject.rsplit('.').next().unwrap_or_default().to_string());
             }
         }
-        let listed: std::collections::HashSet<String> =
+        // A host known by its key and by its events is listed once.
+        let mut listed: std::collections::HashSet<String> =
             out.iter().map(|h| h.host.clone()).collect();
         for host in known {
-            if !listed.contains(&host) {
+            if listed.insert(host.clone()) {
                 out.push(HostStatus {
                     host,
                     status: "gone",

@@ -681,6 +681,16 @@ impl Coordinator {
     }
 }
 
+/// How many hosts an answer of `GET /v1/hosts` (`capstan hosts`) lists `alive`.
+pub fn alive_count(hosts: &Value) -> usize {
+    hosts["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|h| h["status"] == "alive")
+        .count()
+}
+
 /// A current-thread tokio runtime for a test's direct NATS or HTTP calls.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -7,7 +7,7 @@
 //! the coordinator answers 503 while the cluster elects are asked again.
 
 use capstan_tests::agent::Agent;
-use capstan_tests::nats::{capstan_cli, Coordinator, Keys, NatsCluster};
+use capstan_tests::nats::{alive_count, capstan_cli, Coordinator, Keys, NatsCluster};
 use capstan_tests::wait_until;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -91,14 +91,7 @@ fn a_rollout_to_a_thousand_simulated_hosts_survives_a_server_killed_mid_rollout(
         String::from_utf8_lossy(&out.stderr)
     );
     wait_until("every simulated host alive", FLEET_READY, || {
-        let hosts = coordinator.cli_json(&["hosts"], 0);
-        let alive = hosts["hosts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|h| h["status"] == "alive")
-            .count();
-        alive == HOSTS
+        alive_count(&coordinator.cli_json(&["hosts"], 0)) == HOSTS
     });
     eprintln!(
         "{HOSTS} hosts alive {:?} after the start",

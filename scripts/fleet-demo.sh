@@ -15,7 +15,7 @@ fi
 # A fresh machine compiles the workspace first (about 5 minutes on 2 cores; seconds
 # once built): cargo's own progress shows on stderr.
 echo "== building (about 5 minutes the first time)"
-cargo build --bins
+cargo build -p capstan-agent -p capstan-coordinator --bins
 bin=${CARGO_TARGET_DIR:-target}/debug
 dir=$(mktemp -d /tmp/capstan-fleet.XXXXXX)
 pids=()

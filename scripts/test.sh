@@ -33,8 +33,9 @@ export CAPSTAN_SCHEMATHESIS
 # The unit tests run under cargo-nextest (built once and cached by .ci/nextest.sh).
 nextest=$(.ci/nextest.sh)
 
-# The end-to-end tests run the real binaries: build them first.
-cargo build --workspace --bins
+# The end-to-end tests run the real binaries: build them first, the agent with its
+# fault-injection seams (feature `testing`; no release build has them).
+cargo build --workspace --bins --features capstan-agent/testing
 # Time limits, so a regression that hangs fails its test instead of holding CI:
 # - each unit, property and per-crate integration test runs in its own process under
 #   cargo-nextest, killed and failed after 120 s (.config/nextest.toml);
@@ -89,6 +90,10 @@ grep -h '^capstan-tests watchdog:' "$out" || true
 # nextest names each failure twice (as it happens, and again at the end): once here.
 grep -hE '^ *(FAIL|TIMEOUT|SIGKILL|SIGSEGV|SIGABRT|ABORT) \[' "$out" | sed 's/^ */failed: /' | sort -u || true
 grep -h "process didn't exit successfully" "$out" | sed 's/^ */failed: /' || true
+# Why each failed: its panic's location and the first lines of its message.
+awk '/^thread .* panicked at / { n = 6; print "panic: " $0; next }
+     n > 0 && (/^stack backtrace:/ || /^note: run with/ || /^$/) { n = 0 }
+     n > 0 { print "  " $0; n-- }' "$out" | head -60
 # nextest: "Summary [ 40.1s] 210 tests run: 208 passed, 1 failed, 1 timed out, 0 skipped"
 # cargo test: "test result: ok. 58 passed; 0 failed; …"
 # node --test (spec reporter): "ℹ pass 12" and "ℹ fail 0"

@@ -22,7 +22,9 @@ mod log_export_cli;
 /// `--version`: the release and the drivers compiled into this build (cargo features;
 /// `drivers::compiled`, and `external` when this build reaches external drivers), then
 /// a second line, the storage layouts of the log this build reads (`log layouts: 1 2`,
-/// what `packaging/deb/build.sh` writes into the package as `X-Capstan-Log-Layouts`).
+/// what `packaging/deb/build.sh` writes into the package as `X-Capstan-Log-Layouts`);
+/// a build with the fault-injection seams (feature `testing`, test builds only) says
+/// so on a third line.
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let mut drivers: Vec<&str> = capstan_agent::drivers::compiled()
         .into_iter()
@@ -35,13 +37,21 @@ static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         .iter()
         .map(u32::to_string)
         .collect();
-    format!(
+    let version = format!(
         "{} (drivers: {})\nlog layouts: {}",
         env!("CARGO_PKG_VERSION"),
         drivers.join(", "),
         layouts.join(" ")
-    )
+    );
+    if cfg!(feature = "testing") {
+        version + "\n" + TESTING_LINE
+    } else {
+        version
+    }
 });
+
+/// `--version`'s third line in a build with the fault-injection seams.
+const TESTING_LINE: &str = "testing seams: on (a test build, not for production)";
 
 #[derive(Parser)]
 #[command(

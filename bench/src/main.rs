@@ -47,7 +47,8 @@
 //!   size, scaled linearly, is the baseline.
 //!
 //! The control-path measurements start their own nats-server, coordinator and agents
-//! (the release binaries next to this one: `cargo build --release --workspace --bins`).
+//! (the release binaries next to this one, built as [`BUILD`] says; an agent with the
+//! test builds' fault seams is refused).
 //!
 //! Run under the name `capstan-envdump`, this binary is that workload
 //! ([`capstan_tests::envdump`]): the systemd measurement's units run a copy of it, so
@@ -178,6 +179,30 @@ pub fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
 
+/// How the binaries the benchmarks run are built: as the package builds them, without
+/// the test builds' fault seams.
+const BUILD: &str =
+    "cargo build --release -p capstan-agent -p capstan-coordinator -p capstan-bench --bins";
+
+/// Refuses to measure an agent with the fault-injection seams (feature `testing`, its
+/// `--version`'s third line): the benchmarks measure what ships. (`cargo build
+/// --workspace` builds one: it unifies the e2e tests' dev-dependency features.)
+fn shipped_agent() -> anyhow::Result<()> {
+    let agent = std::env::current_exe()?.with_file_name("capstan-agent");
+    let out = std::process::Command::new(&agent)
+        .arg("--version")
+        .output()
+        .map_err(|e| anyhow::anyhow!("{}: {e} (build it: {BUILD})", agent.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(
+        !version.contains("testing seams: on"),
+        "{} is a test build (its --version says `testing seams: on`); the benchmarks \
+         measure what ships: {BUILD}",
+        agent.display()
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let called = std::env::args_os().next().unwrap_or_default();
     if std::path::Path::new(&called)
@@ -202,6 +227,7 @@ fn main() -> anyhow::Result<()> {
         "--log-workloads must be at least 1 and --log-records at least 10000"
     );
     anyhow::ensure!(args.commands > 16, "--commands must be more than 16");
+    shipped_agent()?;
     // Not a test: its runs are as long as they need (the harness's per-test clock).
     capstan_tests::watchdog::off();
     let runtime = tokio::runtime::Runtime::new()?;

@@ -28,7 +28,7 @@ pub struct KubeDriver {
     host: String,
     client: Client,
     config: KubeConfig,
-    #[cfg(feature = "test-hooks")]
+    #[cfg(feature = "testing")]
     test_hooks: crate::test_hooks::TestHooks,
 }
 
@@ -65,13 +65,13 @@ impl KubeDriver {
             host: host.to_string(),
             client,
             config,
-            #[cfg(feature = "test-hooks")]
+            #[cfg(feature = "testing")]
             test_hooks: Default::default(),
         })
     }
 
-    /// The driver's test hooks (cargo feature `test-hooks`, tests only).
-    #[cfg(feature = "test-hooks")]
+    /// The driver's test hooks (cargo feature `testing`, tests only).
+    #[cfg(feature = "testing")]
     pub fn test_hooks(&self) -> &crate::test_hooks::TestHooks {
         &self.test_hooks
     }
@@ -252,7 +252,7 @@ impl KubeDriver {
             let template = template.ok_or_else(missing)?;
             let runs_with = objects::runs_with(&live);
             let replicas = if stopping { 0 } else { runs_with };
-            #[cfg(feature = "test-hooks")]
+            #[cfg(feature = "testing")]
             self.test_hooks.between_read_and_write().await;
             let read = live.metadata.resource_version.as_deref();
             if self

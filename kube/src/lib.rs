@@ -13,7 +13,7 @@
 mod config;
 mod driver;
 pub mod objects;
-#[cfg(feature = "test-hooks")]
+#[cfg(feature = "testing")]
 pub mod test_hooks;
 
 pub use config::KubeConfig;

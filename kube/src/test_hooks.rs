@@ -1,4 +1,4 @@
-//! Hooks for tests only, compiled with the cargo feature `test-hooks` (which only
+//! Hooks for tests only, compiled with the cargo feature `testing` (which only
 //! capstan-tests' e2e tests enable, as a dev-dependency: no agent build has it). They
 //! let a test act at a point a real race would hit only by chance, against the real
 //! apiserver: between `stop`/`resume` reading the live Deployment and applying over

@@ -637,6 +637,9 @@ impl Agent {
 
     /// Starts daemon `subcommand` (JSON diagnostics into `run-<n>.log`).
     fn spawn(&self, subcommand: &str, what: &str, args: &[&str], env: &[(&str, &str)]) -> Process {
+        if env.iter().any(|(k, _)| k.starts_with("CAPSTAN_FAULT_")) {
+            assert_testing_build();
+        }
         let mut c = self.command();
         c.args(["--log-format", "json", subcommand])
             .args(args)
@@ -650,6 +653,21 @@ impl Agent {
             &self.path(&format!("run-{n}.log")),
         )
     }
+}
+
+/// Panics unless the agent binary has the fault-injection seams (feature `testing`,
+/// its `--version`'s third line): a release build ignores `CAPSTAN_FAULT_*`.
+fn assert_testing_build() {
+    let out = Command::new(crate::binary("capstan-agent"))
+        .arg("--version")
+        .output()
+        .expect("run capstan-agent --version");
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains("testing seams: on"),
+        "the agent binary has no fault seams ({version:?}): build it with \
+         `cargo build --workspace --bins --features capstan-agent/testing` (scripts/test.sh does)"
+    );
 }
 
 /// Where a `run` daemon serves `/metrics` (its log line `serving metrics`).

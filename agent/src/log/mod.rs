@@ -145,6 +145,7 @@ pub struct Log {
     flusher: flusher::Flusher,
     combiner: combine::Combiner,
     /// Test seam: a reason here makes every flush fail with it.
+    #[cfg(any(test, feature = "testing"))]
     flush_fault: std::sync::Arc<Mutex<Option<String>>>,
     /// The last appended seq, for tasks that follow the log (outbox, registry).
     appended: tokio::sync::watch::Sender<u64>,
@@ -257,9 +258,12 @@ impl Log {
             }
         }
         let flush_db = db.clone();
+        #[cfg(any(test, feature = "testing"))]
         let flush_fault = std::sync::Arc::new(Mutex::new(None::<String>));
+        #[cfg(any(test, feature = "testing"))]
         let fault = std::sync::Arc::clone(&flush_fault);
         let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
+            #[cfg(any(test, feature = "testing"))]
             if let Some(reason) = fault.lock().expect("flush fault lock").clone() {
                 return Err(reason);
             }
@@ -284,6 +288,7 @@ impl Log {
             tail: Mutex::new(tail),
             flusher,
             combiner: combine::Combiner::default(),
+            #[cfg(any(test, feature = "testing"))]
             flush_fault,
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
@@ -350,9 +355,9 @@ impl Log {
         self.degraded().is_none() && self.flush_failed().is_none()
     }
 
-    /// Test support: every flush from now on fails with `reason`, as when the disk
-    /// fails under a running agent.
-    #[doc(hidden)]
+    /// Test support (feature `testing`): every flush from now on fails with
+    /// `reason`, as when the disk fails under a running agent.
+    #[cfg(any(test, feature = "testing"))]
     pub fn inject_flush_failure(&self, reason: &str) {
         *self.flush_fault.lock().expect("flush fault lock") = Some(reason.to_string());
     }
@@ -639,9 +644,10 @@ pub fn write_future_layout(dir: &Path, layout: &str, build: &str) -> Result<(), 
     Ok(())
 }
 
-/// Test support: flips one byte of a stored record in the log at `dir`, bypassing the
-/// chain, the way an attacker editing the database would. The log must not be open.
-#[doc(hidden)]
+/// Test support (feature `testing`): flips one byte of a stored record in the log at
+/// `dir`, bypassing the chain, the way an attacker editing the database would. The log
+/// must not be open.
+#[cfg(any(test, feature = "testing"))]
 pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogError> {
     layout::prepare(dir)?;
     let db = sled::Config::new()

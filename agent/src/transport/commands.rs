@@ -41,9 +41,27 @@ const ACK_WAIT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IN_FLIGHT: usize = 32;
 /// The most `commands_in_flight` may be.
 pub const MAX_IN_FLIGHT: usize = 1024;
-/// Test-only fault: after the result is durable and before the ack, say so on stderr
-/// and hang, so that a test can SIGKILL the agent at exactly that point.
+/// Test-only fault (feature `testing`): after the result is durable and before the
+/// ack, say so on stderr and hang, so that a test can SIGKILL the agent at exactly
+/// that point.
+#[cfg(feature = "testing")]
 pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
+
+/// [`FAULT_HOLD_BEFORE_ACK`], when set: says so and never returns.
+#[cfg(feature = "testing")]
+async fn hold_before_ack(result: &CommandResult) {
+    if std::env::var_os(FAULT_HOLD_BEFORE_ACK).is_some() {
+        eprintln!(
+            "FAULT {FAULT_HOLD_BEFORE_ACK}: holding before the ack of {}",
+            result.id.as_deref().unwrap_or("-")
+        );
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A release build has no fault to inject.
+#[cfg(not(feature = "testing"))]
+async fn hold_before_ack(_: &CommandResult) {}
 
 /// Gets the host's consumer; with `fresh`, deletes it first (see the module doc).
 /// On per-host accounts the stream is taken without reading its info: the host may
@@ -239,13 +257,7 @@ impl Handler {
             }
             retry = (retry * 2).min(Duration::from_secs(5));
         };
-        if std::env::var_os(FAULT_HOLD_BEFORE_ACK).is_some() {
-            eprintln!(
-                "FAULT {FAULT_HOLD_BEFORE_ACK}: holding before the ack of {}",
-                result.id.as_deref().unwrap_or("-")
-            );
-            std::future::pending::<()>().await;
-        }
+        hold_before_ack(&result).await;
         if let Err(e) = message.ack().await {
             // The command is durably in the log: a redelivery is answered from there.
             tracing::warn!(error = %e, "ack failed; the command will be redelivered and answered from the log");

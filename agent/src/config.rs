@@ -589,12 +589,7 @@ mod tests {
             ("[hooks.nats]\npasword = \"p\"\n", "pasword"),
         ] {
             let err = load(hook(nats)).unwrap_err();
-            let mut text = err.to_string();
-            let mut source = std::error::Error::source(&err);
-            while let Some(s) = source {
-                text = format!("{text}: {s}");
-                source = s.source();
-            }
+            let text = capstan_common::report(&err);
             assert!(text.contains(says), "{nats}: {text}");
             assert!(!text.contains("\"p\\n\""), "no password in errors");
         }

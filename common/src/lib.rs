@@ -14,6 +14,7 @@ mod outcome;
 mod phase;
 pub mod published;
 pub mod readiness;
+mod report;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod signing;
@@ -29,3 +30,4 @@ pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};
 pub use phase::Phase;
 pub use readiness::{Check, Readiness};
+pub use report::report;

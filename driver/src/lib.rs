@@ -238,14 +238,7 @@ impl DriverError {
 
     /// The message with its causes, for reports.
     pub fn report(&self) -> String {
-        let mut out = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            out.push_str(": ");
-            out.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        out
+        capstan_common::report(self)
     }
 }
 

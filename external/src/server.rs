@@ -44,22 +44,12 @@ pub async fn serve(listener: UnixListener, driver: Arc<dyn Driver>) -> std::io::
             async move {
                 match connection(stream, driver).await {
                     Ok(()) => tracing::info!("the agent disconnected"),
-                    Err(e) => tracing::warn!(error = %report(&e), "connection closed"),
+                    Err(e) => tracing::warn!(error = %capstan_common::report(&e), "connection closed"),
                 }
             }
             .instrument(span),
         );
     }
-}
-
-fn report(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        out = format!("{out}: {cause}");
-        source = cause.source();
-    }
-    out
 }
 
 /// One agent's connection, until it closes or breaks the protocol.
@@ -85,7 +75,7 @@ async fn connection(stream: UnixStream, driver: Arc<dyn Driver>) -> Result<(), S
             ServeError::Wire(WireError::TooLong) => ErrorCode::TooLarge,
             ServeError::Wire(_) => ErrorCode::InvalidJson,
         };
-        let body = ErrorBody::new(code, report(e));
+        let body = ErrorBody::new(code, capstan_common::report(e));
         let _ = out.send(serde_json::json!({ "error": body }).to_string());
     }
     drop(out);

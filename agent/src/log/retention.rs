@@ -396,7 +396,7 @@ pub async fn run(
             tracing::info!(first = p.first, last = p.last, file = %p.file.display(), "log records exported and pruned");
         }
         if let Some(e) = error {
-            tracing::warn!(error = %crate::transport::with_cause(&e), "log retention failed; retrying at the next interval");
+            tracing::warn!(error = %capstan_common::report(&e), "log retention failed; retrying at the next interval");
         }
     }
 }

@@ -22,7 +22,7 @@
 //! When the log cannot record a command, the command's lane retries it (with a
 //! pause) instead of handing it back, so nothing later in its namespace overtakes it.
 
-use super::{auth, pause, with_cause, Link};
+use super::{auth, pause, Link};
 use crate::executor::Executor;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use capstan_common::signing::Policy;
@@ -75,7 +75,7 @@ async fn consumer(
     if !link.host_accounts {
         capstan_common::nats::cmd_stream(&link.js, link.replicas)
             .await
-            .map_err(|e| with_cause(&e))?;
+            .map_err(|e| capstan_common::report(&e))?;
     }
     let stream = link
         .js

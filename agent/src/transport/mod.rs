@@ -142,14 +142,6 @@ pub struct Transport {
     executor: Arc<Executor>,
 }
 
-/// `e`, and its cause when it has one: `"<e>: <cause>"`, for a log line.
-pub(crate) fn with_cause(e: &dyn std::error::Error) -> String {
-    match e.source() {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    }
-}
-
 /// Waits for `delay` or until `stop` turns true; returns true when stopping.
 pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, delay: Duration) -> bool {
     if *stop.borrow() {

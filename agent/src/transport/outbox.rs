@@ -33,7 +33,7 @@
 //! record was not stored: it is an alarm (an error log and `outbox_alarm` in the
 //! heartbeat and `status`), and the record is published again after a re-read.
 
-use super::{pause, with_cause, Link, OutboxAlarm};
+use super::{pause, Link, OutboxAlarm};
 use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
@@ -154,7 +154,7 @@ pub(crate) async fn run(
                     tracing::error!(error = %e, "ALARM: unexpected duplicate publish ack");
                     alarm.set(e.to_string());
                 } else {
-                    tracing::warn!(error = %with_cause(&e), "outbox paused; retrying");
+                    tracing::warn!(error = %capstan_common::report(&e), "outbox paused; retrying");
                 }
                 if pause(&mut stop, retry).await {
                     return;

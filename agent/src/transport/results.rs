@@ -21,7 +21,7 @@
 //! The bucket being unreachable (no coordinator created it yet, or an outage) delays
 //! results, never the outbox.
 
-use super::{pause, with_cause, Link};
+use super::{pause, Link};
 use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention};
@@ -110,7 +110,7 @@ pub(crate) async fn run(
             Err(e) => {
                 if !failing {
                     failing = true;
-                    tracing::warn!(error = %with_cause(&e), "command results paused; retrying");
+                    tracing::warn!(error = %capstan_common::report(&e), "command results paused; retrying");
                 }
                 if pause(&mut stop, retry).await {
                     return;

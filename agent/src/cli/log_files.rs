@@ -22,7 +22,7 @@ pub fn layout(data_dir: &Path, running: Option<&Path>) -> anyhow::Result<ExitCod
             }
         }
         None => capstan_agent::log::layout_of(&data_dir.join("log"))
-            .map_err(|e| super::explain(e.into()))?
+            .map_err(|e| crate::context::explain(e.into()))?
             .unwrap_or_else(|| "none".to_string()),
     };
     writeln!(std::io::stdout(), "{layout}")?;
@@ -34,7 +34,7 @@ pub fn layout(data_dir: &Path, running: Option<&Path>) -> anyhow::Result<ExitCod
 /// *visibly*: reading a damaged log must still show everything that can be trusted.
 /// The log is only read ([`LogReader`]): no intent rebuilt, nothing written.
 pub fn read_log(dir: &Path, request: &LogRequest) -> anyhow::Result<(Vec<serde_json::Value>, u32)> {
-    let Some(log) = LogReader::open(dir).map_err(|e| super::explain(e.into()))? else {
+    let Some(log) = LogReader::open(dir).map_err(|e| crate::context::explain(e.into()))? else {
         return Ok((Vec::new(), 0));
     };
     let answer = if capstan_agent::log::uses_index(request) {

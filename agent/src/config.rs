@@ -90,7 +90,8 @@ pub struct AgentConfig {
     pub driver: DriverSetting,
     #[serde(default)]
     pub shutdown: ShutdownMode,
-    /// How many workloads the shutdown sweep stops at once.
+    /// How many workloads the shutdown sweep stops at once (1 to
+    /// [`MAX_SHUTDOWN_CONCURRENCY`], default [`DEFAULT_SHUTDOWN_CONCURRENCY`]).
     pub shutdown_concurrency: Option<usize>,
     #[serde(default)]
     pub sim: SimConfig,
@@ -138,6 +139,47 @@ pub struct AgentConfig {
     /// `[log]`: the log's retention (`[log.retention]`).
     #[serde(default)]
     pub log: LogConfig,
+    /// What the file leaves out, filled in by [`AgentConfig::from_toml`].
+    #[serde(skip)]
+    resolved: Resolved,
+}
+
+/// The default `shutdown_concurrency`.
+pub const DEFAULT_SHUTDOWN_CONCURRENCY: usize = 16;
+/// The most `shutdown_concurrency` may be.
+pub const MAX_SHUTDOWN_CONCURRENCY: usize = 1024;
+
+/// The settings `agent.toml` may leave out, each with its default filled in — the one
+/// place those defaults are applied — and checked. Read through
+/// [`AgentConfig::resolved`]; the `Default` is an empty file's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// `shutdown_concurrency`.
+    pub shutdown_concurrency: usize,
+    /// `commands_in_flight`.
+    pub commands_in_flight: usize,
+    /// `hook_cleanup_budget`.
+    pub cleanup_budget: Duration,
+    /// `[metrics]`: where `run` serves `GET /metrics`; `None`: off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `[log.retention]`'s policy, checked against `[signing]`; `None`: off.
+    pub retention: Option<crate::log::retention::Policy>,
+}
+
+impl Default for Resolved {
+    fn default() -> Self {
+        Resolved {
+            shutdown_concurrency: DEFAULT_SHUTDOWN_CONCURRENCY,
+            commands_in_flight: crate::transport::commands::DEFAULT_IN_FLIGHT,
+            cleanup_budget: hooks::DEFAULT_CLEANUP_BUDGET,
+            metrics_listen: Some(
+                DEFAULT_METRICS_LISTEN
+                    .parse()
+                    .expect("the default listen address parses"),
+            ),
+            retention: None,
+        }
+    }
 }
 
 /// `[log]` in `agent.toml`.
@@ -179,7 +221,7 @@ impl Default for MetricsConfig {
 
 impl MetricsConfig {
     /// The address to serve on; `None` when the endpoint is off.
-    pub fn listen(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    fn listen(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
         if !self.enabled {
             return Ok(None);
         }
@@ -217,10 +259,11 @@ pub enum ConfigError {
     },
     #[error("invalid config: `hook_cleanup_budget` must be more than 0 and at most 60 seconds")]
     CleanupBudget,
-    #[error(
-        "invalid config: `[external] connect_timeout` must be more than 0 and at most 3600 seconds"
-    )]
-    ConnectTimeout,
+    #[cfg(feature = "external")]
+    #[error("invalid config")]
+    External(#[from] capstan_external::ExternalConfigError),
+    #[error("invalid config: `shutdown_concurrency` must be 1 to {MAX_SHUTDOWN_CONCURRENCY}")]
+    ShutdownConcurrency,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
     #[error(transparent)]
@@ -259,54 +302,54 @@ impl AgentConfig {
             })?;
         config.hook_owners = hooks::config::owners(&config.hooks)
             .map_err(|source| ConfigError::Hooks { path, source })?;
-        if config
-            .hook_cleanup_budget
-            .is_some_and(|b| !(b > 0.0 && b <= 60.0))
-        {
-            return Err(ConfigError::CleanupBudget);
-        }
-        #[cfg(feature = "external")]
-        if config
-            .external
-            .connect_timeout
-            .is_some_and(|t| !(t > 0.0 && t <= 3600.0))
-        {
-            return Err(ConfigError::ConnectTimeout);
-        }
-        let max = crate::transport::commands::MAX_IN_FLIGHT;
-        if config.commands_in_flight.is_some_and(|n| n == 0 || n > max) {
-            return Err(ConfigError::InFlight);
-        }
-        if let Some(h) = &config.host {
-            if !capstan_common::validate::is_dns_label(h) {
-                return Err(ConfigError::Host(h.clone()));
-            }
-        }
-        config.metrics.listen()?;
-        config.retention()?;
+        config.resolved = config.resolve()?;
         Ok(config)
     }
 }
 
 impl AgentConfig {
-    /// `[log.retention]`'s policy (`None`: off), checked against `[signing]`.
-    pub fn retention(
-        &self,
-    ) -> Result<Option<crate::log::retention::Policy>, crate::log::retention::RetentionError> {
-        self.log.retention.policy(self.signing.max_age_secs)
+    /// Checks every setting (each driver section by the crate that owns it) and fills
+    /// in the defaults of what the file leaves out.
+    fn resolve(&self) -> Result<Resolved, ConfigError> {
+        let defaults = Resolved::default();
+        #[cfg(feature = "external")]
+        self.external.validate()?;
+        if let Some(h) = &self.host {
+            if !capstan_common::validate::is_dns_label(h) {
+                return Err(ConfigError::Host(h.clone()));
+            }
+        }
+        let cleanup_budget = match self.hook_cleanup_budget {
+            Some(b) if !(b > 0.0 && b <= 60.0) => return Err(ConfigError::CleanupBudget),
+            Some(b) => Duration::from_secs_f64(b),
+            None => defaults.cleanup_budget,
+        };
+        let max = crate::transport::commands::MAX_IN_FLIGHT;
+        let commands_in_flight = match self.commands_in_flight {
+            Some(n) if n == 0 || n > max => return Err(ConfigError::InFlight),
+            Some(n) => n,
+            None => defaults.commands_in_flight,
+        };
+        let shutdown_concurrency = match self.shutdown_concurrency {
+            Some(n) if n == 0 || n > MAX_SHUTDOWN_CONCURRENCY => {
+                return Err(ConfigError::ShutdownConcurrency)
+            }
+            Some(n) => n,
+            None => defaults.shutdown_concurrency,
+        };
+        Ok(Resolved {
+            shutdown_concurrency,
+            commands_in_flight,
+            cleanup_budget,
+            metrics_listen: self.metrics.listen()?,
+            retention: self.log.retention.policy(self.signing.max_age_secs)?,
+        })
     }
 
-    /// `commands_in_flight`, or its default.
-    pub fn commands_in_flight(&self) -> usize {
-        self.commands_in_flight
-            .unwrap_or(crate::transport::commands::DEFAULT_IN_FLIGHT)
-    }
-
-    /// The compensation budget after a failed or cancelled preparation.
-    pub fn cleanup_budget(&self) -> Duration {
-        self.hook_cleanup_budget
-            .map(Duration::from_secs_f64)
-            .unwrap_or(hooks::DEFAULT_CLEANUP_BUDGET)
+    /// Every setting with its default filled in (an empty file's defaults for a
+    /// config not read from a file).
+    pub fn resolved(&self) -> &Resolved {
+        &self.resolved
     }
 }
 
@@ -371,7 +414,7 @@ mod tests {
         .unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
         assert_eq!(c.hook_owners[0].timeout, Duration::from_millis(2500));
-        assert_eq!(c.cleanup_budget(), Duration::from_secs(2));
+        assert_eq!(c.resolved().cleanup_budget, Duration::from_secs(2));
     }
 
     #[test]
@@ -393,16 +436,38 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_file_resolves_to_the_defaults_and_so_does_no_file() {
+        let empty = AgentConfig::from_toml("", PathBuf::from("agent.toml")).unwrap();
+        assert_eq!(empty.resolved(), &Resolved::default());
+        assert_eq!(AgentConfig::default().resolved(), &Resolved::default());
+        let d = Resolved::default();
+        assert_eq!(d.shutdown_concurrency, 16);
+        assert_eq!(d.cleanup_budget, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn shutdown_concurrency_is_bounded_and_defaults_to_16() {
+        for (n, ok) in [(0, false), (1, true), (1024, true), (1025, false)] {
+            let text = format!("shutdown_concurrency = {n}\n");
+            match AgentConfig::from_toml(&text, PathBuf::from("agent.toml")) {
+                Ok(c) if ok => assert_eq!(c.resolved().shutdown_concurrency, n),
+                Err(ConfigError::ShutdownConcurrency) if !ok => {}
+                other => panic!("{n}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn commands_in_flight_is_bounded_and_defaults_to_32() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.toml");
         std::fs::write(&path, "host = \"h1\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
-        assert_eq!(c.commands_in_flight(), 32);
+        assert_eq!(c.resolved().commands_in_flight, 32);
         for (n, ok) in [(0, false), (1, true), (1024, true), (1025, false)] {
             std::fs::write(&path, format!("commands_in_flight = {n}\n")).unwrap();
             match AgentConfig::load(Some(&path)) {
-                Ok(c) if ok => assert_eq!(c.commands_in_flight(), n),
+                Ok(c) if ok => assert_eq!(c.resolved().commands_in_flight, n),
                 Err(ConfigError::InFlight) if !ok => {}
                 other => panic!("{n}: {other:?}"),
             }
@@ -429,7 +494,9 @@ mod tests {
         std::fs::write(&path, "[external]\nconnect_timeout = 0\n").unwrap();
         assert!(matches!(
             AgentConfig::load(Some(&path)),
-            Err(ConfigError::ConnectTimeout)
+            Err(ConfigError::External(
+                capstan_external::ExternalConfigError::ConnectTimeout
+            ))
         ));
         for (text, says) in [
             (
@@ -455,18 +522,18 @@ mod tests {
         std::fs::write(&path, "host = \"h1\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
         assert_eq!(
-            c.metrics.listen().unwrap(),
+            c.resolved().metrics_listen,
             Some("127.0.0.1:9464".parse().unwrap())
         );
         std::fs::write(&path, "[metrics]\nlisten = \"[::1]:0\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
         assert_eq!(
-            c.metrics.listen().unwrap(),
+            c.resolved().metrics_listen,
             Some("[::1]:0".parse().unwrap())
         );
         std::fs::write(&path, "[metrics]\nenabled = false\nlisten = \"x\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
-        assert_eq!(c.metrics.listen().unwrap(), None);
+        assert_eq!(c.resolved().metrics_listen, None);
         for (text, says) in [
             (
                 "[metrics]\nlisten = \"localhost:9464\"\n",
@@ -488,17 +555,14 @@ mod tests {
         let path = dir.path().join("agent.toml");
         std::fs::write(&path, "host = \"h1\"\n").unwrap();
         let c = AgentConfig::load(Some(&path)).unwrap();
-        assert_eq!(c.retention().unwrap(), None);
+        assert_eq!(c.resolved().retention, None);
         std::fs::write(
             &path,
             "[log.retention]\nmax_records = 1000\nmax_age_secs = 86400\nexport_dir = \"/var/lib/capstan/export\"\ninterval_secs = 5\n",
         )
         .unwrap();
-        let p = AgentConfig::load(Some(&path))
-            .unwrap()
-            .retention()
-            .unwrap()
-            .unwrap();
+        let c = AgentConfig::load(Some(&path)).unwrap();
+        let p = c.resolved().retention.clone().unwrap();
         assert_eq!(p.max_records, Some(1000));
         assert_eq!(p.max_age, Some(Duration::from_secs(86400)));
         assert_eq!(p.interval, Duration::from_secs(5));

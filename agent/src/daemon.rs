@@ -149,7 +149,7 @@ impl HostSetup<'_> {
             self.config.hook_owners.clone(),
             Arc::new(Runners::default()),
         )
-        .with_cleanup_budget(self.config.cleanup_budget())
+        .with_cleanup_budget(self.config.resolved().cleanup_budget)
         .with_metrics(Arc::clone(&metrics));
         let driver = drivers::open(self.config, self.host, self.data_dir).await?;
         let driver = metrics::driver::Measured::wrap(driver, Arc::clone(&metrics));
@@ -188,19 +188,19 @@ impl HostSetup<'_> {
                 policy,
                 info: info.clone(),
                 key: Arc::new(crate::host_key::load_or_create(self.host_key)?),
-                in_flight: self.config.commands_in_flight(),
+                in_flight: self.config.resolved().commands_in_flight,
             }),
             _ => None,
         };
         let settings = Settings {
             nats,
             shutdown: self.config.shutdown,
-            shutdown_concurrency: self.config.shutdown_concurrency.unwrap_or(16),
+            shutdown_concurrency: self.config.resolved().shutdown_concurrency,
             backoff: Backoff::default(),
             metrics,
             local: Some((self.data_dir.join(local::SOCKET), info)),
             // Each host's exports in their own directory (`sim-fleet` runs many).
-            retention: self.config.retention().ok().flatten().map(|p| {
+            retention: self.config.resolved().retention.clone().map(|p| {
                 crate::log::retention::Policy {
                     export_dir: p.export_dir.join(self.host),
                     ..p

@@ -111,10 +111,8 @@ mod tests {
     #[tokio::test]
     async fn a_driver_outside_the_build_is_named_with_what_the_build_has() {
         let dir = tempfile::tempdir().unwrap();
-        let config = AgentConfig {
-            driver: DriverSetting::Builtin(DriverKind::Kube),
-            ..AgentConfig::default()
-        };
+        let mut config = AgentConfig::default();
+        config.driver = DriverSetting::Builtin(DriverKind::Kube);
         let err = open(&config, "h1", dir.path()).await.err().unwrap();
         assert!(matches!(
             err,
@@ -128,13 +126,11 @@ mod tests {
     async fn an_external_driver_nobody_serves_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("nobody.sock");
-        let config = AgentConfig {
-            driver: DriverSetting::External,
-            external: capstan_external::ExternalConfig {
-                connect_timeout: Some(0.1),
-                ..capstan_external::ExternalConfig::at(&socket)
-            },
-            ..AgentConfig::default()
+        let mut config = AgentConfig::default();
+        config.driver = DriverSetting::External;
+        config.external = capstan_external::ExternalConfig {
+            connect_timeout: Some(0.1),
+            ..capstan_external::ExternalConfig::at(&socket)
         };
         let err = open(&config, "h1", dir.path()).await.err().unwrap();
         let OpenError::External(cause) = &err else {

@@ -1,11 +1,16 @@
-//! Property: for random valid command sequences, the intent rebuilt on reopen
-//! (snapshot + tail) equals the intent before, and equals a replay from scratch.
+//! Property: for random valid command sequences, every command is answered once, as
+//! its completion record says, succeeded or failed with one of the precondition codes
+//! (never rejected, never a log or driver failure: the sim driver does not fail);
+//! and the intent rebuilt on reopen (snapshot + tail) equals the intent before, and
+//! equals a replay from scratch.
 
+use crate::event::Event;
 use crate::executor::Executor;
 use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
 use crate::testkit::{command, image, records};
-use capstan_common::Op;
+use capstan_common::{CommandResult, ErrorCode, Op, Outcome};
+use std::collections::HashMap;
 use capstan_driver::sim::{SimConfig, SimDriver};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -61,6 +66,48 @@ fn replay_from_scratch(log: &Log) -> Intent {
     intent
 }
 
+/// The codes a valid command on a healthy host may fail with: what it asks does not
+/// fit what the host holds (docs/protocol.md, the execution codes).
+const PRECONDITIONS: [ErrorCode; 7] = [
+    ErrorCode::NamespaceNotFound,
+    ErrorCode::NamespaceNotEmpty,
+    ErrorCode::WorkloadNotFound,
+    ErrorCode::RevisionNotFound,
+    ErrorCode::RevisionConflict,
+    ErrorCode::RevisionRetired,
+    ErrorCode::NoActiveRevision,
+];
+
+/// Each result against its command and the log: answered under its own id, not a
+/// duplicate, succeeded or failed with a precondition code, and equal to the one
+/// completion the log holds for it.
+fn check_results(log: &Log, results: &[CommandResult]) -> Result<(), TestCaseError> {
+    let mut completions: HashMap<String, Vec<(Outcome, Option<ErrorCode>)>> = HashMap::new();
+    for r in records(log) {
+        if let Event::CommandCompleted { command_id, outcome, code, .. } = r.event {
+            completions.entry(command_id).or_default().push((outcome, code));
+        }
+    }
+    prop_assert_eq!(completions.len(), results.len());
+    for (i, result) in results.iter().enumerate() {
+        let id = format!("c{i}");
+        prop_assert_eq!(result.id.as_deref(), Some(id.as_str()));
+        prop_assert!(!result.duplicate, "{:?}", result);
+        let code = result.error.as_ref().map(|e| e.code);
+        match result.outcome {
+            Outcome::Succeeded => prop_assert!(code.is_none(), "{:?}", result),
+            Outcome::Failed => prop_assert!(
+                code.is_some_and(|c| PRECONDITIONS.contains(&c)),
+                "{:?}",
+                result
+            ),
+            Outcome::Rejected => prop_assert!(false, "a valid command rejected: {:?}", result),
+        }
+        prop_assert_eq!(completions.get(&id), Some(&vec![(result.outcome, code)]), "{}", id);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -73,12 +120,13 @@ proptest! {
             let log = Arc::new(Log::open(&dir.path().join("log"), options).unwrap());
             let driver = Arc::new(SimDriver::open(dir.path(), SimConfig::default()).unwrap());
             let executor = Executor::new("h1", Arc::clone(&log), driver);
+            let mut results = Vec::new();
             for (i, op) in ops.into_iter().enumerate() {
-                executor.execute(command(&format!("c{i}"), op)).await;
+                results.push(executor.execute(command(&format!("c{i}"), op)).await);
             }
             log.flush().unwrap();
-            log.intent()
-        });
+            check_results(&log, &results).map(|()| log.intent())
+        })?;
         let log = Log::open(&dir.path().join("log"), options).unwrap();
         prop_assert!(log.degraded().is_none());
         prop_assert_eq!(&log.intent(), &before);

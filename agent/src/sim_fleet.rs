@@ -248,10 +248,8 @@ mod tests {
             matches!(err, FleetError::Name(ref n) if n == "Bad_-0001"),
             "{err}"
         );
-        let docker = AgentConfig {
-            driver: DriverSetting::Builtin(DriverKind::Docker),
-            ..AgentConfig::default()
-        };
+        let mut docker = AgentConfig::default();
+        docker.driver = DriverSetting::Builtin(DriverKind::Docker);
         let err = run(&docker, None, &options(2, "sim"), std::future::ready(()))
             .await
             .unwrap_err();

@@ -42,6 +42,15 @@ fn default_socket() -> PathBuf {
 
 /// The default `connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest `connect_timeout`, in seconds.
+pub const MAX_CONNECT_TIMEOUT_SECS: f64 = 3600.0;
+
+/// What is wrong with an `[external]` section.
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalConfigError {
+    #[error("`[external] connect_timeout` must be more than 0 and at most 3600 seconds")]
+    ConnectTimeout,
+}
 
 impl ExternalConfig {
     /// A config for the driver at `socket`, everything else default.
@@ -52,6 +61,19 @@ impl ExternalConfig {
         }
     }
 
+    /// Checks the section as `agent.toml` gave it (the agent's loader calls this).
+    pub fn validate(&self) -> Result<(), ExternalConfigError> {
+        if self
+            .connect_timeout
+            .is_some_and(|t| !(t > 0.0 && t <= MAX_CONNECT_TIMEOUT_SECS))
+        {
+            return Err(ExternalConfigError::ConnectTimeout);
+        }
+        Ok(())
+    }
+
+    /// `connect_timeout`, or its default (a section [`ExternalConfig::validate`]
+    /// refused is never used).
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
             .filter(|s| s.is_finite() && *s > 0.0)

@@ -11,5 +11,5 @@ pub mod server;
 pub mod wire;
 
 pub use client::{ConnectError, ExternalDriver};
-pub use config::ExternalConfig;
+pub use config::{ExternalConfig, ExternalConfigError};
 pub use server::serve;

@@ -13,7 +13,7 @@ pub(crate) async fn run(ctx: &Context, leave_running: bool) -> anyhow::Result<Ex
     // Config errors first, before anything is touched.
     let policy = policy(ctx)?;
     // Then the metrics address: one in use stops the start before anything is opened.
-    let metrics = match ctx.config.metrics.listen()? {
+    let metrics = match ctx.config.resolved().metrics_listen {
         Some(addr) => Some(metrics::serve::bind(addr).await?),
         None => None,
     };

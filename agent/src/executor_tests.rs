@@ -10,9 +10,9 @@ use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
 use crate::testkit::{command, image, records};
 use capstan_common::{CommandResult, ErrorCode, Op, Outcome};
-use std::collections::HashMap;
 use capstan_driver::sim::{SimConfig, SimDriver};
 use proptest::prelude::*;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -84,8 +84,17 @@ const PRECONDITIONS: [ErrorCode; 7] = [
 fn check_results(log: &Log, results: &[CommandResult]) -> Result<(), TestCaseError> {
     let mut completions: HashMap<String, Vec<(Outcome, Option<ErrorCode>)>> = HashMap::new();
     for r in records(log) {
-        if let Event::CommandCompleted { command_id, outcome, code, .. } = r.event {
-            completions.entry(command_id).or_default().push((outcome, code));
+        if let Event::CommandCompleted {
+            command_id,
+            outcome,
+            code,
+            ..
+        } = r.event
+        {
+            completions
+                .entry(command_id)
+                .or_default()
+                .push((outcome, code));
         }
     }
     prop_assert_eq!(completions.len(), results.len());
@@ -103,7 +112,12 @@ fn check_results(log: &Log, results: &[CommandResult]) -> Result<(), TestCaseErr
             ),
             Outcome::Rejected => prop_assert!(false, "a valid command rejected: {:?}", result),
         }
-        prop_assert_eq!(completions.get(&id), Some(&vec![(result.outcome, code)]), "{}", id);
+        prop_assert_eq!(
+            completions.get(&id),
+            Some(&vec![(result.outcome, code)]),
+            "{}",
+            id
+        );
     }
     Ok(())
 }

@@ -44,7 +44,9 @@ pub async fn serve(listener: UnixListener, driver: Arc<dyn Driver>) -> std::io::
             async move {
                 match connection(stream, driver).await {
                     Ok(()) => tracing::info!("the agent disconnected"),
-                    Err(e) => tracing::warn!(error = %capstan_common::report(&e), "connection closed"),
+                    Err(e) => {
+                        tracing::warn!(error = %capstan_common::report(&e), "connection closed")
+                    }
                 }
             }
             .instrument(span),

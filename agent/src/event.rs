@@ -160,6 +160,20 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether this event records a command's effect on the host: the kinds
+    /// [`crate::plan::Step::effect`] returns (whatever the cause of a start or stop).
+    pub fn is_effect(&self) -> bool {
+        matches!(
+            self,
+            Event::NamespaceReady { .. }
+                | Event::NamespaceDeleted { .. }
+                | Event::RevisionPrepared { .. }
+                | Event::WorkloadStarted { .. }
+                | Event::WorkloadStopped { .. }
+                | Event::RevisionRetired { .. }
+        )
+    }
+
     /// The short name shown in logs and `--json` output (`command_received`, …).
     pub fn kind(&self) -> &'static str {
         match self {

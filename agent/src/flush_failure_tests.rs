@@ -1,5 +1,6 @@
 //! A failed log flush must show (status, heartbeat) and must not be acted on.
 
+use crate::log::LogError;
 use crate::testkit::{command, prepare_op, spec, Rig};
 use crate::transport::{rpc, HostInfo};
 use capstan_common::{ErrorCode, Op, Outcome};
@@ -51,13 +52,19 @@ async fn status_shows_a_failed_flush() {
     let log = rig.executor.log();
     log.inject_flush_failure("disk on fire");
     let seq = log.append(&[crate::testkit::ns_ready()]).unwrap();
-    assert!(log.durable(seq).await.is_err());
+    assert!(matches!(
+        log.durable(seq).await,
+        Err(LogError::Flush(ref why)) if why == "disk on fire"
+    ));
     let status = rpc::answer("status", b"", &rig.executor, &info(), 0);
     assert_eq!(status["healthy"], false, "{status}");
     assert_eq!(status["log_failed"], "disk on fire");
     assert_eq!(status["degraded"], serde_json::Value::Null);
     // Nothing more is written once a flush has failed.
-    assert!(log.append(&[crate::testkit::ns_ready()]).is_err());
+    assert!(matches!(
+        log.append(&[crate::testkit::ns_ready()]),
+        Err(LogError::Flush(ref why)) if why == "disk on fire"
+    ));
     assert_eq!(log.last_seq(), seq);
 }
 
@@ -69,7 +76,10 @@ async fn the_heartbeat_shows_a_failed_flush() {
     assert!(beat.healthy && beat.log_failed.is_none(), "{beat:?}");
     log.inject_flush_failure("disk on fire");
     let seq = log.append(&[crate::testkit::ns_ready()]).unwrap();
-    assert!(log.durable(seq).await.is_err());
+    assert!(matches!(
+        log.durable(seq).await,
+        Err(LogError::Flush(ref why)) if why == "disk on fire"
+    ));
     let beat = crate::transport::registry::beat(&info(), &rig.executor, seq, 0);
     assert!(!beat.healthy, "{beat:?}");
     assert_eq!(beat.log_failed.as_deref(), Some("disk on fire"));

@@ -2,10 +2,12 @@
 //! it out (or the reason it cannot be); [`plan`] compares intent with what the driver
 //! observes and lists the actions that converge the host; [`shutdown_sweep`] lists what
 //! a graceful stop must stop; [`grants`] decides what to grant, revoke or finish
-//! around the driver steps. The executor performs what these return.
+//! around the driver steps; [`Step::effect`] is what the log records once a step is
+//! carried out. The executor performs what these return.
 
 pub mod grants;
 
+use crate::event::{Cause, Event};
 use crate::intent::{Intent, RevisionState, RunIntent, WorkloadIntent};
 use capstan_common::{DriverKind, ErrorCode, Op, Spec};
 use capstan_driver::{BackendState, Observed};
@@ -64,6 +66,84 @@ pub enum Step {
     AlreadyReady {
         namespace: String,
     },
+}
+
+impl Step {
+    /// The event that records this step carried out for command `id`: the command's
+    /// effect, written before its completion (`None` for a step with nothing to do).
+    /// Every event returned is one [`Event::is_effect`] names.
+    pub fn effect(&self, id: &str) -> Option<Event> {
+        let command_id = id.to_string();
+        let by = || Cause::Command(id.to_string());
+        Some(match self.clone() {
+            Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => return None,
+            Step::EnsureNamespace { namespace } => Event::NamespaceReady {
+                command_id,
+                namespace,
+            },
+            Step::DeleteNamespace { namespace } => Event::NamespaceDeleted {
+                command_id,
+                namespace,
+            },
+            Step::Prepare {
+                namespace,
+                workload,
+                revision,
+                spec,
+            } => Event::RevisionPrepared {
+                command_id,
+                namespace,
+                workload,
+                revision,
+                spec,
+            },
+            Step::Activate {
+                namespace,
+                workload,
+                revision,
+                previous,
+                ..
+            } => Event::WorkloadStarted {
+                cause: by(),
+                namespace,
+                workload,
+                revision,
+                previous,
+            },
+            Step::Start {
+                namespace,
+                workload,
+                revision,
+                ..
+            } => Event::WorkloadStarted {
+                cause: by(),
+                namespace,
+                workload,
+                revision,
+                previous: None,
+            },
+            Step::Stop {
+                namespace,
+                workload,
+                revision,
+            } => Event::WorkloadStopped {
+                cause: by(),
+                namespace,
+                workload,
+                revision,
+            },
+            Step::Retire {
+                namespace,
+                workload,
+                revision,
+            } => Event::RevisionRetired {
+                command_id,
+                namespace,
+                workload,
+                revision,
+            },
+        })
+    }
 }
 
 /// True when intent says `revision` is `w`'s active revision and runs: running intent

@@ -16,6 +16,8 @@
 //! [`Driver::watch_exits`]: capstan_driver::Driver::watch_exits
 //! [`Driver::watch_failures`]: capstan_driver::Driver::watch_failures
 
+mod policy;
+
 use crate::event::{Cause, Event};
 use crate::executor::Executor;
 use crate::intent::RunIntent;
@@ -24,7 +26,9 @@ use capstan_common::ErrorCode;
 use capstan_driver::{BackendState, Driver, Exit, Failure, RevisionRef};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock, as the backoff's sleep: tests pause and advance it.
+use tokio::time::Instant;
 
 /// Restart delays: `base · 2^attempt`, at most `cap`; a workload that stayed up for
 /// `reset_after` since its last restart starts again from `base`.
@@ -55,12 +59,7 @@ impl Backoff {
     }
 }
 
-/// Per-workload restart history.
-#[derive(Debug, Clone, Copy)]
-struct History {
-    attempt: u32,
-    last_restart: Instant,
-}
+use policy::{after_exit, AfterExit, History};
 
 /// Watches one executor's driver and restarts what exits against intent.
 pub struct Supervisor {
@@ -211,25 +210,20 @@ impl Supervisor {
             if !self.wanted(exit.rev()) || self.reported(exit.rev(), ErrorCode::BackendFailed) {
                 return Ok(());
             }
-            if let Some((event, reason)) = self.gave_up(&exit).await {
-                log.append_durable(&[event]).await?;
+            if let AfterExit::GaveUp { reason } = after_exit(self.state_now(exit.rev()).await) {
+                log.append_durable(&[gave_up(&exit, &reason)]).await?;
                 tracing::warn!(workload = %exit.rev(), %reason, "the backend gave up on it");
             }
             return Ok(());
         }
         let key = capstan_common::workload_key(&exit.namespace, &exit.workload);
         let attempt = {
+            let now = Instant::now();
             let mut history = self.history.lock().expect("supervisor history");
-            let h = history.entry(key.clone()).or_insert(History {
-                attempt: 0,
-                last_restart: Instant::now(),
-            });
-            if h.last_restart.elapsed() >= self.backoff.reset_after {
-                h.attempt = 0;
-            }
-            let attempt = h.attempt;
-            h.attempt = h.attempt.saturating_add(1);
-            attempt
+            let h = history
+                .entry(key.clone())
+                .or_insert_with(|| History::new(now));
+            h.next_attempt(now, self.backoff.reset_after)
         };
         let delay = self.backoff.delay(attempt);
         tracing::info!(workload = %key, revision = %exit.revision, attempt = attempt + 1, delay_ms = delay.as_millis() as u64, "restart scheduled");
@@ -241,16 +235,15 @@ impl Supervisor {
             return Ok(());
         }
         let rev = exit.rev();
-        if let Ok(Some(BackendState::Running)) = self.executor.driver().state(rev).await {
-            tracing::info!(workload = %key, "restart not needed: it runs again");
-            return Ok(());
-        }
-        match self.gave_up(&exit).await {
-            Some((failed, reason)) => {
-                log.append_durable(&[failed]).await?;
+        match after_exit(self.state_now(rev).await) {
+            AfterExit::NotNeeded => {
+                tracing::info!(workload = %key, "restart not needed: it runs again");
+            }
+            AfterExit::GaveUp { reason } => {
+                log.append_durable(&[gave_up(&exit, &reason)]).await?;
                 tracing::warn!(workload = %rev, %reason, "the backend gave up on it");
             }
-            None => {
+            AfterExit::Restart => {
                 let event = self.restart(rev, &key, attempt).await;
                 log.append_durable(&[event]).await?;
             }
@@ -271,26 +264,15 @@ impl Supervisor {
         })
     }
 
-    /// `workload_failed/backend_failed` when the backend has given up on the exited
-    /// revision (systemd's `failed` after its start limit, a crash-looping pod), with
-    /// the backend's reason. The caller says so once the event is in the log.
-    async fn gave_up(&self, exit: &Exit) -> Option<(Event, String)> {
-        let rev = exit.rev();
-        let Ok(Some(BackendState::Failed { reason })) = self.executor.driver().state(rev).await
-        else {
-            return None;
-        };
-        let event = Event::WorkloadFailed {
-            cause: Cause::Supervisor,
-            namespace: exit.namespace.clone(),
-            workload: exit.workload.clone(),
-            code: ErrorCode::BackendFailed,
-            message: format!(
-                "the backend gave up on revision {}: {reason}",
-                exit.revision
-            ),
-        };
-        Some((event, reason))
+    /// The backend's state of `rev` now (`None`: no object, or unreadable — said).
+    async fn state_now(&self, rev: RevisionRef<'_>) -> Option<BackendState> {
+        match self.executor.driver().state(rev).await {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(workload = %rev, error = %e.report(), "cannot read the revision's state");
+                None
+            }
+        }
     }
 
     /// Resumes `rev` and says what happened.
@@ -302,7 +284,7 @@ impl Supervisor {
                     .lock()
                     .expect("supervisor history")
                     .entry(key.to_string())
-                    .and_modify(|h| h.last_restart = Instant::now());
+                    .and_modify(|h| h.restarted(Instant::now()));
                 Event::WorkloadStarted {
                     cause: Cause::Supervisor,
                     namespace: rev.namespace.into(),
@@ -374,260 +356,21 @@ impl Report for Failure {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    //! The real supervisor, executor and sim driver; the sim declares the capabilities
-    //! under test, and tests wait on the log and on handled exits, never on time.
-    use super::*;
-    use crate::testkit::{wait_for, Rig};
-    use capstan_driver::sim::SimConfig;
-    use capstan_driver::Capabilities;
-
-    const R1: RevisionRef<'static> = RevisionRef {
-        namespace: "ns",
-        workload: "web",
-        revision: "r1",
-    };
-
-    /// What docker declares: the agent restarts what exits.
-    const DOCKER: Capabilities = Capabilities {
-        manages_lifecycle: true,
-        reports_exits: true,
-        restarts_exits: true,
-        reaps_orphans: false,
-    };
-
-    /// What systemd declares by default: exits are reported, the backend restarts.
-    const BACKEND_RESTARTS: Capabilities = Capabilities {
-        manages_lifecycle: false,
-        reports_exits: true,
-        restarts_exits: false,
-        reaps_orphans: false,
-    };
-
-    const NOW: Backoff = Backoff {
-        base: Duration::ZERO,
-        cap: Duration::ZERO,
-        reset_after: Duration::from_secs(120),
-    };
-
-    /// A sim declaring `capabilities`, running `web@r1`, supervised.
-    async fn supervised(capabilities: Capabilities) -> (Rig, Arc<Supervisor>) {
-        let rig = Rig::new(SimConfig::declaring(capabilities));
-        rig.running_r1().await;
-        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
-        tokio::spawn(Arc::clone(&supervisor).run());
-        rig.sim.watched().await;
-        (rig, supervisor)
-    }
-
-    async fn handled(supervisor: &Supervisor, n: u64) {
-        let mut handled = supervisor.handled();
-        let wait = handled.wait_for(|h| *h >= n);
-        tokio::time::timeout(Duration::from_secs(10), wait)
-            .await
-            .expect("exits handled in time")
-            .expect("the supervisor lives");
-    }
-
-    fn exited(code: i64) -> impl Fn(&[crate::event::Record]) -> bool {
-        move |records| {
-            records.iter().any(|r| {
-                matches!(r.event, Event::WorkloadExited { exit_code, .. } if exit_code == Some(code))
-            })
-        }
-    }
-
-    /// The last record is the supervisor's `workload_failed/backend_failed` with `reason`.
-    fn last_is_given_up(rig: &Rig, reason: &str) {
-        let last = rig.records().pop().unwrap().event;
-        assert!(
-            matches!(
-                &last,
-                Event::WorkloadFailed { cause: Cause::Supervisor, code: ErrorCode::BackendFailed, message, .. }
-                    if message.ends_with(reason)
-            ),
-            "{last:?}"
-        );
-    }
-
-    fn restarts(rig: &Rig) -> usize {
-        rig.records()
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.event,
-                    Event::WorkloadStarted {
-                        cause: Cause::Supervisor,
-                        ..
-                    }
-                )
-            })
-            .count()
-    }
-
-    #[tokio::test]
-    async fn with_dockers_capabilities_an_exit_is_recorded_and_the_revision_restarted() {
-        let (rig, supervisor) = supervised(DOCKER).await;
-        rig.sim.exit(R1, 137).unwrap();
-        let log = rig.executor.log();
-        wait_for(log, "a restart by the supervisor", |records| {
-            exited(137)(records)
-                && records.iter().any(|r| {
-                    matches!(
-                        r.event,
-                        Event::WorkloadStarted {
-                            cause: Cause::Supervisor,
-                            ..
-                        }
-                    )
-                })
-        })
-        .await;
-        handled(&supervisor, 1).await;
-        let r1 = rig.sim.host().revisions["ns/web@r1"].clone();
-        assert_eq!((r1.state, r1.starts), (BackendState::Running, 2));
-        assert_eq!(restarts(&rig), 1);
-    }
-
-    #[tokio::test]
-    async fn when_the_backend_restarts_its_own_an_exit_is_only_recorded() {
-        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
-        rig.sim.exit(R1, 1).unwrap();
-        wait_for(rig.executor.log(), "workload_exited", exited(1)).await;
-        handled(&supervisor, 1).await;
-        let r1 = rig.sim.host().revisions["ns/web@r1"].clone();
-        assert_eq!((r1.state, r1.starts), (BackendState::Stopped, 1));
-        assert_eq!(restarts(&rig), 0);
-        assert_eq!(rig.kinds().last(), Some(&"workload_exited"));
-    }
-
-    #[tokio::test]
-    async fn a_revision_the_backend_gave_up_on_is_reported_not_restarted() {
-        let (rig, supervisor) = supervised(DOCKER).await;
-        rig.sim.give_up(R1, "crash-loop").unwrap();
-        handled(&supervisor, 1).await;
-        last_is_given_up(&rig, "crash-loop");
-        assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
-        assert_eq!(restarts(&rig), 0);
-    }
-
-    #[tokio::test]
-    async fn when_the_backend_restarts_its_own_its_giving_up_is_reported() {
-        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
-        rig.sim.give_up(R1, "exit-code after 5 restarts").unwrap();
-        handled(&supervisor, 1).await;
-        last_is_given_up(&rig, "exit-code after 5 restarts");
-        assert_eq!(restarts(&rig), 0);
-    }
-
-    #[tokio::test]
-    async fn a_give_up_is_reported_once_however_many_exits_see_it() {
-        let (rig, supervisor) = supervised(BACKEND_RESTARTS).await;
-        rig.sim.give_up(R1, "exit-code after 3 restarts").unwrap();
-        handled(&supervisor, 1).await;
-        // A late exit of the same crash loop, handled once the backend had given up.
-        supervisor
-            .handle(Exit {
-                namespace: "ns".into(),
-                workload: "web".into(),
-                revision: "r1".into(),
-                exit_code: Some(3),
-            })
-            .await;
-        let failed = rig
-            .records()
-            .iter()
-            .filter(|r| matches!(r.event, Event::WorkloadFailed { .. }))
-            .count();
-        assert_eq!(failed, 1);
-        assert_eq!(rig.kinds().last(), Some(&"workload_exited"));
-    }
-
-    #[tokio::test]
-    async fn without_an_exit_feed_there_is_nothing_to_supervise() {
-        let rig = Rig::new(SimConfig::default());
-        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
-        tokio::time::timeout(Duration::from_secs(10), supervisor.run())
-            .await
-            .expect("run returns at once");
-    }
-
-    fn failure(revision: &str, code: ErrorCode) -> Failure {
-        Failure {
-            namespace: "ns".into(),
-            workload: "web".into(),
-            revision: revision.into(),
-            code,
-            reason: "pod web-1 container main: ErrImagePull".into(),
-        }
-    }
-
-    /// The supervisor's `workload_failed` records: code and message.
-    fn failures_recorded(rig: &Rig) -> Vec<(ErrorCode, String)> {
-        rig.records()
-            .into_iter()
-            .filter_map(|r| match r.event {
-                Event::WorkloadFailed {
-                    cause: Cause::Supervisor,
-                    code,
-                    message,
-                    ..
-                } => Some((code, message)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_failure_of_the_running_revision_is_recorded_once_with_its_code() {
-        let rig = Rig::new(SimConfig::declaring(BACKEND_RESTARTS));
-        rig.running_r1().await;
-        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
-        supervisor
-            .handle_failure(failure("r1", ErrorCode::ImageNotFound))
-            .await;
-        supervisor
-            .handle_failure(failure("r1", ErrorCode::ImageNotFound))
-            .await;
-        let recorded = failures_recorded(&rig);
-        assert_eq!(
-            recorded,
-            [(
-                ErrorCode::ImageNotFound,
-                "revision r1 failed: pod web-1 container main: ErrImagePull".to_string()
-            )]
-        );
-        // Another failure of it is news; nothing is restarted.
-        supervisor
-            .handle_failure(failure("r1", ErrorCode::BackendFailed))
-            .await;
-        assert_eq!(failures_recorded(&rig).len(), 2);
-        assert_eq!(rig.sim.host().revisions["ns/web@r1"].starts, 1);
-    }
-
-    #[tokio::test]
-    async fn a_failure_of_a_revision_intent_does_not_run_is_not_recorded() {
-        let rig = Rig::new(SimConfig::declaring(BACKEND_RESTARTS));
-        rig.running_r1().await;
-        let supervisor = Supervisor::new(Arc::clone(&rig.executor), NOW);
-        // r2's rollout failing is its command's to report.
-        supervisor
-            .handle_failure(failure("r2", ErrorCode::ImageNotFound))
-            .await;
-        assert_eq!(failures_recorded(&rig), []);
-        assert_eq!(rig.kinds().last(), Some(&"command_completed"));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let b = Backoff {
-            base: Duration::from_millis(100),
-            cap: Duration::from_secs(1),
-            reset_after: Duration::from_secs(5),
-        };
-        let delays: Vec<u128> = (0..6).map(|a| b.delay(a).as_millis()).collect();
-        assert_eq!(delays, [100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(b.delay(u32::MAX), Duration::from_secs(1));
+/// `workload_failed/backend_failed` for an exited revision the backend has given up
+/// on (systemd's `failed` after its start limit, a crash-looping pod), with the
+/// backend's reason.
+fn gave_up(exit: &Exit, reason: &str) -> Event {
+    Event::WorkloadFailed {
+        cause: Cause::Supervisor,
+        namespace: exit.namespace.clone(),
+        workload: exit.workload.clone(),
+        code: ErrorCode::BackendFailed,
+        message: format!(
+            "the backend gave up on revision {}: {reason}",
+            exit.revision
+        ),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -558,15 +558,17 @@ mod tests {
             plain.content(),
             "another deadline, another command"
         );
-        for bad in [r#","deadline":"in 30 s""#, r#","deadline":30"#] {
+        // A string that is not RFC 3339 is `invalid_timestamp` (docs/protocol.md); a
+        // value of the wrong type is `invalid_command`, as for any field.
+        for (bad, code) in [
+            (
+                r#","deadline":"in 30 s""#,
+                crate::ErrorCode::InvalidTimestamp,
+            ),
+            (r#","deadline":30"#, crate::ErrorCode::InvalidCommand),
+        ] {
             let e = super::Command::parse(&text(bad)).unwrap_err();
-            assert!(
-                matches!(
-                    e.code,
-                    crate::ErrorCode::InvalidTimestamp | crate::ErrorCode::InvalidCommand
-                ),
-                "{bad}: {e:?}"
-            );
+            assert_eq!(e.code, code, "{bad}: {e:?}");
         }
         let e = super::Command::parse(&text(r#","deadline":"tomorrow""#)).unwrap_err();
         assert_eq!(e.code, crate::ErrorCode::InvalidTimestamp);

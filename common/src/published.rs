@@ -370,7 +370,10 @@ mod tests {
         let other = Publication::Answer {
             subject: "capstan.v1.rpc.h1.intent",
         };
-        assert!(keys.verify(other, body, Some(&sig), None).is_err());
+        assert_eq!(
+            keys.verify(other, body, Some(&sig), None),
+            Err(Unverified::BadSignature("h1".into()))
+        );
     }
 
     fn payloads(n: usize) -> Vec<Vec<u8>> {
@@ -392,9 +395,10 @@ mod tests {
                 keys.verify(Publication::Record, payload, Some(&batch.sig), Some(proof))
                     .unwrap_or_else(|e| panic!("{n}: {proof}: {e}"));
                 // The same member as a result: another domain.
-                assert!(keys
-                    .verify(Publication::Result, payload, Some(&batch.sig), Some(proof))
-                    .is_err());
+                assert_eq!(
+                    keys.verify(Publication::Result, payload, Some(&batch.sig), Some(proof)),
+                    Err(Unverified::BadSignature("h1".into()))
+                );
             }
         }
     }
@@ -416,8 +420,8 @@ mod tests {
         // A proof that claims another size or index with the same path.
         let (rest, path) = batch.proofs[3].rsplit_once('/').unwrap();
         let (m, _) = rest.split_once('/').unwrap();
-        assert!(check(&all[3], &format!("{m}/11/{path}")).is_err());
-        assert!(check(&all[3], &format!("2/10/{path}")).is_err());
+        assert_eq!(check(&all[3], &format!("{m}/11/{path}")), bad);
+        assert_eq!(check(&all[3], &format!("2/10/{path}")), bad);
         // A path cut short, or grown, or junk: not a place in a batch.
         assert_eq!(
             check(&all[3], &format!("3/10/{}", &path[64..])),
@@ -438,14 +442,15 @@ mod tests {
         let more = payloads(11);
         let refs: Vec<&[u8]> = more.iter().map(Vec::as_slice).collect();
         let other = h1.sign_batch(Publication::Record, &refs);
-        assert!(keys
-            .verify(
+        assert_eq!(
+            keys.verify(
                 Publication::Record,
                 &all[3],
                 Some(&batch.sig),
                 Some(&other.proofs[3])
-            )
-            .is_err());
+            ),
+            bad
+        );
     }
 
     #[test]

@@ -438,7 +438,10 @@ mod tests {
         assert_eq!(check_size("512M").unwrap(), 512 << 20);
         assert_eq!(check_size("100000").unwrap(), 100_000);
         for bad in ["", "G", "2GB", "-1", "2 G"] {
-            assert!(check_size(bad).is_err(), "{bad}");
+            assert!(
+                matches!(check_size(bad), Err(NatsConfError::Size(ref s)) if s == bad),
+                "{bad}"
+            );
         }
         let dir = tempfile::tempdir().unwrap();
         let bad = generate(dir.path(), &["Web_1".into()], "2G", "8G").unwrap_err();

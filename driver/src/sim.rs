@@ -9,13 +9,15 @@
 //! `reports_exits` it reports every running revision that stops (a stop, a
 //! replacement, a retire, or [`SimDriver::exit`]) through [`Driver::watch_exits`], as
 //! docker reports `die` events. A scripted failure may also leave the revision
-//! `failed` (`gives_up`), the way systemd gives up on a unit after `start-limit-hit`.
+//! `failed` (`gives_up`), the way systemd gives up on a unit after `start-limit-hit`,
+//! and [`SimDriver::break_exit_feeds`] breaks the open exit feeds, as a backend's
+//! event stream that ends under the agent.
 
 use crate::{
     merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, Probe,
     RevisionRef,
 };
-use capstan_common::{Check, DriverKind, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -154,10 +156,19 @@ struct State {
 pub struct SimDriver {
     config: SimConfig,
     state: Mutex<State>,
-    /// One queue per open exit feed (unbounded: reporting never blocks the host).
-    feeds: Mutex<Vec<mpsc::UnboundedSender<Exit>>>,
-    /// How many exit feeds are open.
+    /// The open exit feeds.
+    feeds: Mutex<Feeds>,
+    /// How many exit feeds are open (listed in `feeds`).
     watchers: watch::Sender<usize>,
+}
+
+/// The open exit feeds: one queue each (unbounded: reporting never blocks the host),
+/// by id. A feed leaves the list when its `watch_exits` call ends, or when it is
+/// broken ([`SimDriver::break_exit_feeds`]).
+#[derive(Default)]
+struct Feeds {
+    next: u64,
+    open: Vec<(u64, mpsc::UnboundedSender<Exit>)>,
 }
 
 impl SimDriver {
@@ -168,7 +179,7 @@ impl SimDriver {
         Ok(SimDriver {
             config,
             state: Mutex::new(State { host, journal }),
-            feeds: Mutex::new(Vec::new()),
+            feeds: Mutex::new(Feeds::default()),
             watchers: watch::Sender::new(0),
         })
     }
@@ -215,13 +226,25 @@ impl SimDriver {
         let _ = open.wait_for(|n| *n > 0).await;
     }
 
+    /// Breaks every open exit feed, as a backend's event stream that ends under the
+    /// agent (docker's engine restarting): each open `watch_exits` call returns `Err`,
+    /// as a real driver's does when its feed breaks, and the exits from then on reach
+    /// only feeds opened after ([`SimDriver::watched`] waits for one).
+    pub fn break_exit_feeds(&self) {
+        let mut feeds = self.feeds.lock().expect("sim feeds lock");
+        feeds.open.clear();
+        self.watchers.send_replace(0);
+    }
+
     /// Sends `exits` to every open feed (when the sim reports exits).
     fn report_exits(&self, exits: Vec<Exit>) {
         if !self.config.reports_exits || exits.is_empty() {
             return;
         }
         let mut feeds = self.feeds.lock().expect("sim feeds lock");
-        feeds.retain(|feed| exits.iter().all(|e| feed.send(e.clone()).is_ok()));
+        feeds
+            .open
+            .retain(|(_, feed)| exits.iter().all(|e| feed.send(e.clone()).is_ok()));
     }
 
     /// Runs `change` on the host under the lock, after checking scripted failures, and
@@ -512,19 +535,29 @@ impl<'h> Txn<'h> {
     }
 }
 
-/// Closes one exit feed's count when the feed ends (returned or dropped).
-struct Watching<'a>(&'a watch::Sender<usize>);
+/// Lists one exit feed (and counts it open) until its `watch_exits` call ends
+/// (returned or dropped).
+struct Watching<'a> {
+    sim: &'a SimDriver,
+    id: u64,
+}
 
 impl<'a> Watching<'a> {
-    fn open(count: &'a watch::Sender<usize>) -> Watching<'a> {
-        count.send_modify(|n| *n += 1);
-        Watching(count)
+    fn open(sim: &'a SimDriver, feed: mpsc::UnboundedSender<Exit>) -> Watching<'a> {
+        let mut feeds = sim.feeds.lock().expect("sim feeds lock");
+        let id = feeds.next;
+        feeds.next += 1;
+        feeds.open.push((id, feed));
+        sim.watchers.send_replace(feeds.open.len());
+        Watching { sim, id }
     }
 }
 
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        let mut feeds = self.sim.feeds.lock().expect("sim feeds lock");
+        feeds.open.retain(|(id, _)| *id != self.id);
+        self.sim.watchers.send_replace(feeds.open.len());
     }
 }
 
@@ -670,14 +703,14 @@ impl Driver for SimDriver {
     }
 
     /// With `reports_exits`: every running revision that stops, until `exits` is
-    /// dropped. Without: returns at once, like a driver that has no exit feed.
+    /// dropped (`Ok`) or the feed is broken (`Err`, [`SimDriver::break_exit_feeds`]).
+    /// Without: returns at once, like a driver that has no exit feed.
     async fn watch_exits(&self, exits: mpsc::Sender<Exit>) -> Result<(), DriverError> {
         if !self.config.reports_exits {
             return Ok(());
         }
         let (feed, mut queue) = mpsc::unbounded_channel();
-        self.feeds.lock().expect("sim feeds lock").push(feed);
-        let _open = Watching::open(&self.watchers);
+        let _open = Watching::open(self, feed);
         loop {
             tokio::select! {
                 exit = queue.recv() => match exit {
@@ -686,7 +719,15 @@ impl Driver for SimDriver {
                             return Ok(());
                         }
                     }
-                    None => return Ok(()),
+                    // Only `break_exit_feeds` lets go of a listed feed.
+                    None => {
+                        return Err(DriverError::refused(
+                            "watch_exits",
+                            "host",
+                            ErrorCode::DriverFailed,
+                            "the exit feed broke",
+                        ))
+                    }
                 },
                 () = exits.closed() => return Ok(()),
             }

@@ -5,9 +5,10 @@
 
 use capstan_common::{DriverKind, ErrorCode, Spec};
 use capstan_driver::sim::SimHost;
-use capstan_driver::testkit::Kit;
+use capstan_driver::testkit::{EnvProbe, Kit};
 use capstan_driver::{BackendState, Driver, LaunchEnv, RevisionRef};
 use capstan_external::{ConnectError, ExternalConfig, ExternalDriver};
+use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
@@ -95,13 +96,46 @@ fn spec() -> Spec {
     serde_json::from_str(r#"{"driver":"sim","command":["serve"]}"#).unwrap()
 }
 
+/// The env the sim behind the socket last started a revision with, read from its
+/// host state (which it journals before it answers).
+struct SimHostEnv(PathBuf);
+
+#[async_trait::async_trait]
+impl EnvProbe for SimHostEnv {
+    async fn env(&self, rev: RevisionRef<'_>) -> Result<BTreeMap<String, String>, String> {
+        let host = SimHost::load(&self.0).map_err(|e| format!("load the sim host: {e}"))?;
+        let r = host
+            .revisions
+            .values()
+            .find(|r| {
+                (
+                    r.namespace.as_str(),
+                    r.workload.as_str(),
+                    r.revision.as_str(),
+                ) == (rev.namespace, rev.workload, rev.revision)
+            })
+            .ok_or_else(|| format!("{rev} is not on the sim host"))?;
+        match r.state {
+            BackendState::Running => Ok(r.env.clone()),
+            ref state => Err(format!("{rev} does not run: {state:?}")),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_driver_contract_holds_over_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let (sim, driver) = connected(dir.path()).await;
     assert_eq!(driver.kind(), DriverKind::Sim);
     assert!(driver.capabilities().manages_lifecycle);
-    Kit::new(&driver, "kit", spec()).run().await.unwrap();
+    let probe = SimHostEnv(paths(dir.path()).1);
+    let mut spec = spec();
+    spec.env.insert("MODE".into(), "spec".into());
+    Kit::new(&driver, "kit", spec)
+        .with_env_probe(&probe)
+        .run()
+        .await
+        .unwrap();
     sim.kill();
 }
 

@@ -334,11 +334,9 @@ impl Agent {
     /// The host's public key: `capstan-agent host-key` (which makes the key first,
     /// in the data dir, when there is none).
     pub fn host_key(&self) -> String {
-        let out = self
-            .command()
-            .arg("host-key")
-            .output()
-            .expect("run host-key");
+        let mut c = self.command();
+        c.arg("host-key");
+        let out = crate::process::output("capstan-agent host-key", crate::READY, c);
         assert!(
             out.status.success(),
             "host-key: {}",
@@ -350,13 +348,15 @@ impl Agent {
     /// Registers [`Agent::host_key`] with the coordinator at `url` (`capstan register`).
     pub fn register(&self, url: &str, token: &str) {
         let key = self.host_key();
-        let out = Command::new(crate::binary("capstan"))
-            .args(["--coordinator", url, "register", &self.host, &key])
+        let mut c = Command::new(crate::binary("capstan"));
+        c.args(["--coordinator", url, "register", &self.host, &key])
             .env("CAPSTAN_TOKEN", token)
-            .env_remove("CAPSTAN_TOKEN_FILE")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run capstan register");
+            .env_remove("CAPSTAN_TOKEN_FILE");
+        let out = crate::process::output(
+            format_args!("capstan register {}", self.host),
+            crate::READY,
+            c,
+        );
         assert!(
             out.status.success(),
             "capstan register {}: {}",
@@ -436,13 +436,13 @@ impl Agent {
     /// Runs `apply` on `lines`.
     pub fn apply(&self, lines: &[impl Display]) -> Applied {
         let input = self.write_input(lines);
-        let out = self
-            .command()
-            .arg("apply")
-            .arg(&input)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run apply");
+        let mut c = self.command();
+        c.arg("apply").arg(&input);
+        let out = crate::process::output(
+            format_args!("capstan-agent apply {} ({})", input.display(), self.host),
+            crate::READY,
+            c,
+        );
         Applied {
             exit: Exit::of(out.status),
             results: crate::parse_lines(&out.stdout),
@@ -530,11 +530,7 @@ impl Agent {
     /// Runs the CLI with `args`, asserting it succeeded; returns its stdout.
     #[track_caller]
     pub fn cli_ok(&self, args: &[&str]) -> Vec<u8> {
-        let out = self
-            .command()
-            .args(args)
-            .output()
-            .expect("run capstan-agent");
+        let out = self.cli(args);
         assert!(
             out.status.success(),
             "capstan-agent {args:?} failed ({}): {}",
@@ -542,6 +538,19 @@ impl Agent {
             String::from_utf8_lossy(&out.stderr)
         );
         out.stdout
+    }
+
+    /// Runs the CLI with `args` (stdin null) and returns how it ended, what it wrote;
+    /// fails the test if it has not ended within [`crate::READY`].
+    #[track_caller]
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut c = self.command();
+        c.args(args);
+        crate::process::output(
+            format_args!("capstan-agent {args:?} ({})", self.host),
+            crate::READY,
+            c,
+        )
     }
 
     /// The log's records of `kind` (from the files, or from the running agent over its
@@ -555,11 +564,7 @@ impl Agent {
 
     /// `log verify`: (exit success, stdout).
     pub fn verify(&self) -> (bool, String) {
-        let out = self
-            .command()
-            .args(["log", "verify"])
-            .output()
-            .expect("run log verify");
+        let out = self.cli(&["log", "verify"]);
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -658,10 +663,9 @@ impl Agent {
 /// Panics unless the agent binary has the fault-injection seams (feature `testing`,
 /// its `--version`'s third line): a release build ignores `CAPSTAN_FAULT_*`.
 fn assert_testing_build() {
-    let out = Command::new(crate::binary("capstan-agent"))
-        .arg("--version")
-        .output()
-        .expect("run capstan-agent --version");
+    let mut c = Command::new(crate::binary("capstan-agent"));
+    c.arg("--version");
+    let out = crate::process::output("capstan-agent --version", crate::READY, c);
     let version = String::from_utf8_lossy(&out.stdout);
     assert!(
         version.contains("testing seams: on"),
@@ -687,9 +691,15 @@ pub fn metrics_address(daemon: &Process) -> std::net::SocketAddr {
 /// `GET /metrics` at `addr`: the status, the `Content-Type` and the body.
 pub fn scrape(addr: std::net::SocketAddr) -> (u16, String, String) {
     use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
-    let timeout = Some(std::time::Duration::from_secs(10));
-    stream.set_read_timeout(timeout).expect("read timeout");
+    let timeout = std::time::Duration::from_secs(10);
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, timeout).expect("connect to /metrics");
+    stream
+        .set_read_timeout(Some(timeout))
+        .expect("read timeout");
+    stream
+        .set_write_timeout(Some(timeout))
+        .expect("write timeout");
     write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send GET");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read /metrics");
@@ -716,7 +726,13 @@ pub struct Feed(std::thread::JoinHandle<std::process::ChildStdin>);
 impl Feed {
     /// Closes the pipe (once `apply` is dead or has read everything: the writer
     /// must be done).
+    #[track_caller]
     pub fn close(self) {
+        crate::wait_until(
+            "the input feeder to be done writing (apply dead or done reading)",
+            crate::READY,
+            || self.0.is_finished(),
+        );
         drop(self.0.join().expect("input feeder thread"));
     }
 }

@@ -61,7 +61,9 @@ impl Engine {
 
     /// Runs the docker CLI against this engine; panics on failure. Returns stdout.
     pub fn docker(self, args: &[&str]) -> String {
-        let out = self.cli(args).expect("run the docker CLI");
+        let out = self
+            .cli(args)
+            .unwrap_or_else(|e| panic!("docker {args:?} ({}): {e}", self.name()));
         assert!(
             out.status.success(),
             "docker {} ({}): {}",
@@ -72,12 +74,12 @@ impl Engine {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// An error (never a panic: [`remove_host`] runs while tests unwind) if it has
+    /// not ended within [`crate::READY`].
     fn cli(self, args: &[&str]) -> std::io::Result<std::process::Output> {
-        Command::new("docker")
-            .arg("-H")
-            .arg(self.socket())
-            .args(args)
-            .output()
+        let mut c = Command::new("docker");
+        c.arg("-H").arg(self.socket()).args(args);
+        crate::process::output_within(crate::READY, c)
     }
 
     /// `docker inspect` of one container or network.
@@ -218,7 +220,7 @@ impl Agent {
 
 /// Removes every container and network labelled with `host` on `engine` (an agent's
 /// drop). Never panics: it may run while a test unwinds.
-pub(crate) fn remove_host(engine: Engine, host: &str) {
+pub fn remove_host(engine: Engine, host: &str) {
     if std::env::var_os(engine.variable()).is_none() {
         return;
     }

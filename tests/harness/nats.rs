@@ -425,7 +425,7 @@ impl Accounts {
         for h in hosts {
             c.args(["--host", h]);
         }
-        let out = c.output().expect("run nats-config");
+        let out = crate::process::output("capstan-coordinator nats-config", crate::READY, c);
         assert!(
             out.status.success(),
             "nats-config: {}",
@@ -473,12 +473,11 @@ pub struct Keys {
 impl Keys {
     pub fn generate() -> Keys {
         let dir = tempfile::tempdir().expect("key dir");
-        let out = Command::new(crate::binary("capstan-coordinator"))
-            .arg("keygen")
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.arg("keygen")
             .arg("--out")
-            .arg(dir.path().join("signing.key"))
-            .output()
-            .expect("run keygen");
+            .arg(dir.path().join("signing.key"));
+        let out = crate::process::output("capstan-coordinator keygen", crate::READY, c);
         assert!(out.status.success(), "keygen failed");
         Keys {
             public: String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -502,17 +501,29 @@ impl Keys {
 /// `submit` token (made by `capstan-coordinator token`).
 /// Runs `capstan --json --coordinator URL ARGS…` with `token`: [`Coordinator::cli`],
 /// for a thread that cannot hold the [`Coordinator`] (a controller of its own).
+/// Fails the test if it has not ended within [`crate::READY`].
+#[track_caller]
 pub fn capstan_cli(url: &str, token: &str, args: &[&str]) -> std::process::Output {
-    Command::new(crate::binary("capstan"))
-        .arg("--json")
+    capstan_cli_within(url, token, args, crate::READY)
+}
+
+/// [`capstan_cli`] for a run that may take longer than [`crate::READY`] (a rollout
+/// over a large fleet): fails the test if it has not ended within `timeout`.
+#[track_caller]
+pub fn capstan_cli_within(
+    url: &str,
+    token: &str,
+    args: &[&str],
+    timeout: std::time::Duration,
+) -> std::process::Output {
+    let mut c = Command::new(crate::binary("capstan"));
+    c.arg("--json")
         .arg("--coordinator")
         .arg(url)
         .args(args)
         .env("CAPSTAN_TOKEN", token)
-        .env_remove("CAPSTAN_TOKEN_FILE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run capstan")
+        .env_remove("CAPSTAN_TOKEN_FILE");
+    crate::process::output(format_args!("capstan {args:?}"), timeout, c)
 }
 
 pub struct Coordinator {
@@ -536,18 +547,17 @@ impl Coordinator {
         let dir = tempfile::tempdir().expect("coordinator dir");
         let config = dir.path().join("coordinator.toml");
         let tokens = dir.path().join("tokens");
-        let out = Command::new(crate::binary("capstan-coordinator"))
-            .args([
-                "token",
-                "--role",
-                "submit",
-                "--name",
-                "tests",
-                "--append-to",
-            ])
-            .arg(&tokens)
-            .output()
-            .expect("run capstan-coordinator token");
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.args([
+            "token",
+            "--role",
+            "submit",
+            "--name",
+            "tests",
+            "--append-to",
+        ])
+        .arg(&tokens);
+        let out = crate::process::output("capstan-coordinator token", crate::READY, c);
         assert!(out.status.success(), "token failed");
         let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
         std::fs::write(

@@ -171,14 +171,12 @@ pub(crate) fn wait_booted(
 /// `journalctl --directory <dir> ARGS` from the machine; returns stdout (empty if
 /// there is no journal yet).
 pub(crate) fn journal(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("journalctl")
-        .arg("--directory")
+    let mut c = Command::new("journalctl");
+    c.arg("--directory")
         .arg(dir)
         .args(["--no-pager", "--quiet"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run journalctl");
+        .args(args);
+    let out = crate::process::output(format_args!("journalctl {args:?}"), crate::READY, c);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -250,8 +248,13 @@ fn spawn_for_life(name: String, command: Command, stderr: &Path) -> Process {
         .send((name, command, stderr.to_path_buf(), reply))
         .expect("the spawner thread answers");
     answer
-        .recv()
-        .expect("the spawner thread answers")
+        .recv_timeout(crate::READY)
+        .unwrap_or_else(|e| {
+            panic!(
+                "the spawner thread did not answer ({e}) within {:?}",
+                crate::READY
+            )
+        })
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::fmt;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +81,13 @@ impl Process {
     /// Its stdout, when the command had `Stdio::piped()` for it.
     pub fn stdout(&mut self) -> ChildStdout {
         self.child.get_mut().stdout.take().expect("piped stdout")
+    }
+
+    /// Its stdout (piped) as [`Lines`]: each read bounded, never a block until the
+    /// process writes or exits.
+    pub fn stdout_lines(&mut self) -> Lines {
+        let name = format!("{}'s stdout", self.name);
+        Lines::new(name, self.stdout())
     }
 
     /// Everything it wrote on stderr so far.
@@ -208,6 +217,115 @@ impl Drop for Process {
         if let Ok(None) = child.try_wait() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+/// A child's stdout read line by line on a thread of its own, so that each read waits
+/// at most [`crate::READY`] (then fails naming what it waited for) rather than until
+/// the child writes or ends.
+pub struct Lines {
+    name: String,
+    lines: mpsc::Receiver<std::io::Result<String>>,
+}
+
+impl Lines {
+    pub fn new(name: impl Into<String>, stdout: ChildStdout) -> Lines {
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines {
+            name: name.into(),
+            lines,
+        }
+    }
+
+    /// The next line (without its newline), or `None` at the end of the stream;
+    /// panics naming `what` after [`crate::READY`].
+    #[track_caller]
+    pub fn next_line(&self, what: &str) -> Option<String> {
+        crate::watchdog::watch();
+        match self.lines.recv_timeout(crate::READY) {
+            Ok(line) => Some(line.unwrap_or_else(|e| panic!("cannot read {}: {e}", self.name))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "gave up after {:?} waiting for {what} on {}",
+                crate::READY,
+                self.name
+            ),
+        }
+    }
+
+    /// Every line left, up to the end of the stream (the process has ended, or is
+    /// ending); panics naming `what` if the end has not come within
+    /// [`crate::READY`].
+    #[track_caller]
+    pub fn rest(&self, what: &str) -> Vec<String> {
+        let deadline = Instant::now() + crate::READY;
+        let mut all = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    all.push(line.unwrap_or_else(|e| panic!("cannot read {}: {e}", self.name)))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return all,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "gave up after {:?} waiting for the end of {} ({what}); read so far: {all:?}",
+                    crate::READY,
+                    self.name
+                ),
+            }
+        }
+    }
+}
+
+/// Runs `command` to its end as [`Command::output`] does (stdin null, stdout and
+/// stderr captured), but for at most `timeout`: a child that has not ended by then
+/// (or whose pipes a process it started still holds) is SIGKILLed and the test fails
+/// naming `what`. For every CLI run a test waits on (`apply`, `log`, `capstan …`).
+#[track_caller]
+pub fn output(what: impl fmt::Display, timeout: Duration, command: Command) -> Output {
+    crate::watchdog::watch();
+    output_within(timeout, command).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// [`output`] without panicking (for cleanup that may run while a test unwinds): a
+/// child not ended within `timeout` is SIGKILLed and the answer is a
+/// [`std::io::ErrorKind::TimedOut`] error.
+pub fn output_within(timeout: Duration, mut command: Command) -> std::io::Result<Output> {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = child.id();
+    let (tx, done) = mpsc::channel();
+    // `wait_with_output` reads both pipes to their end and then reaps the child: until
+    // then its pid stays its own (a zombie at worst), so the kill below hits nothing
+    // else.
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match done.recv_timeout(timeout) {
+        Ok(out) => out,
+        Err(_) => {
+            // It may have ended meanwhile: then there is nothing to kill.
+            let _ = Command::new("kill")
+                .arg(format!("-{}", libc::SIGKILL))
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("gave up after {timeout:?} waiting for it to end (SIGKILLed it)"),
+            ))
         }
     }
 }

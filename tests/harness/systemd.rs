@@ -283,13 +283,12 @@ impl SystemdHost {
     /// Runs `command` inside the host's mount and PID namespaces (`nsenter -m -p`),
     /// e.g. `journalctl`; for test assertions only. Whatever it exits with is the
     /// caller's to judge.
+    #[track_caller]
     pub fn nsenter(&self, command: &[&str]) -> Output {
-        Command::new("nsenter")
-            .args(["-t", &self.pid.to_string(), "-m", "-p", "--"])
-            .args(command)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run nsenter {command:?}: {e}"))
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.pid.to_string(), "-m", "-p", "--"])
+            .args(command);
+        crate::process::output(format_args!("nsenter {command:?}"), crate::READY, c)
     }
 
     /// `systemctl ARGS` inside the host, for test assertions only (the driver talks

@@ -286,7 +286,10 @@ async fn metrics_are_served_until_the_stop_which_a_stalled_connection_does_not_h
     let stopped = tokio::time::timeout(Duration::from_secs(30), daemon.stop(None)).await;
     assert!(stopped.expect("the stop was held").is_ok());
     assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
+        matches!(
+            tokio::net::TcpStream::connect(addr).await,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        ),
         "still listening"
     );
 }

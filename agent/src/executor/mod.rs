@@ -14,7 +14,7 @@
 //! revision, starting what runs) is decided as [`Step::AlreadyRunning`]: no hooks, no
 //! driver call, no effect event.
 
-use crate::event::{Cause, Event, Record};
+use crate::event::{Event, Record};
 use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
@@ -312,7 +312,7 @@ impl Executor {
         }
         // A crash after the effect was logged but before completion: only complete
         // (and revoke what a replaced revision still holds).
-        if history.iter().any(|r| is_effect(&r.event)) {
+        if history.iter().any(|r| r.event.is_effect()) {
             let then = match command.op.workload() {
                 Some(w) if is_start(&command.op) => {
                     let (ns, wl) = (w.namespace.as_str(), w.workload.as_str());
@@ -590,22 +590,18 @@ impl Executor {
         launch_env: &LaunchEnv,
         cancel: &CancellationToken,
     ) -> Result<Option<Event>, StepError> {
-        let by = || Cause::Command(id.to_string());
-        Ok(Some(match step {
-            Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => return Ok(None),
+        let rev = |namespace, workload, revision| RevisionRef {
+            namespace,
+            workload,
+            revision,
+        };
+        match &step {
+            Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => {}
             Step::EnsureNamespace { namespace } => {
-                self.driver.ensure_namespace(&namespace).await?;
-                Event::NamespaceReady {
-                    command_id: id.into(),
-                    namespace,
-                }
+                self.driver.ensure_namespace(namespace).await?;
             }
             Step::DeleteNamespace { namespace } => {
-                self.driver.delete_namespace(&namespace).await?;
-                Event::NamespaceDeleted {
-                    command_id: id.into(),
-                    namespace,
-                }
+                self.driver.delete_namespace(namespace).await?;
             }
             Step::Prepare {
                 namespace,
@@ -613,19 +609,9 @@ impl Executor {
                 revision,
                 spec,
             } => {
-                let rev = RevisionRef {
-                    namespace: &namespace,
-                    workload: &workload,
-                    revision: &revision,
-                };
-                self.driver.prepare(rev, &spec).await?;
-                Event::RevisionPrepared {
-                    command_id: id.into(),
-                    namespace,
-                    workload,
-                    revision,
-                    spec,
-                }
+                self.driver
+                    .prepare(rev(namespace, workload, revision), spec)
+                    .await?
             }
             Step::Activate {
                 namespace,
@@ -634,40 +620,22 @@ impl Executor {
                 spec,
                 previous,
             } => {
-                let rev = RevisionRef {
-                    namespace: &namespace,
-                    workload: &workload,
-                    revision: &revision,
-                };
-                if let (Strategy::StopFirst, Some(p)) = (spec.strategy, &previous) {
+                let rev = rev(namespace, workload, revision);
+                if let (Strategy::StopFirst, Some(p)) = (spec.strategy, previous) {
                     // Stopped before anything starts; it keeps its grants until the
                     // new revision runs, and is started again if that fails.
                     self.driver.stop(RevisionRef { revision: p, ..rev }).await?;
                 }
-                match &spec.readiness {
-                    None => {
-                        (self.driver)
-                            .activate(rev, &spec, launch_env, previous.as_deref())
-                            .await?
-                    }
+                if let Some(readiness) = &spec.readiness {
                     // Started alone (a start stops nothing else): the predecessor
                     // runs on until the new revision is ready; then the activation
                     // (its start a no-op now) stops it.
-                    Some(readiness) => {
-                        self.driver.start(rev, &spec, launch_env).await?;
-                        self.until_ready(rev, readiness, cancel).await?;
-                        (self.driver)
-                            .activate(rev, &spec, launch_env, previous.as_deref())
-                            .await?;
-                    }
+                    self.driver.start(rev, spec, launch_env).await?;
+                    self.until_ready(rev, readiness, cancel).await?;
                 }
-                Event::WorkloadStarted {
-                    cause: by(),
-                    namespace,
-                    workload,
-                    revision,
-                    previous,
-                }
+                (self.driver)
+                    .activate(rev, spec, launch_env, previous.as_deref())
+                    .await?;
             }
             Step::Start {
                 namespace,
@@ -675,21 +643,10 @@ impl Executor {
                 revision,
                 spec,
             } => {
-                let rev = RevisionRef {
-                    namespace: &namespace,
-                    workload: &workload,
-                    revision: &revision,
-                };
-                self.driver.start(rev, &spec, launch_env).await?;
+                let rev = rev(namespace, workload, revision);
+                self.driver.start(rev, spec, launch_env).await?;
                 if let Some(readiness) = &spec.readiness {
                     self.until_ready(rev, readiness, cancel).await?;
-                }
-                Event::WorkloadStarted {
-                    cause: by(),
-                    namespace,
-                    workload,
-                    revision,
-                    previous: None,
                 }
             }
             Step::Stop {
@@ -697,20 +654,8 @@ impl Executor {
                 workload,
                 revision,
             } => {
-                if let Some(r) = &revision {
-                    self.driver
-                        .stop(RevisionRef {
-                            namespace: &namespace,
-                            workload: &workload,
-                            revision: r,
-                        })
-                        .await?;
-                }
-                Event::WorkloadStopped {
-                    cause: by(),
-                    namespace,
-                    workload,
-                    revision,
+                if let Some(r) = revision {
+                    self.driver.stop(rev(namespace, workload, r)).await?;
                 }
             }
             Step::Retire {
@@ -719,20 +664,11 @@ impl Executor {
                 revision,
             } => {
                 self.driver
-                    .retire(RevisionRef {
-                        namespace: &namespace,
-                        workload: &workload,
-                        revision: &revision,
-                    })
-                    .await?;
-                Event::RevisionRetired {
-                    command_id: id.into(),
-                    namespace,
-                    workload,
-                    revision,
-                }
+                    .retire(rev(namespace, workload, revision))
+                    .await?
             }
-        }))
+        }
+        Ok(step.effect(id))
     }
 }
 
@@ -858,19 +794,6 @@ fn step_target(step: &Step) -> (String, Option<String>, Option<String>) {
             revision,
         } => (namespace.clone(), Some(workload.clone()), revision.clone()),
     }
-}
-
-/// Events that record a command's effect on the host.
-fn is_effect(event: &Event) -> bool {
-    matches!(
-        event,
-        Event::NamespaceReady { .. }
-            | Event::NamespaceDeleted { .. }
-            | Event::RevisionPrepared { .. }
-            | Event::WorkloadStarted { .. }
-            | Event::WorkloadStopped { .. }
-            | Event::RevisionRetired { .. }
-    )
 }
 
 /// The answer recorded for `id`, if it completed.

@@ -289,7 +289,7 @@ mod tests {
             flusher.written(1);
             assert_eq!(flusher.durable(1, None).await.unwrap_err(), "disk on fire");
             flusher.written(2);
-            assert!(flusher.durable(2, None).await.is_err());
+            assert_eq!(flusher.durable(2, None).await.unwrap_err(), "disk on fire");
         });
     }
 }

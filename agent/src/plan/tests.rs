@@ -360,3 +360,121 @@ fn a_stopped_or_failed_active_revision_is_started_for_real() {
         assert!(matches!(step, Step::Start { .. }), "{step:?}");
     }
 }
+
+/// Every kind of step, on `ns/web` (`r2` after `r1`).
+fn every_step() -> Vec<Step> {
+    let (ns, wl) = (|| "ns".to_string(), || "web".to_string());
+    vec![
+        Step::EnsureNamespace { namespace: ns() },
+        Step::DeleteNamespace { namespace: ns() },
+        Step::Prepare {
+            namespace: ns(),
+            workload: wl(),
+            revision: "r2".into(),
+            spec: image("a"),
+        },
+        Step::Activate {
+            namespace: ns(),
+            workload: wl(),
+            revision: "r2".into(),
+            spec: image("a"),
+            previous: Some("r1".into()),
+        },
+        Step::Start {
+            namespace: ns(),
+            workload: wl(),
+            revision: "r2".into(),
+            spec: image("a"),
+        },
+        Step::Stop {
+            namespace: ns(),
+            workload: wl(),
+            revision: Some("r2".into()),
+        },
+        Step::Retire {
+            namespace: ns(),
+            workload: wl(),
+            revision: "r1".into(),
+        },
+        Step::AlreadyRunning {
+            namespace: ns(),
+            workload: wl(),
+            revision: "r2".into(),
+        },
+        Step::AlreadyReady { namespace: ns() },
+    ]
+}
+
+#[test]
+fn each_step_carried_out_records_its_effect_under_the_command() {
+    // Given each step, when command c7 carried it out, then the log records:
+    let effects: Vec<Option<Event>> = every_step().iter().map(|s| s.effect("c7")).collect();
+    let mut prepared_r2 = prepared("r2", image("a"));
+    if let Event::RevisionPrepared { command_id, .. } = &mut prepared_r2 {
+        *command_id = "c7".into();
+    }
+    let mut retired_r1 = retired("r1");
+    if let Event::RevisionRetired { command_id, .. } = &mut retired_r1 {
+        *command_id = "c7".into();
+    }
+    assert_eq!(
+        effects,
+        vec![
+            Some(Event::NamespaceReady {
+                command_id: "c7".into(),
+                namespace: "ns".into()
+            }),
+            Some(Event::NamespaceDeleted {
+                command_id: "c7".into(),
+                namespace: "ns".into()
+            }),
+            Some(prepared_r2),
+            Some(started(by("c7"), "r2", Some("r1"))),
+            // A start names no predecessor: it stops nothing.
+            Some(started(by("c7"), "r2", None)),
+            Some(stopped(by("c7"), "r2")),
+            Some(retired_r1),
+            // Nothing to do: no effect (the command completes without one).
+            None,
+            None,
+        ]
+    );
+}
+
+#[test]
+fn a_stop_with_nothing_running_still_records_the_intent_change() {
+    let step = Step::Stop {
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: None,
+    };
+    assert_eq!(
+        step.effect("c1"),
+        Some(Event::WorkloadStopped {
+            cause: by("c1"),
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: None,
+        })
+    );
+}
+
+#[test]
+fn the_effect_kinds_are_exactly_the_events_named_effects() {
+    // Given every kind of event the log can hold, then an event is an effect exactly
+    // when its kind is one a step records.
+    let kinds: std::collections::BTreeSet<&str> = every_step()
+        .iter()
+        .filter_map(|s| s.effect("c1"))
+        .inspect(|e| assert!(e.is_effect(), "{e:?}"))
+        .map(|e| e.kind())
+        .collect();
+    for (event, _) in crate::log::samples::every_event() {
+        assert_eq!(
+            event.is_effect(),
+            kinds.contains(event.kind()),
+            "{}",
+            event.kind()
+        );
+    }
+}

@@ -836,9 +836,14 @@ mod tests {
 
     #[test]
     fn an_answer_that_is_not_an_intent_is_an_error() {
-        assert!(expect_intent(json!({})).is_err());
+        let empty = expect_intent(json!({})).unwrap_err().to_string();
+        assert!(empty.contains("is not an intent"), "{empty}");
         let error = json!({"error": {"code": "log_unreadable", "message": "m"}});
-        assert!(expect_intent(error).is_err());
+        let error = expect_intent(error).unwrap_err().to_string();
+        assert!(
+            error.contains("answered with an error") && error.contains("log_unreadable"),
+            "{error}"
+        );
         let intent = json!({"applied_seq": 9, "namespaces": {}, "workloads": {}});
         assert_eq!(expect_intent(intent.clone()).unwrap(), intent);
     }
@@ -881,7 +886,8 @@ mod tests {
 
     #[test]
     fn a_page_without_events_is_an_error_not_an_empty_log() {
-        assert!(expect_events(&json!({})).is_err());
+        let err = expect_events(&json!({})).unwrap_err().to_string();
+        assert!(err.contains("has no events"), "{err}");
         assert!(expect_events(&json!({"host": "h1", "events": []}))
             .unwrap()
             .is_empty());

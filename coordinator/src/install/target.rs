@@ -159,7 +159,11 @@ mod tests {
             "root@web:1:2",
             "root@[fd00::2",
         ] {
-            assert!(bad.parse::<Target>().is_err(), "{bad}");
+            let err = bad.parse::<Target>();
+            assert!(
+                matches!(err, Err(TargetError::Invalid { ref text, .. }) if text == bad),
+                "{bad}: {err:?}"
+            );
         }
     }
 

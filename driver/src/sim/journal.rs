@@ -380,7 +380,11 @@ mod tests {
         let err = SimHost::load(dir.path()).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("line 2"), "{err}");
-        assert!(SimDriver::open(dir.path(), SimConfig::default()).is_err());
+        let err = SimDriver::open(dir.path(), SimConfig::default())
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
     }
 
     #[tokio::test]
@@ -491,7 +495,8 @@ mod tests {
         )
         .unwrap();
         assert!(try_load(dir.path()).unwrap().is_none());
-        assert!(SimHost::load(dir.path()).is_err());
+        let err = SimHost::load(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("kept changing"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! exit feed, and a backend that gives up.
 
 use super::*;
-use crate::testkit::{ContractError, Kit};
+use crate::testkit::{ContractError, EnvProbe, Kit};
 use capstan_common::DriverKind;
 
 pub(super) fn spec() -> Spec {
@@ -57,19 +57,62 @@ async fn running(dir: &Path, config: SimConfig) -> SimDriver {
     sim
 }
 
+/// The env the sim last started a revision with: what its workload sees.
+struct SimEnv<'a>(&'a SimDriver);
+
+#[async_trait::async_trait]
+impl EnvProbe for SimEnv<'_> {
+    async fn env(&self, rev: RevisionRef<'_>) -> Result<BTreeMap<String, String>, String> {
+        let host = self.0.host();
+        let r = host
+            .revisions
+            .get(&SimHost::key(rev))
+            .ok_or_else(|| format!("{rev} is not on the sim host"))?;
+        match r.state.is_running() {
+            true => Ok(r.env.clone()),
+            false => Err(format!("{rev} does not run: {:?}", r.state)),
+        }
+    }
+}
+
+/// [`spec`] with an env, which the kit's launch env overrides on a shared name.
+fn spec_with_env() -> Spec {
+    Spec {
+        env: BTreeMap::from([
+            ("MODE".to_string(), "spec".to_string()),
+            ("PORT".to_string(), "8080".to_string()),
+        ]),
+        ..spec()
+    }
+}
+
 #[tokio::test]
 async fn the_sim_keeps_the_driver_contract() {
     let dir = tempfile::tempdir().unwrap();
     let sim = SimDriver::open(dir.path(), SimConfig::default()).unwrap();
-    Kit::new(&sim, "kit", spec()).run().await.unwrap();
+    let probe = SimEnv(&sim);
+    Kit::new(&sim, "kit", spec_with_env())
+        .with_env_probe(&probe)
+        .run()
+        .await
+        .unwrap();
     assert_eq!(SimHost::load(dir.path()).unwrap(), SimHost::default());
 }
 
-/// Activates without stopping the previous revision: the kit must say so.
-struct KeepsPrevious(SimDriver);
+/// The sim, breaking one rule of the contract: the kit must say which.
+struct Misbehaving(SimDriver, Fault);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Activates without stopping the previous revision.
+    KeepsPrevious,
+    /// Starts (an explicit start, not an activation) without the launch env: only
+    /// the env probe can tell.
+    DropsLaunchEnvOnStart,
+}
 
 #[async_trait::async_trait]
-impl Driver for KeepsPrevious {
+impl Driver for Misbehaving {
     fn kind(&self) -> DriverKind {
         self.0.kind()
     }
@@ -90,9 +133,10 @@ impl Driver for KeepsPrevious {
         rev: RevisionRef<'_>,
         spec: &Spec,
         launch_env: &LaunchEnv,
-        _previous: Option<&str>,
+        previous: Option<&str>,
     ) -> Result<(), DriverError> {
-        self.0.activate(rev, spec, launch_env, None).await
+        let previous = previous.filter(|_| self.1 != Fault::KeepsPrevious);
+        self.0.activate(rev, spec, launch_env, previous).await
     }
     async fn start(
         &self,
@@ -100,7 +144,12 @@ impl Driver for KeepsPrevious {
         spec: &Spec,
         launch_env: &LaunchEnv,
     ) -> Result<(), DriverError> {
-        self.0.start(rev, spec, launch_env).await
+        let dropped = LaunchEnv::new();
+        let env = match self.1 {
+            Fault::DropsLaunchEnvOnStart => &dropped,
+            Fault::KeepsPrevious => launch_env,
+        };
+        self.0.start(rev, spec, env).await
     }
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         self.0.resume(rev).await
@@ -119,12 +168,37 @@ impl Driver for KeepsPrevious {
 #[tokio::test]
 async fn the_kit_names_the_rule_a_driver_breaks() {
     let dir = tempfile::tempdir().unwrap();
-    let driver = KeepsPrevious(SimDriver::open(dir.path(), SimConfig::default()).unwrap());
+    let sim = SimDriver::open(dir.path(), SimConfig::default()).unwrap();
+    let driver = Misbehaving(sim, Fault::KeepsPrevious);
     let err = Kit::new(&driver, "kit", spec()).run().await.unwrap_err();
     assert!(
         matches!(err, ContractError::Broken { rule, .. } if rule == "activate stops the previous revision"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn the_kit_sees_a_launch_env_that_does_not_reach_the_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimDriver::open(dir.path(), SimConfig::default()).unwrap();
+    let driver = Misbehaving(sim, Fault::DropsLaunchEnvOnStart);
+    let probe = SimEnv(&driver.0);
+    let kit = Kit::new(&driver, "kit", spec_with_env()).with_env_probe(&probe);
+    let err = kit.launch_env_reaches_the_workload().await.unwrap_err();
+    assert!(
+        matches!(&err, ContractError::Broken { rule, what }
+            if *rule == "the launch environment reaches the workload"
+                && what.contains("started with L2")),
+        "{err}"
+    );
+    // Without a probe the calls still succeed: only the probe can tell.
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimDriver::open(dir.path(), SimConfig::default()).unwrap();
+    let driver = Misbehaving(sim, Fault::DropsLaunchEnvOnStart);
+    Kit::new(&driver, "kit", spec_with_env())
+        .run()
+        .await
+        .unwrap();
 }
 
 #[test]
@@ -203,6 +277,33 @@ async fn exits_and_stops_are_reported_to_the_feed() {
     );
     drop(rx);
     bounded("the feed to end", feed).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_feed_ends_with_an_error_and_a_new_feed_gets_the_later_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = running(dir.path(), reporting()).await;
+    let (tx, mut rx) = mpsc::channel(8);
+    let feed = sim.watch_exits(tx.clone());
+    tokio::pin!(feed);
+    tokio::select! {
+        ended = &mut feed => panic!("the feed ended: {ended:?}"),
+        () = bounded("the feed to watch", sim.watched()) => {}
+    }
+    sim.break_exit_feeds();
+    let err = bounded("the broken feed to end", feed).await.unwrap_err();
+    assert_eq!(err.code(), capstan_common::ErrorCode::DriverFailed, "{err}");
+    let again = sim.watch_exits(tx);
+    tokio::pin!(again);
+    let exit = tokio::select! {
+        ended = &mut again => panic!("the new feed ended: {ended:?}"),
+        exit = async {
+            bounded("the new feed to watch", sim.watched()).await;
+            sim.exit(rev("r1"), 3).unwrap();
+            bounded("r1's exit", rx.recv()).await
+        } => exit.unwrap(),
+    };
+    assert_eq!(exit.exit_code, Some(3));
 }
 
 #[tokio::test]

@@ -43,7 +43,11 @@ fn malformed_requests_are_rejected_with_a_reason() {
     let refused = op.unwrap_err();
     assert_eq!(refused.error_code(), ErrorCode::InvalidCommand);
     assert!(refused.message.contains("workload"), "{}", refused.message);
-    assert!(Reply::parse(br#"{"id":1}"#).is_err());
+    let err = Reply::parse(br#"{"id":1}"#).unwrap_err();
+    assert!(
+        matches!(err, WireError::Malformed(ref why) if why.contains("`ok`, `error` or `exit`")),
+        "{err}"
+    );
 }
 
 #[test]

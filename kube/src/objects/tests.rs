@@ -215,18 +215,28 @@ fn given_an_empty_env_value_the_apiserver_left_out_when_read_back_then_it_is_kep
 fn specs_the_driver_cannot_run_are_refused() {
     let mut no_image = spec();
     no_image.image = None;
-    assert!(Template::from_spec(&no_image, &launch()).is_err());
+    assert_eq!(
+        Template::from_spec(&no_image, &launch()),
+        Err("a kube workload needs an image".to_string())
+    );
     let mut mounts = spec();
     mounts.mounts = vec![capstan_common::Mount {
         source: "/data".into(),
         target: "/data".into(),
         read_only: false,
     }];
-    assert!(Template::from_spec(&mounts, &launch()).is_err());
+    assert_eq!(
+        Template::from_spec(&mounts, &launch()),
+        Err("the kube driver does not mount host paths".to_string())
+    );
     for replicas in [0, MAX_REPLICAS + 1] {
         let mut s = spec();
         s.kube.replicas = replicas;
-        assert!(Template::from_spec(&s, &launch()).is_err(), "{replicas}");
+        assert_eq!(
+            Template::from_spec(&s, &launch()),
+            Err(format!("kube.replicas must be 1 to {MAX_REPLICAS}")),
+            "{replicas}"
+        );
     }
 }
 

@@ -28,7 +28,9 @@ fn given_a_64_kib_value_when_written_then_it_is_accepted_and_too_long_lines_are_
     let err = environment("BIG", &"v".repeat(MAX_LINE)).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidEnv);
     // Escapes count: a value of control characters grows fourfold.
-    assert!(environment("BIG", &"\x01".repeat(MAX_LINE / 4)).is_err());
+    let err = environment("BIG", &"\x01".repeat(MAX_LINE / 4)).unwrap_err();
+    assert!(matches!(err, EscapeError::EnvValue { .. }), "{err}");
+    assert_eq!(err.code(), ErrorCode::InvalidEnv);
 }
 
 #[test]
@@ -95,9 +97,15 @@ fn given_a_program_systemd_would_misread_when_written_then_refused_naming_comman
         );
         assert_eq!(err.code(), ErrorCode::InvalidSpec);
     }
-    assert!(exec_start(&[]).is_err());
     let long = format!("/{}", "a".repeat(256));
-    assert!(exec_start(&[long]).is_err());
+    for argv in [vec![], vec![long]] {
+        let err = exec_start(&argv).unwrap_err();
+        assert!(
+            matches!(err, EscapeError::Command { index: 0, .. }),
+            "{argv:?}: {err}"
+        );
+        assert_eq!(err.code(), ErrorCode::InvalidSpec);
+    }
     let err = exec_start(&["/bin/x".into(), "a\0b".into()]).unwrap_err();
     assert!(matches!(err, EscapeError::Command { index: 1, .. }));
 }
@@ -193,7 +201,12 @@ fn given_path_lists_with_bad_items_when_written_then_refused_naming_the_item() {
             "{bad:?}: {err}"
         );
     }
-    assert!(path_list(&[]).is_err());
+    let err = path_list(&[]).unwrap_err();
+    assert!(
+        matches!(err, EscapeError::Invalid { field: "paths", .. }),
+        "{err}"
+    );
+    assert_eq!(err.code(), ErrorCode::InvalidSpec);
 }
 
 #[test]

@@ -250,7 +250,18 @@ fn given_a_namespace_when_its_cleanup_unit_is_rendered_then_it_removes_its_state
     let service = service("host-1", rev("team-a", "web", "r1"), &spec(), &settings()).unwrap();
     assert!(!is_cleanup("host-1", &service));
     assert!(!is_cleanup("host-1", &slice("host-1", "team-a").unwrap()));
-    assert!(cleanup("h", "ns", std::path::Path::new("/srv/ns")).is_err());
+    let err = cleanup("h", "ns", std::path::Path::new("/srv/ns")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EscapeError::Invalid {
+                field: "state_dir",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.code(), ErrorCode::InvalidSpec);
 }
 
 #[test]
@@ -332,7 +343,18 @@ fn given_values_that_cannot_be_written_when_rendered_then_refused_with_their_fie
 
     let env = BTreeMap::from([("BAD NAME".to_string(), "v".to_string())]);
     assert_eq!(env_dropin(&env).unwrap_err().code(), ErrorCode::InvalidEnv);
-    assert!(slice("h", "ns\n[Slice]").is_err());
+    let err = slice("h", "ns\n[Slice]").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EscapeError::Invalid {
+                field: "namespace",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.code(), ErrorCode::InvalidSpec);
 }
 
 #[test]

@@ -228,15 +228,18 @@ impl FleetHost<'_> {
 
     /// Runs `command` in all of the host's namespaces and its root (`nsenter -a -r
     /// -w`), for test assertions. Whatever it exits with is the caller's to judge.
+    #[track_caller]
     pub fn nsenter(&self, command: &[&str]) -> Output {
-        Command::new("nsenter")
-            .args(["-t", &self.pid.to_string(), "-a", "-r", "-w", "--"])
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.pid.to_string(), "-a", "-r", "-w", "--"])
             .args(command)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run nsenter {command:?}: {e}"))
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        crate::process::output(
+            format_args!("nsenter {command:?} in {}", self.name()),
+            crate::READY,
+            c,
+        )
     }
 
     /// `command` inside the host that must succeed; returns its stdout.

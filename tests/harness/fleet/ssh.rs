@@ -48,9 +48,11 @@ pub fn answers(addr: Ipv4Addr) -> bool {
 
 /// `ssh` as root to `addr` with `key`, trusting only the host key in `known_hosts`
 /// (`StrictHostKeyChecking=yes`), and nothing from the machine's ssh config.
+/// Fails the test if it has not ended within [`crate::READY`].
+#[track_caller]
 pub fn ssh(addr: Ipv4Addr, key: &Path, known_hosts: &Path, command: &[&str]) -> Output {
-    Command::new("ssh")
-        .args(["-F", "/dev/null", "-i"])
+    let mut c = Command::new("ssh");
+    c.args(["-F", "/dev/null", "-i"])
         .arg(key)
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
@@ -65,8 +67,6 @@ pub fn ssh(addr: Ipv4Addr, key: &Path, known_hosts: &Path, command: &[&str]) -> 
         .arg(format!("ConnectTimeout={}", CONNECT.as_secs()))
         .arg(format!("root@{addr}"))
         .arg("--")
-        .args(command)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ssh (Debian's openssh-client)")
+        .args(command);
+    crate::process::output(format_args!("ssh root@{addr} {command:?}"), crate::READY, c)
 }

@@ -318,7 +318,11 @@ fn a_tampered_export_is_detected() {
     let mut json: serde_json::Value = serde_json::from_str(&restored[2]).unwrap();
     json["stored"] = json["stored"].as_str().unwrap().replace("72", "73").into();
     restored[2] = json.to_string();
-    assert!(check(&restored).is_err());
+    let err = check(&restored).unwrap_err();
+    assert!(
+        matches!(&err, export::ExportError::Bad { line: 3, why } if why.contains("does not hash")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -105,7 +105,10 @@ mod tests {
             decode::<Entry>(&newer),
             Err(StoredError::UnknownFormat(2))
         ));
-        assert!(decode::<Entry>(&[]).is_err());
+        assert!(matches!(
+            decode::<Entry>(&[]),
+            Err(StoredError::UnknownFormat(0))
+        ));
         assert!(matches!(
             decode::<Entry>(&[1, 0xff]),
             Err(StoredError::Decode(_))

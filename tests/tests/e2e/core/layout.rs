@@ -24,7 +24,7 @@ fn a_log_in_a_newer_layout_stops_the_agent_with_exit_2_naming_it() {
         "{applied:?}"
     );
     for args in [&["log"][..], &["intent"], &["log", "verify"]] {
-        let out = a.command().args(args).output().expect("run the CLI");
+        let out = a.cli(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(SAYS), "{args:?}: {stderr}");
@@ -32,11 +32,7 @@ fn a_log_in_a_newer_layout_stops_the_agent_with_exit_2_naming_it() {
     // A simulated fleet's host with such a log stops the fleet the same way.
     let fleet_host = a.data_dir().join("sim-0001").join("log");
     capstan_agent::log::write_future_layout(&fleet_host, "3", "9.1.0").expect("layout 3");
-    let fleet = a
-        .command()
-        .args(["sim-fleet", "--hosts", "1"])
-        .output()
-        .expect("sim-fleet");
+    let fleet = a.cli(&["sim-fleet", "--hosts", "1"]);
     let stderr = String::from_utf8_lossy(&fleet.stderr);
     assert_eq!(fleet.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(SAYS), "{stderr}");

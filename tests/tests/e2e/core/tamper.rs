@@ -32,7 +32,7 @@ fn a_flipped_byte_is_named_and_the_agent_refuses_to_act() {
     assert_eq!(applied.results[0]["error"]["code"], "log_degraded");
     // Nothing was appended: the log still ends where it did, and reading it shows
     // every trustworthy record while naming the bad one.
-    let out = agent.command().args(["log", "--json"]).output().unwrap();
+    let out = agent.cli(&["log", "--json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad record 8"));
     let records = capstan_tests::parse_lines(&out.stdout);

@@ -8,7 +8,6 @@
 
 use capstan_tests::docker::{agent, slow_to_stop, Engine};
 use capstan_tests::{wait_until, READY};
-use std::io::{BufRead as _, BufReader};
 
 capstan_tests::each_engine!(sigkill_mid_activation_ends_with_one_running_container_per_workload);
 
@@ -37,7 +36,7 @@ fn sigkill_mid_activation_ends_with_one_running_container_per_workload(engine: E
         // Fed through a pipe that stays open until the kill: `apply` cannot reach the
         // end of its input and exit, so the kill hits a live process.
         let (mut apply, feed) = a.start_apply_fed(&swap);
-        let answers = BufReader::new(apply.stdout());
+        let answers = apply.stdout_lines();
         let workload = format!("label=io.capstan.workload=w{w}");
         wait_until(format_args!("w{w}@r2 to run"), READY, || {
             if let Some(exit) = apply.exited() {
@@ -62,7 +61,7 @@ fn sigkill_mid_activation_ends_with_one_running_container_per_workload(engine: E
         // Asserts it was still running and that SIGKILL ended it.
         apply.kill();
         feed.close();
-        let answered = answers.lines().count();
+        let answered = answers.rest("the answers of the killed apply").len();
         if swap
             .get(answered)
             .is_some_and(|next| a.in_progress(next.id()))

@@ -3,6 +3,7 @@
 //! `stopping`, a state only podman shows.
 
 mod bad_input;
+mod contract;
 mod crash;
 mod crash_loop;
 mod grants;

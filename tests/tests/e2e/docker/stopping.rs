@@ -13,7 +13,6 @@ use capstan_tests::docker::{agent, slow_to_stop, Engine};
 use capstan_tests::hooks::Hook;
 use capstan_tests::process::{Exit, Process};
 use capstan_tests::{wait_until, READY};
-use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 
 mod a_start_during_a_stop_under_way_waits_for_it_then_runs {
@@ -53,7 +52,7 @@ fn a_start_during_a_stop_under_way_waits_for_it_then_runs(engine: Engine) {
     std::fs::write(a.path("armed"), "").expect("arm the gate");
     let start = c.start("s2", "web");
     let (mut apply, feed) = a.start_apply_fed(std::slice::from_ref(&start));
-    let answers = BufReader::new(apply.stdout());
+    let answers = apply.stdout_lines();
     wait_until("the start's hook to wait", READY, || {
         a.path("waiting").exists()
     });
@@ -71,10 +70,8 @@ fn a_start_during_a_stop_under_way_waits_for_it_then_runs(engine: Engine) {
 
     let answer: serde_json::Value = serde_json::from_str(
         &answers
-            .lines()
-            .next()
-            .expect("an answer")
-            .expect("read the answer"),
+            .next_line("the start's answer")
+            .expect("an answer before the end of stdout"),
     )
     .expect("a JSON answer");
     feed.close();

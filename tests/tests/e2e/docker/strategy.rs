@@ -34,6 +34,11 @@ fn revisions_sharing_a_host_port_replace_each_other_only_stop_first(engine: Engi
     // Start-first: r2 cannot bind the port while r1 holds it.
     let applied = a.apply(&[c.activate("a2", "web", "r2")]);
     assert_eq!(applied.results[0]["outcome"], "failed", "{applied}");
+    // The engine refuses the start: a driver failure, naming the op.
+    assert_eq!(
+        applied.results[0]["error"]["code"], "driver_failed",
+        "{applied}"
+    );
     assert_eq!(a.container("web", "r1"), r1, "r1 runs on, untouched");
     assert!(!a.container("web", "r2").running);
     // Stop-first: r1 gives the port up first.

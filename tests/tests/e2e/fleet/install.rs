@@ -19,7 +19,7 @@ use capstan_tests::fleet::FleetHost;
 use capstan_tests::nats::{Coordinator, Keys, NatsServer};
 use capstan_tests::{build_packages, build_packages_as};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// `capstan install ARGS… PACKAGE` against `coordinator`, with the fleet's key;
 /// panics unless it exits with `code`. Returns its stdout and stderr.
@@ -31,8 +31,8 @@ pub(super) fn install(
     package: &Path,
     code: i32,
 ) -> (String, String) {
-    let out = Command::new(capstan_tests::binary("capstan"))
-        .arg("--coordinator")
+    let mut c = Command::new(capstan_tests::binary("capstan"));
+    c.arg("--coordinator")
         .arg(&coordinator.url)
         .arg("install")
         .arg("--identity")
@@ -40,10 +40,14 @@ pub(super) fn install(
         .args(args)
         .arg(package)
         .env("CAPSTAN_TOKEN", &coordinator.token)
-        .env_remove("CAPSTAN_TOKEN_FILE")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run capstan install");
+        .env_remove("CAPSTAN_TOKEN_FILE");
+    // Its own bounds are per host (connect 10 s, `alive` 60 s): the upload and the
+    // dpkg run of each come on top.
+    let out = capstan_tests::process::output(
+        format_args!("capstan install {args:?}"),
+        2 * capstan_tests::READY,
+        c,
+    );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(
         out.status.code(),

@@ -7,7 +7,7 @@ use capstan_tests::agent::Agent;
 use capstan_tests::hooks::{hook_records, Hook};
 use capstan_tests::process::{send_signal, Exit};
 use capstan_tests::{parse_lines, wait_until, READY};
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::Write as _;
 
 const PHASES: &[&str] = &["before_workload_start", "before_workload_stop"];
 
@@ -25,14 +25,13 @@ fi"#;
     lines.push(c.stop("s1", "web"));
     let input = agent.write_input(&lines);
     let mut apply = agent.start_apply(Some(&input));
-    let mut stdout = apply.stdout();
+    let stdout = apply.stdout_lines();
     wait_until("b to be granting", READY, || {
         agent.calls("b") == ["before_workload_start false"]
     });
     apply.stop_expecting(Exit::Code(143));
-    let mut out = Vec::new();
-    stdout.read_to_end(&mut out).unwrap();
-    let results = parse_lines(&out);
+    let out = stdout.rest("apply's results").join("\n");
+    let results = parse_lines(out.as_bytes());
     let ids: Vec<_> = results.iter().map(|r| r["id"].clone()).collect();
     assert_eq!(ids, ["ns", "p1", "a1"], "s1 was not read: {results:?}");
     let a1 = &results[2];
@@ -70,11 +69,12 @@ fn sigint_while_waiting_for_input_stops_at_once_with_130() {
     let c = agent.commands("ns");
     let mut apply = agent.start_apply(None);
     let mut stdin = apply.stdin();
-    let mut stdout = BufReader::new(apply.stdout());
+    let stdout = apply.stdout_lines();
     writeln!(stdin, "{}", c.ensure_namespace("ns")).unwrap();
     stdin.flush().unwrap();
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let line = stdout
+        .next_line("the result of ns")
+        .expect("a result line before the end of stdout");
     assert!(line.contains(r#""outcome":"succeeded""#), "{line}");
     // stdin stays open: apply is blocked reading it.
     send_signal(apply.id(), libc::SIGINT);

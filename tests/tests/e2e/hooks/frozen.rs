@@ -5,7 +5,7 @@ use capstan_tests::agent::Agent;
 use capstan_tests::command::Commands;
 use capstan_tests::hooks::Hook;
 use capstan_tests::process::Exit;
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::Write as _;
 
 #[test]
 fn owner_config_cannot_change_while_the_agent_runs() {
@@ -16,12 +16,13 @@ fn owner_config_cannot_change_while_the_agent_runs() {
     let host = agent.host.clone();
     let mut apply = agent.start_apply(None);
     let mut stdin = apply.stdin();
-    let mut stdout = BufReader::new(apply.stdout());
+    let stdout = apply.stdout_lines();
     let mut ask = |ns: &str| {
         writeln!(stdin, "{}", Commands::new(&host, ns).ensure_namespace(ns)).unwrap();
         stdin.flush().unwrap();
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        let line = stdout
+            .next_line(&format!("the result of ensure_namespace {ns}"))
+            .expect("a result line before the end of stdout");
         let r: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(r["outcome"], "succeeded", "{line}");
     };

@@ -4,6 +4,7 @@
 
 mod agent;
 mod conflict;
+mod contract;
 mod crash;
 mod driver;
 mod grants;

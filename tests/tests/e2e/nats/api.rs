@@ -41,12 +41,16 @@ fn health_metrics_and_json_errors() {
     runtime().block_on(async {
         let (status, body) = get(&format!("{base}/v1/hosts"), "capstan_wrong").await;
         assert_eq!((status, code(&body)), (401, "unauthorized".into()));
-        let out = std::process::Command::new(capstan_tests::binary("capstan"))
+        let mut capstan = std::process::Command::new(capstan_tests::binary("capstan"));
+        capstan
             .args(["--coordinator", &base, "hosts"])
             .env("CAPSTAN_TOKEN", "capstan_wrong")
-            .env_remove("CAPSTAN_TOKEN_FILE")
-            .output()
-            .expect("run capstan");
+            .env_remove("CAPSTAN_TOKEN_FILE");
+        let out = capstan_tests::process::output(
+            "capstan hosts (a wrong token)",
+            capstan_tests::READY,
+            capstan,
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains("no valid API token (401"), "{stderr}");

@@ -206,7 +206,18 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             .consumer_info("agent-h2")
             .await
             .expect("h2's consumer is there");
-        assert!(fleet_js.get_stream("EVIL").await.is_err());
+        let evil = fleet_js.get_stream("EVIL").await.map(|_| ());
+        assert!(
+            matches!(
+                &evil,
+                Err(e) if matches!(
+                    e.kind(),
+                    jetstream::context::GetStreamErrorKind::JetStream(js)
+                        if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+                )
+            ),
+            "no stream EVIL was made: {evil:?}"
+        );
         // h2's storage: its records and results only.
         let store = jetstream::with_prefix(
             v.connect("coordinator").await,
@@ -501,7 +512,13 @@ fn h1s_own_subject_takes_a_record_only_right_after_its_last() {
                 .await
                 .expect("publish")
                 .await;
-            assert!(stored.is_err(), "expected {expected}: {stored:?}");
+            assert!(
+                matches!(
+                    &stored,
+                    Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence
+                ),
+                "expected {expected}: {stored:?}"
+            );
         }
     });
     v.h2_is_unaffected("after-stale-publishes");

@@ -105,14 +105,15 @@ fn a_cancel_cuts_a_hook_in_flight_keeps_the_next_from_beginning_and_leaves_done_
     assert_eq!(after["events"], ok["events"], "nothing recorded about b1");
 
     // Refused: a command never submitted, and a cancel for another host.
+    // An API error is exit 2, its code on stderr (`docs/nats.md`, *The CLI*).
     let out = coordinator.cli(&["cancel", "never-submitted"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("command_not_found"), "{stderr}");
     let other = serde_json::json!({"host": "elsewhere", "op": "cancel_command", "target": fast});
     let file = coordinator.write("other-host.json", &other.to_string());
     let out = coordinator.cli(&["submit", file.to_str().expect("path")]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("invalid_command"), "{stderr}");
     daemon.stop();

@@ -7,7 +7,7 @@
 //! the coordinator answers 503 while the cluster elects are asked again.
 
 use capstan_tests::agent::Agent;
-use capstan_tests::nats::{alive_count, capstan_cli, Coordinator, Keys, NatsCluster};
+use capstan_tests::nats::{alive_count, capstan_cli_within, Coordinator, Keys, NatsCluster};
 use capstan_tests::wait_until;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ const STEP_TIMEOUT: &str = "300s";
 
 /// `capstan --json rollout FILE --hosts alive`: its exit status and summary.
 fn rollout(url: &str, token: &str, file: &str) -> (Option<i32>, Value) {
-    let out = capstan_cli(
+    let out = capstan_cli_within(
         url,
         token,
         &[
@@ -33,6 +33,7 @@ fn rollout(url: &str, token: &str, file: &str) -> (Option<i32>, Value) {
             "--timeout",
             STEP_TIMEOUT,
         ],
+        FLEET_READY,
     );
     let summary = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
         panic!(

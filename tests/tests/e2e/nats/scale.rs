@@ -8,6 +8,10 @@ use capstan_tests::nats::runtime;
 use capstan_tests::{wait_until, READY};
 use futures::{stream, StreamExt};
 use serde_json::{json, Value};
+use std::time::Duration;
+
+/// How long the coordinator waits for each command (`/wait?timeout=`).
+const WAIT: Duration = Duration::from_secs(120);
 
 /// POSTs `commands` (8 at a time); their ids, in order.
 async fn submit_all(
@@ -44,14 +48,19 @@ async fn submit_all(
 async fn wait_all(http: &reqwest::Client, base: &str, token: &str, ids: &[String]) -> Vec<Value> {
     stream::iter(ids)
         .map(|id| async move {
-            http.get(format!("{base}/v1/commands/{id}/wait?timeout=120s"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .expect("GET wait")
-                .json::<Value>()
-                .await
-                .expect("JSON")
+            http.get(format!(
+                "{base}/v1/commands/{id}/wait?timeout={}s",
+                WAIT.as_secs()
+            ))
+            // The server's own wait, and a margin for its answer.
+            .timeout(WAIT + READY)
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET wait")
+            .json::<Value>()
+            .await
+            .expect("JSON")
         })
         .buffered(8)
         .collect()
@@ -83,7 +92,11 @@ fn a_thousand_commands_to_one_host_are_each_answered_once_and_correctly() {
     }
     let coordinator = &fleet.coordinator;
     let answers = runtime().block_on(async {
-        let http = reqwest::Client::new();
+        // Every request bounded (connect to last body byte).
+        let http = reqwest::Client::builder()
+            .timeout(READY)
+            .build()
+            .expect("HTTP client");
         let ids = submit_all(&http, &coordinator.url, &coordinator.token, &commands).await;
         assert_eq!(ids.len(), 1000);
         wait_all(&http, &coordinator.url, &coordinator.token, &ids).await

@@ -66,8 +66,10 @@ pub fn up(
 fn the_driver_keeps_the_contract() {
     let host = SystemdHost::boot();
     let (rt, d) = connect(&host, |_| {});
-    let spec = spec_running(&host, "kit", "contract");
-    rt.block_on(Kit::new(&d, "kit", spec).run())
+    let mut spec = spec_running(&host, "kit", "contract");
+    spec.env.insert("MODE".into(), "spec".into());
+    let probe = super::kit_env::UnitEnv::of(&host);
+    rt.block_on(Kit::new(&d, "kit", spec).with_env_probe(&probe).run())
         .unwrap_or_else(|e| panic!("{e}\n{}", host.log()));
     assert!(
         naming_files(&host).is_empty(),

@@ -7,6 +7,7 @@ mod crash_loop;
 mod driver;
 mod grants;
 mod hardening;
+mod kit_env;
 mod readiness;
 mod service;
 mod smoke;

@@ -21,7 +21,7 @@ use crate::config::{AgentConfig, ShutdownMode};
 use crate::drivers::{self, OpenError};
 use crate::executor::{Executor, SweepReport};
 use crate::hooks::{Hooks, Runners};
-use crate::local;
+use crate::local_socket;
 use crate::log::{Log, LogError, LogOptions, Pace};
 use crate::metrics::{self, Metrics};
 use crate::supervise::{Backoff, Supervisor};
@@ -96,7 +96,7 @@ pub struct Settings {
     pub backoff: Backoff,
     /// Where to serve `/metrics` once up.
     pub metrics: Option<TcpListener>,
-    /// The local socket ([`crate::local`]) and what `status` says there.
+    /// The local socket ([`crate::local_socket`]) and what `status` says there.
     pub local: Option<(PathBuf, HostInfo)>,
     /// Log retention (`[log.retention]`), when on.
     pub retention: Option<crate::log::retention::Policy>,
@@ -117,7 +117,7 @@ pub enum DaemonError {
     #[error("cannot open the driver")]
     Driver(#[from] OpenError),
     #[error("cannot serve the local socket")]
-    Local(#[from] local::LocalError),
+    Local(#[from] local_socket::LocalError),
     #[error(transparent)]
     HostKey(#[from] crate::host_key::HostKeyError),
 }
@@ -198,7 +198,7 @@ impl HostSetup<'_> {
             shutdown_concurrency: self.config.resolved().shutdown_concurrency,
             backoff: Backoff::default(),
             metrics,
-            local: Some((self.data_dir.join(local::SOCKET), info)),
+            local: Some((self.data_dir.join(local_socket::SOCKET), info)),
             // Each host's exports in their own directory (`sim-fleet` runs many).
             retention: self.config.resolved().retention.clone().map(|p| {
                 crate::log::retention::Policy {
@@ -278,9 +278,9 @@ impl Daemon {
         let published = Arc::new(std::sync::OnceLock::new());
         let local = match settings.local {
             Some((path, info)) => {
-                let listener = local::bind(&path)?;
+                let listener = local_socket::bind(&path)?;
                 let stop = CancellationToken::new();
-                let task = local::serve(
+                let task = local_socket::serve(
                     listener,
                     path,
                     Arc::clone(&executor),

@@ -14,7 +14,7 @@ pub mod grants;
 pub mod hooks;
 pub mod host_key;
 pub mod intent;
-pub mod local;
+pub mod local_socket;
 pub mod log;
 pub mod metrics;
 pub mod plan;

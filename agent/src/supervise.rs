@@ -326,7 +326,7 @@ trait Report: Send + Sized + 'static {
     fn subscribe(
         driver: &dyn Driver,
         reports: tokio::sync::mpsc::Sender<Self>,
-    ) -> capstan_driver::around::Call<'_, ()>;
+    ) -> capstan_driver::decorate::Call<'_, ()>;
     fn handle(self, supervisor: &Supervisor) -> impl std::future::Future<Output = ()> + Send;
 }
 
@@ -335,7 +335,7 @@ impl Report for Exit {
     fn subscribe(
         driver: &dyn Driver,
         reports: tokio::sync::mpsc::Sender<Self>,
-    ) -> capstan_driver::around::Call<'_, ()> {
+    ) -> capstan_driver::decorate::Call<'_, ()> {
         driver.watch_exits(reports)
     }
     async fn handle(self, supervisor: &Supervisor) {
@@ -348,7 +348,7 @@ impl Report for Failure {
     fn subscribe(
         driver: &dyn Driver,
         reports: tokio::sync::mpsc::Sender<Self>,
-    ) -> capstan_driver::around::Call<'_, ()> {
+    ) -> capstan_driver::decorate::Call<'_, ()> {
         driver.watch_failures(reports)
     }
     async fn handle(self, supervisor: &Supervisor) {

@@ -3,7 +3,7 @@
 //! their equal. Every operation is idempotent: the executor may repeat any of them
 //! after a crash, and a repeat must converge, never duplicate.
 
-pub mod around;
+pub mod decorate;
 pub mod probe;
 pub mod sim;
 #[cfg(any(test, feature = "testkit"))]

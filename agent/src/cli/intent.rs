@@ -1,15 +1,15 @@
 //! `capstan-agent intent`: what the agent means to run, as folded from its log.
 
 use crate::context::{open_log, Context};
-use capstan_agent::local;
+use capstan_agent::local_socket;
 use std::io::Write;
 use std::process::ExitCode;
 
 /// `capstan-agent intent`: from the running agent when one runs, else rebuilt from
 /// the log files.
 pub(crate) fn show_intent(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
-    let intent = match local::running(&ctx.data_dir) {
-        Some(path) => local::ask(&path, "intent", serde_json::Value::Null)?,
+    let intent = match local_socket::running(&ctx.data_dir) {
+        Some(path) => local_socket::ask(&path, "intent", serde_json::Value::Null)?,
         None => open_log(ctx)?.intent().to_json(),
     };
     if intent.get("error").is_some() || !intent["applied_seq"].is_u64() {

@@ -3,7 +3,7 @@
 
 use crate::context::{open_log, Context};
 use crate::{log_export, log_files, LogAction, LogArgs};
-use capstan_agent::local;
+use capstan_agent::local_socket;
 use capstan_agent::log::LogError;
 use capstan_common::wire::LogRequest;
 use std::io::Write;
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 /// `capstan-agent log`: from the running agent over its local socket when one runs
 /// (it holds the log), else from the log files.
 pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode> {
-    let running = local::running(&ctx.data_dir);
+    let running = local_socket::running(&ctx.data_dir);
     let source = || -> anyhow::Result<log_export::Source> {
         Ok(match &running {
             Some(path) => log_export::Source::Agent(path.clone()),
@@ -34,7 +34,7 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
     if let Some(LogAction::Verify { .. }) = args.action {
         let verdict = match &running {
             Some(path) => {
-                let answer = local::ask(path, "verify", serde_json::Value::Null)?;
+                let answer = local_socket::ask(path, "verify", serde_json::Value::Null)?;
                 match (answer["verified"].as_u64(), answer["bad"].as_object()) {
                     (Some(n), _) => Ok((n, answer["anchor"].clone())),
                     (None, Some(bad)) => Err((bad["seq"].clone(), bad["defect"].clone())),
@@ -78,7 +78,7 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
                 "since_time": args.since_time,
                 "until_time": args.until_time,
             });
-            (local::log_records(path, args.since, filter)?, 0)
+            (local_socket::log_records(path, args.since, filter)?, 0)
         }
         None => {
             let request = LogRequest {

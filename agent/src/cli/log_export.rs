@@ -3,7 +3,7 @@
 //! or from the log files when no agent runs.
 
 use anyhow::{bail, Context as _};
-use capstan_agent::local;
+use capstan_agent::local_socket;
 use capstan_agent::log::export::{self, Chain};
 use capstan_agent::log::Log;
 use serde_json::{json, Value};
@@ -46,7 +46,7 @@ impl Source {
         match self {
             Source::Agent(path) => {
                 let body = json!({"since": since, "until": until});
-                let answer = local::ask(path, "export", body)?;
+                let answer = local_socket::ask(path, "export", body)?;
                 match answer["lines"].as_array() {
                     Some(lines) => Ok((lines.clone(), answer["anchor"].clone())),
                     None => bail!("the running agent refused: {}", answer["error"]),

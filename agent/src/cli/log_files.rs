@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 use capstan_agent::event::Record;
-use capstan_agent::local;
+use capstan_agent::local_socket;
 use capstan_agent::log::{LogError, LogReader};
 use capstan_common::wire::LogRequest;
 use std::io::Write;
@@ -15,7 +15,7 @@ use std::process::ExitCode;
 pub fn layout(data_dir: &Path, running: Option<&Path>) -> anyhow::Result<ExitCode> {
     let layout = match running {
         Some(path) => {
-            let answer = local::ask(path, "layout", serde_json::Value::Null)?;
+            let answer = local_socket::ask(path, "layout", serde_json::Value::Null)?;
             match answer["layout"].as_str() {
                 Some(layout) => layout.to_string(),
                 None => bail!("the running agent's answer is not a layout: {answer}"),

@@ -4,7 +4,7 @@
 //! agent's life. The executor does not know it is there.
 
 use super::Metrics;
-use capstan_driver::around::{Around, Call, Operation, Wrapped};
+use capstan_driver::decorate::{Around, Call, Operation, Wrapped};
 use capstan_driver::{Driver, DriverError};
 use std::sync::Arc;
 use std::time::Instant;

@@ -63,7 +63,7 @@ fn outcome_index(o: Outcome) -> usize {
 }
 
 /// A driver operation: the `op` label of driver latencies.
-pub use capstan_driver::around::Operation as DriverOp;
+pub use capstan_driver::decorate::Operation as DriverOp;
 
 /// Counts of observations at or under each of [`BUCKETS`], their count and sum.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -6,7 +6,7 @@
 //! says a `watch_exits` stream misses no exit from then on.
 
 use anyhow::Context as _;
-use capstan_driver::around::{Around, Call, Operation, Wrapped};
+use capstan_driver::decorate::{Around, Call, Operation, Wrapped};
 use capstan_driver::sim::{SimConfig, SimDriver};
 use capstan_driver::{Capabilities, Driver, Exit};
 use clap::Parser;

@@ -24,6 +24,7 @@ use crate::executor::Executor;
 use crate::log::{export, LogError};
 use crate::transport::rpc::{self, MAX_LOG_RECORDS};
 use crate::transport::HostInfo;
+use capstan_common::wire::AgentCode;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -203,7 +204,7 @@ async fn answer(
         .await
         .map_err(|_| std::io::ErrorKind::TimedOut)??;
     let reply = match serde_json::from_slice::<Request>(&line) {
-        Err(e) => rpc::error("invalid_request", format!("bad request: {e}")),
+        Err(e) => rpc::error(AgentCode::InvalidRequest, format!("bad request: {e}")),
         Ok(request) if request.verb == "verify" => {
             let log = Arc::clone(executor.log());
             let verified = tokio::task::spawn_blocking(move || {
@@ -215,8 +216,8 @@ async fn answer(
                 Ok(Err(LogError::Corrupt(c))) => {
                     json!({"bad": {"seq": c.seq, "defect": c.defect.to_string()}})
                 }
-                Ok(Err(e)) => rpc::error("log_unreadable", e.to_string()),
-                Err(e) => rpc::error("log_unreadable", e.to_string()),
+                Ok(Err(e)) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
+                Err(e) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
             }
         }
         Ok(request) if request.verb == "export" => export_answer(&executor, request.body),
@@ -246,7 +247,7 @@ fn export_answer(executor: &Executor, body: Value) -> Value {
     let body = if body.is_null() { json!({}) } else { body };
     let request: ExportRequest = match serde_json::from_value(body) {
         Ok(r) => r,
-        Err(e) => return rpc::error("invalid_request", format!("bad export request: {e}")),
+        Err(e) => return rpc::error(AgentCode::InvalidRequest, format!("bad export request: {e}")),
     };
     let log = executor.log();
     let until = request.until.unwrap_or(u64::MAX);
@@ -255,7 +256,7 @@ fn export_answer(executor: &Executor, body: Value) -> Value {
         let lines = log.export_lines(request.since, until, limit)?;
         Ok(json!({"lines": lines, "anchor": anchor.map(|a| a.summary())}))
     });
-    answer.unwrap_or_else(|e| rpc::error("log_unreadable", e.to_string()))
+    answer.unwrap_or_else(|e| rpc::error(AgentCode::LogUnreadable, e.to_string()))
 }
 
 #[derive(serde::Deserialize)]

@@ -186,6 +186,37 @@ pub struct LogRequest {
     pub until_time: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// The code of an agent's error answer, on its RPC subjects and its local socket
+/// (`docs/protocol.md`, *Answers about a host*): `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentCode {
+    /// The request's body is not what the verb takes (a field of the wrong type, a
+    /// time that does not parse, a field the agent does not know).
+    InvalidRequest,
+    /// No such verb.
+    UnknownVerb,
+    /// The agent could not read its own log.
+    LogUnreadable,
+}
+
+impl AgentCode {
+    /// Every code, in declaration order.
+    pub const ALL: [AgentCode; 3] = [
+        AgentCode::InvalidRequest,
+        AgentCode::UnknownVerb,
+        AgentCode::LogUnreadable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentCode::InvalidRequest => "invalid_request",
+            AgentCode::UnknownVerb => "unknown_verb",
+            AgentCode::LogUnreadable => "log_unreadable",
+        }
+    }
+}
+
 /// An error reply to an RPC or HTTP request: `{"error":{"code","message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReply {
@@ -199,6 +230,11 @@ pub struct ErrorBody {
 }
 
 impl ErrorReply {
+    /// An agent's error answer.
+    pub fn agent(code: AgentCode, message: impl Into<String>) -> ErrorReply {
+        ErrorReply::new(code.as_str(), message)
+    }
+
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> ErrorReply {
         ErrorReply {
             error: ErrorBody {

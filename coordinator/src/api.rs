@@ -22,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use capstan_common::wire::ErrorReply;
+use capstan_common::wire::{AgentCode, ErrorReply};
 use capstan_common::{signing, Command, ErrorCode, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -610,6 +610,14 @@ async fn host_log(
     )
 }
 
+/// An agent's error code ([`AgentCode`]) as this API answers it: the codes it shares
+/// with the agent; `None` for one it does not pass on (`unknown_verb`: this API asks
+/// only verbs agents know) or does not know (a newer agent's).
+fn agent_code(code: &str) -> Option<ApiCode> {
+    let code = AgentCode::ALL.into_iter().find(|c| c.as_str() == code)?;
+    ApiCode::parse(code.as_str())
+}
+
 /// The agent's RPC `log` answer, its error as this API's.
 async fn read_host_log(
     fleet: &Fleet,
@@ -624,7 +632,7 @@ async fn read_host_log(
         // A code this API does not know is answered as `host_error`, naming it.
         let code = error["code"].as_str().unwrap_or_default();
         let message = error["message"].as_str().unwrap_or_default();
-        return Err(match ApiCode::parse(code) {
+        return Err(match agent_code(code) {
             Some(known) => ApiError::new(StatusCode::BAD_GATEWAY, known, message),
             None => ApiError::new(
                 StatusCode::BAD_GATEWAY,
@@ -967,6 +975,21 @@ mod tests {
             assert!(codes.iter().any(|c| answered["code"] == c.as_str()));
             assert!(answered["retryable"].is_boolean());
         }
+    }
+
+    /// Every code an agent answers is passed on under the same code, but
+    /// `unknown_verb` (this API asks agents only verbs they know): `host_error` then.
+    #[test]
+    fn an_agents_codes_are_this_apis_but_unknown_verb() {
+        use capstan_common::wire::AgentCode;
+        for code in AgentCode::ALL {
+            let passed = super::agent_code(code.as_str()).map(|c| c.as_str());
+            match code {
+                AgentCode::UnknownVerb => assert_eq!(passed, None),
+                _ => assert_eq!(passed, Some(code.as_str())),
+            }
+        }
+        assert_eq!(super::agent_code("a_newer_agents_code"), None);
     }
 
     /// `ApiCode::ALL` lists every variant once, as `as_str` spells it: serde's derive

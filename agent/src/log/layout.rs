@@ -237,6 +237,17 @@ fn rename(from: &Path, to: &Path) -> Result<(), LogError> {
         .map_err(io(parent))
 }
 
+/// A failure writing the copy at `converting` (no space, say), as a failed conversion.
+fn copy_failed(converting: &Path) -> impl FnOnce(LogError) -> LogError + '_ {
+    move |e| match e {
+        LogError::Storage(source) | LogError::Open { source, .. } => LogError::Convert {
+            path: converting.to_path_buf(),
+            source: source.into(),
+        },
+        other => other,
+    }
+}
+
 fn remove(dir: &Path) -> Result<(), LogError> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir)(e)),
@@ -275,10 +286,20 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
         }
     }
     remove(&old)?;
-    let copy = open_raw(&converting)?;
-    convert(&db, &copy)?;
-    copy.insert(KEY, CURRENT).map_err(LogError::Storage)?;
-    sign(&copy)?;
+    let copy = open_raw(&converting).map_err(copy_failed(&converting))?;
+    let copied = convert(&db, &copy)
+        .and_then(|()| copy.insert(KEY, CURRENT).map_err(LogError::Storage))
+        .and_then(|_| sign(&copy))
+        .and_then(|()| copy.flush().map_err(LogError::Storage));
+    if let Err(e) = copied {
+        // Not closed: after a write sled could not make (a value it keeps in a file
+        // of its own, on a full disk), its flush, and so its drop, waits forever for
+        // that write. The unfinished copy stays, for the next open to remove.
+        std::mem::forget(copy);
+        drop(db);
+        release::wait_until_released(&dir.join("db"));
+        return Err(copy_failed(&converting)(e));
+    }
     close(copy, &converting)?;
     close(db, dir)?;
     rename(dir, &old)?;

@@ -19,7 +19,7 @@ use crate::executor::Executor;
 use crate::log::Log;
 use capstan_common::published::{self, Publication};
 use capstan_common::signing::Signer;
-use capstan_common::wire::{self, ErrorReply, LogRequest};
+use capstan_common::wire::{self, AgentCode, ErrorReply, LogRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -90,8 +90,8 @@ pub async fn run(
 }
 
 /// `{"error":{"code","message"}}`, as every RPC and local-socket error reads.
-pub(crate) fn error(code: &str, message: impl Into<String>) -> Value {
-    serde_json::to_value(ErrorReply::new(code, message)).expect("error replies serialise")
+pub(crate) fn error(code: AgentCode, message: impl Into<String>) -> Value {
+    serde_json::to_value(ErrorReply::agent(code, message)).expect("error replies serialise")
 }
 
 /// The reply to one request.
@@ -130,13 +130,13 @@ pub fn answer(
             } else {
                 match serde_json::from_slice(payload) {
                     Ok(r) => r,
-                    Err(e) => return error("invalid_request", format!("bad log request: {e}")),
+                    Err(e) => return error(AgentCode::InvalidRequest, format!("bad log request: {e}")),
                 }
             };
             read_log(log, &request)
         }
         other => error(
-            "unknown_verb",
+            AgentCode::UnknownVerb,
             format!(
                 "unknown verb {:?}; known: {}",
                 other.chars().take(32).collect::<String>(),
@@ -159,13 +159,13 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
     };
     let out: Vec<Value> = match log.query(&request) {
         Ok(records) => within_bytes(records.iter().map(Record::to_json), MAX_LOG_BYTES),
-        Err(e) => return error("log_unreadable", e.to_string()),
+        Err(e) => return error(AgentCode::LogUnreadable, e.to_string()),
     };
     // After a prune the log starts past its anchor: a reader comparing logs (`capstan
     // verify`) starts there too.
     let anchor = match log.anchor() {
         Ok(anchor) => anchor.map(|a| a.summary()),
-        Err(e) => return error("log_unreadable", e.to_string()),
+        Err(e) => return error(AgentCode::LogUnreadable, e.to_string()),
     };
     json!({"records": out, "last_seq": log.last_seq(), "anchor": anchor})
 }

@@ -24,7 +24,7 @@ use crate::executor::Executor;
 use crate::log::{export, LogError};
 use crate::transport::rpc::{self, MAX_LOG_RECORDS};
 use crate::transport::HostInfo;
-use capstan_common::wire::AgentCode;
+use capstan_common::wire::{AgentCode, BadRecord, LayoutAnswer, VerifyAnswer};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -211,17 +211,27 @@ async fn answer(
                 let anchor = log.anchor()?.map(|a| a.summary());
                 log.verify().map(|n| (n, anchor))
             });
+            let answer = |a: VerifyAnswer| serde_json::to_value(a).expect("answers serialise");
             match verified.await {
-                Ok(Ok((records, anchor))) => json!({"verified": records, "anchor": anchor}),
-                Ok(Err(LogError::Corrupt(c))) => {
-                    json!({"bad": {"seq": c.seq, "defect": c.defect.to_string()}})
-                }
+                Ok(Ok((verified, anchor))) => answer(VerifyAnswer::Verified {
+                    verified,
+                    anchor: anchor.unwrap_or_default(),
+                }),
+                Ok(Err(LogError::Corrupt(c))) => answer(VerifyAnswer::Bad {
+                    bad: BadRecord {
+                        seq: c.seq,
+                        defect: c.defect.to_string(),
+                    },
+                }),
                 Ok(Err(e)) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
                 Err(e) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
             }
         }
         Ok(request) if request.verb == "export" => export_answer(&executor, request.body),
-        Ok(request) if request.verb == "layout" => json!({"layout": crate::log::current_layout()}),
+        Ok(request) if request.verb == "layout" => {
+            let layout = crate::log::current_layout().to_string();
+            serde_json::to_value(LayoutAnswer { layout }).expect("answers serialise")
+        }
         Ok(request) => {
             let body = request.body.to_string();
             rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
@@ -277,6 +287,23 @@ pub fn running(data_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Asks the agent listening on `path`: `verb` with `body`; its answer.
+/// [`ask`], the answer read as `T`: an error answer is [`LocalError::Refused`], one
+/// that is not a `T` [`LocalError::Answer`].
+pub fn ask_as<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    verb: &str,
+    body: Value,
+) -> Result<T, LocalError> {
+    let answer = ask(path, verb, body)?;
+    if let Some(error) = answer.get("error") {
+        return Err(LocalError::Refused(error.clone()));
+    }
+    serde_json::from_value(answer).map_err(|source| LocalError::Answer {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 pub fn ask(path: &Path, verb: &str, body: Value) -> Result<Value, LocalError> {
     let io = |source| LocalError::Ask {
         path: path.to_path_buf(),

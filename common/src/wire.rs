@@ -217,6 +217,34 @@ impl AgentCode {
     }
 }
 
+/// The agent's local-socket `verify` answer: the whole chain checked by the running
+/// agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum VerifyAnswer {
+    /// The chain holds: `verified` records checked, from `anchor` (`null` before any
+    /// prune; else `{seq, hash, pruned, file}`).
+    Verified {
+        verified: u64,
+        anchor: serde_json::Value,
+    },
+    /// The first bad record.
+    Bad { bad: BadRecord },
+}
+
+/// A record that fails verification, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadRecord {
+    pub seq: u64,
+    pub defect: String,
+}
+
+/// The agent's local-socket `layout` answer: the storage layout of its log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutAnswer {
+    pub layout: String,
+}
+
 /// An error reply to an RPC or HTTP request: `{"error":{"code","message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReply {

@@ -5,7 +5,7 @@ use crate::context::{open_log, Context};
 use crate::{log_export, log_files, LogAction, LogArgs};
 use capstan_agent::local_socket;
 use capstan_agent::log::LogError;
-use capstan_common::wire::LogRequest;
+use capstan_common::wire::{LogRequest, VerifyAnswer};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -34,11 +34,9 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
     if let Some(LogAction::Verify { .. }) = args.action {
         let verdict = match &running {
             Some(path) => {
-                let answer = local_socket::ask(path, "verify", serde_json::Value::Null)?;
-                match (answer["verified"].as_u64(), answer["bad"].as_object()) {
-                    (Some(n), _) => Ok((n, answer["anchor"].clone())),
-                    (None, Some(bad)) => Err((bad["seq"].clone(), bad["defect"].clone())),
-                    _ => anyhow::bail!("the running agent could not verify: {answer}"),
+                match local_socket::ask_as(path, "verify", serde_json::Value::Null)? {
+                    VerifyAnswer::Verified { verified, anchor } => Ok((verified, anchor)),
+                    VerifyAnswer::Bad { bad } => Err((bad.seq, bad.defect)),
                 }
             }
             None => match open_log(ctx).and_then(|log| {
@@ -46,7 +44,7 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
                 Ok(log.verify().map(|n| (n, anchor)))
             })? {
                 Ok(n) => Ok(n),
-                Err(LogError::Corrupt(c)) => Err((c.seq.into(), c.defect.to_string().into())),
+                Err(LogError::Corrupt(c)) => Err((c.seq, c.defect.to_string())),
                 Err(e) => return Err(e.into()),
             },
         };
@@ -60,11 +58,7 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
                 ExitCode::SUCCESS
             }
             Err((seq, defect)) => {
-                writeln!(
-                    std::io::stdout(),
-                    "bad record {seq}: {}",
-                    defect.as_str().unwrap_or_default()
-                )?;
+                writeln!(std::io::stdout(), "bad record {seq}: {defect}")?;
                 ExitCode::from(1)
             }
         });

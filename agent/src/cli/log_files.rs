@@ -1,11 +1,10 @@
 //! `capstan-agent log` from the log files (no agent runs: [`LogReader`]), its table
 //! rows, and `log layout`.
 
-use anyhow::bail;
 use capstan_agent::event::Record;
 use capstan_agent::local_socket;
 use capstan_agent::log::{LogError, LogReader};
-use capstan_common::wire::LogRequest;
+use capstan_common::wire::{LayoutAnswer, LogRequest};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,11 +14,9 @@ use std::process::ExitCode;
 pub fn layout(data_dir: &Path, running: Option<&Path>) -> anyhow::Result<ExitCode> {
     let layout = match running {
         Some(path) => {
-            let answer = local_socket::ask(path, "layout", serde_json::Value::Null)?;
-            match answer["layout"].as_str() {
-                Some(layout) => layout.to_string(),
-                None => bail!("the running agent's answer is not a layout: {answer}"),
-            }
+            let answer: LayoutAnswer =
+                local_socket::ask_as(path, "layout", serde_json::Value::Null)?;
+            answer.layout
         }
         None => capstan_agent::log::layout_of(&data_dir.join("log"))
             .map_err(|e| crate::context::explain(e.into()))?

@@ -176,4 +176,134 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+
+    /// Writes, in `dir`, a reply of exactly `len` bytes (a valid one: `{"env":{"A":
+    /// "xx…"}}`) and a hook script that reads its request and answers with it.
+    fn replying(dir: &std::path::Path, len: usize) -> HookOwner {
+        let frame = r#"{"env":{"A":""}}"#.len();
+        let reply = format!(r#"{{"env":{{"A":"{}"}}}}"#, "x".repeat(len - frame));
+        assert_eq!(reply.len(), len);
+        let (reply_file, script) = (dir.join("reply.json"), dir.join("hook.sh"));
+        std::fs::write(&reply_file, reply).unwrap();
+        let text = format!("cat >/dev/null\ncat '{}'\n", reply_file.display());
+        std::fs::write(&script, text).unwrap();
+        HookOwner {
+            kind: HookKind::Exec {
+                argv: vec!["/bin/sh".into(), script.display().to_string()],
+            },
+            ..owner("")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_of_exactly_the_limit_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = replying(dir.path(), super::super::MAX_REPLY_BYTES);
+        let reply = ExecRunner.call(&o, &request()).await.unwrap();
+        assert_eq!(
+            reply.env["A"].len(),
+            64 * 1024 - r#"{"env":{"A":""}}"#.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_one_byte_over_the_limit_is_an_invalid_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = replying(dir.path(), 64 * 1024 + 1);
+        assert_eq!(
+            ExecRunner.call(&o, &request()).await,
+            Err(CallFailure::Reply)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_over_the_limit_fails_the_call_hook_invalid_reply_and_is_compensated() {
+        use crate::testkit;
+        use capstan_common::{ErrorCode, Op};
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = replying(dir.path(), 64 * 1024 + 1);
+        // Only `before_workload_start` gets the over-long reply; every call is noted.
+        let calls = dir.path().join("calls");
+        let script = format!(
+            r#"req=$(cat); echo "$req" >> '{}'; case "$req" in *'"phase":"before_workload_start"'*) cat '{}';; esac"#,
+            calls.display(),
+            dir.path().join("reply.json").display()
+        );
+        o.kind = HookKind::Exec {
+            argv: vec!["/bin/sh".into(), "-c".into(), script],
+        };
+        o.phases = Phase::ALL.to_vec();
+        let hooks = super::super::Hooks::new(
+            vec![o],
+            std::sync::Arc::new(super::super::Runners::default()),
+        );
+        let rig = testkit::Rig::with(Default::default(), |e| e.with_hooks(hooks));
+        let ns = Op::EnsureNamespace {
+            namespace: "ns".into(),
+        };
+        rig.ok("ns", ns).await;
+        rig.ok("p1", testkit::prepare_op("r1", testkit::spec()))
+            .await;
+        let r = rig
+            .executor
+            .execute(testkit::command("a1", testkit::activate_op("r1")))
+            .await;
+        assert_eq!(r.error.map(|e| e.code), Some(ErrorCode::HookFailed));
+        let records = rig.executor.log().for_command("a1").unwrap();
+        let failed: Vec<_> = records
+            .iter()
+            .filter_map(|r| match &r.event {
+                crate::event::Event::HookFailed { phase, code, .. } => Some((*phase, *code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            failed,
+            [(Phase::BeforeWorkloadStart, ErrorCode::HookInvalidReply)]
+        );
+        // It said it succeeded, with more than a reply may hold: it may have granted,
+        // so it is called to undo it.
+        let calls = std::fs::read_to_string(&calls).unwrap();
+        let last = calls.lines().last().unwrap();
+        assert!(
+            last.contains(r#""phase":"before_workload_stop""#)
+                && last.contains(r#""compensating":true"#),
+            "{calls}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hook_writing_megabytes_is_cut_off_at_the_limit_and_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fifo, finished) = (dir.path().join("fifo"), dir.path().join("finished"));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Every process of the hook holds the fifo open for writing: it reads EOF once
+        // all of them are gone.
+        let (gone_tx, gone) = std::sync::mpsc::channel();
+        let reader = fifo.clone();
+        std::thread::spawn(move || {
+            let mut f = std::fs::File::open(reader).unwrap();
+            let _ = gone_tx.send(std::io::Read::read_to_end(&mut f, &mut Vec::new()));
+        });
+        // 8 MiB on stdout, a child that sleeps, and a mark if it ever got to the end.
+        let script = format!(
+            "exec 3>'{}'; sleep 3600 & head -c 8388608 /dev/zero; echo done > '{}'",
+            fifo.display(),
+            finished.display()
+        );
+        let o = owner(&script);
+        let bound = Duration::from_secs(60);
+        let call = tokio::time::timeout(bound, ExecRunner.call(&o, &request())).await;
+        assert_eq!(
+            call.expect("the call hung on the hook's output"),
+            Err(CallFailure::Reply)
+        );
+        gone.recv_timeout(bound)
+            .expect("the hook's processes were left running")
+            .unwrap();
+        assert!(
+            !finished.exists(),
+            "the hook wrote all its output: it was read to the end"
+        );
+    }
 }

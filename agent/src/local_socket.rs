@@ -257,7 +257,12 @@ fn export_answer(executor: &Executor, body: Value) -> Value {
     let body = if body.is_null() { json!({}) } else { body };
     let request: ExportRequest = match serde_json::from_value(body) {
         Ok(r) => r,
-        Err(e) => return rpc::error(AgentCode::InvalidRequest, format!("bad export request: {e}")),
+        Err(e) => {
+            return rpc::error(
+                AgentCode::InvalidRequest,
+                format!("bad export request: {e}"),
+            )
+        }
     };
     let log = executor.log();
     let until = request.until.unwrap_or(u64::MAX);

@@ -33,12 +33,10 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
     }
     if let Some(LogAction::Verify { .. }) = args.action {
         let verdict = match &running {
-            Some(path) => {
-                match local_socket::ask_as(path, "verify", serde_json::Value::Null)? {
-                    VerifyAnswer::Verified { verified, anchor } => Ok((verified, anchor)),
-                    VerifyAnswer::Bad { bad } => Err((bad.seq, bad.defect)),
-                }
-            }
+            Some(path) => match local_socket::ask_as(path, "verify", serde_json::Value::Null)? {
+                VerifyAnswer::Verified { verified, anchor } => Ok((verified, anchor)),
+                VerifyAnswer::Bad { bad } => Err((bad.seq, bad.defect)),
+            },
             None => match open_log(ctx).and_then(|log| {
                 let anchor = log.anchor()?.map(|a| a.summary()).unwrap_or_default();
                 Ok(log.verify().map(|n| (n, anchor)))

@@ -130,7 +130,9 @@ pub fn answer(
             } else {
                 match serde_json::from_slice(payload) {
                     Ok(r) => r,
-                    Err(e) => return error(AgentCode::InvalidRequest, format!("bad log request: {e}")),
+                    Err(e) => {
+                        return error(AgentCode::InvalidRequest, format!("bad log request: {e}"))
+                    }
                 }
             };
             read_log(log, &request)

@@ -287,7 +287,7 @@ impl Record {
     /// Whether this record is one a `log` request asks for: after its `since`, of its
     /// command, namespace and workload when it names them, appended at or after its
     /// `since_time` and before its `until_time` when it gives them.
-    pub fn matches(&self, request: &capstan_common::wire::LogRequest) -> bool {
+    pub fn matches(&self, request: &capstan_common::answers::LogRequest) -> bool {
         let at = chrono::DateTime::from_timestamp_millis(self.at_ms);
         self.seq > request.since
             && request

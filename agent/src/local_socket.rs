@@ -24,7 +24,7 @@ use crate::executor::Executor;
 use crate::log::{export, LogError};
 use crate::transport::rpc::{self, MAX_LOG_RECORDS};
 use crate::transport::HostInfo;
-use capstan_common::wire::{AgentCode, BadRecord, LayoutAnswer, VerifyAnswer};
+use capstan_common::answers::{AgentCode, BadRecord, LayoutAnswer, VerifyAnswer};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -19,7 +19,7 @@
 use crate::cpu;
 use crate::Args;
 use anyhow::Context as _;
-use capstan_common::wire;
+use capstan_common::nats_layout;
 use capstan_tests::agent::Agent;
 use capstan_tests::nats::{alive_count, Coordinator, Keys, NatsCluster};
 use capstan_tests::process::Process;
@@ -342,7 +342,7 @@ impl Beats {
             .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
         let client = async_nats::connect(servers).await?;
         let mut beats = client
-            .subscribe(format!("$KV.{}.>", wire::HOSTS_BUCKET))
+            .subscribe(format!("$KV.{}.>", nats_layout::HOSTS_BUCKET))
             .await?;
         let last: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
         let longest: Arc<Mutex<Duration>> = Arc::default();

@@ -10,7 +10,7 @@ use crate::million::Million;
 use crate::replay::{median, raw_scan};
 use crate::roundtrip::round;
 use capstan_agent::log::{Log, LogOptions};
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 use serde_json::json;
 use std::time::Instant;
 

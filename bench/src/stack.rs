@@ -6,7 +6,7 @@
 use anyhow::Context as _;
 use capstan_common::signing::Signer;
 use capstan_common::status::CommandStatus;
-use capstan_common::{wire, Command, Op};
+use capstan_common::{nats_layout, Command, Op};
 use capstan_tests::agent::Agent;
 use capstan_tests::nats::{Coordinator, Keys, NatsServer};
 use capstan_tests::process::Process;
@@ -182,7 +182,11 @@ impl Publisher {
         let js = async_nats::jetstream::new(self.client.clone());
         let mut results = self
             .client
-            .subscribe(format!("$KV.{}.{}.*", wire::RESULTS_BUCKET, self.host))
+            .subscribe(format!(
+                "$KV.{}.{}.*",
+                nats_layout::RESULTS_BUCKET,
+                self.host
+            ))
             .await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
         let bodies: Vec<String> = commands.iter().map(|c| self.body(c)).collect();
@@ -194,7 +198,7 @@ impl Publisher {
             for body in chunk {
                 let body = body.clone();
                 acks.push(
-                    js.publish(wire::cmd_subject(&self.host), body.into())
+                    js.publish(nats_layout::cmd_subject(&self.host), body.into())
                         .await?,
                 );
             }

@@ -6,10 +6,12 @@
 //! validation live together so that every consumer rejects bad input the same way.
 //! The format is documented, with examples, in `docs/protocol.md`.
 
+pub mod answers;
 mod command;
 mod error;
 #[cfg(feature = "nats")]
 pub mod nats;
+pub mod nats_layout;
 mod outcome;
 mod phase;
 pub mod published;
@@ -20,7 +22,6 @@ pub mod service;
 pub mod signing;
 pub mod status;
 pub mod validate;
-pub mod wire;
 
 pub use command::{
     salvage_id, workload_key, Command, DriverKind, KubeSpec, Mount, Op, PortMapping, Protocol,

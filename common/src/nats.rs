@@ -2,7 +2,7 @@
 //! Shared by the agent and the coordinator so that both accept the same `[nats]`
 //! config section and agree on the stream layout.
 
-use crate::wire;
+use crate::nats_layout;
 use async_nats::jetstream::{self, kv, stream};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -40,8 +40,8 @@ pub struct NatsConfig {
     #[serde(default)]
     pub require_tls: bool,
     /// The fleet runs on per-host accounts (`capstan-coordinator nats-config`): an
-    /// agent reaches the JetStream API under [`wire::HOST_API_PREFIX`], a coordinator
-    /// each host's storage under [`wire::store_api_prefix`] (`docs/nats.md`).
+    /// agent reaches the JetStream API under [`nats_layout::HOST_API_PREFIX`], a coordinator
+    /// each host's storage under [`nats_layout::store_api_prefix`] (`docs/nats.md`).
     #[serde(default)]
     pub host_accounts: bool,
 }
@@ -416,14 +416,23 @@ pub async fn migrate(
     scope: Scope,
 ) -> Result<(), NatsError> {
     let mut layout: Vec<(String, Harden)> = vec![
-        (wire::CMD_STREAM.into(), harden_cmd),
-        (format!("KV_{}", wire::HOSTS_BUCKET), harden_bucket),
-        (format!("KV_{}", wire::COMMANDS_BUCKET), harden_bucket),
-        (format!("KV_{}", wire::HOST_KEYS_BUCKET), harden_bucket),
+        (nats_layout::CMD_STREAM.into(), harden_cmd),
+        (format!("KV_{}", nats_layout::HOSTS_BUCKET), harden_bucket),
+        (
+            format!("KV_{}", nats_layout::COMMANDS_BUCKET),
+            harden_bucket,
+        ),
+        (
+            format!("KV_{}", nats_layout::HOST_KEYS_BUCKET),
+            harden_bucket,
+        ),
     ];
     if scope == Scope::Shared {
-        layout.push((wire::EVT_STREAM.into(), harden_evt));
-        layout.push((format!("KV_{}", wire::RESULTS_BUCKET), harden_results));
+        layout.push((nats_layout::EVT_STREAM.into(), harden_evt));
+        layout.push((
+            format!("KV_{}", nats_layout::RESULTS_BUCKET),
+            harden_results,
+        ));
     }
     migrate_streams(js, replicas, layout).await
 }
@@ -432,8 +441,11 @@ pub async fn migrate(
 /// `js` being the coordinator's view of that host's storage account.
 pub async fn migrate_host(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
     let layout: Vec<(String, Harden)> = vec![
-        (wire::EVT_STREAM.into(), harden_host_evt),
-        (format!("KV_{}", wire::RESULTS_BUCKET), harden_host_results),
+        (nats_layout::EVT_STREAM.into(), harden_host_evt),
+        (
+            format!("KV_{}", nats_layout::RESULTS_BUCKET),
+            harden_host_results,
+        ),
     ];
     migrate_streams(js, replicas, layout).await
 }
@@ -501,10 +513,10 @@ fn deny_removal(c: &mut stream::Config) {
 }
 
 /// The JetStream context an agent of `config` uses: on per-host accounts the API
-/// under [`wire::HOST_API_PREFIX`], else the account's own.
+/// under [`nats_layout::HOST_API_PREFIX`], else the account's own.
 pub fn agent_context(client: async_nats::Client, config: &NatsConfig) -> jetstream::Context {
     if config.host_accounts {
-        jetstream::with_prefix(client, wire::HOST_API_PREFIX)
+        jetstream::with_prefix(client, nats_layout::HOST_API_PREFIX)
     } else {
         jetstream::new(client)
     }
@@ -572,7 +584,7 @@ pub async fn cmd_stream(
     replicas: usize,
 ) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
-        name: wire::CMD_STREAM.into(),
+        name: nats_layout::CMD_STREAM.into(),
         subjects: vec!["capstan.v1.cmd.*".into()],
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
@@ -592,7 +604,7 @@ pub async fn evt_stream(
     scope: Scope,
 ) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
-        name: wire::EVT_STREAM.into(),
+        name: nats_layout::EVT_STREAM.into(),
         subjects: vec!["capstan.v1.evt.*".into()],
         storage: stream::StorageType::File,
         duplicate_window: Duration::from_secs(120),
@@ -620,7 +632,7 @@ pub async fn bucket(
     max_age: Duration,
     replicas: usize,
 ) -> Result<kv::Store, NatsError> {
-    let harden = if name == wire::RESULTS_BUCKET {
+    let harden = if name == nats_layout::RESULTS_BUCKET {
         harden_results
     } else {
         harden_bucket
@@ -640,7 +652,7 @@ pub async fn results_bucket(
         Scope::Shared => harden_results,
         Scope::Host => harden_host_results,
     };
-    bucket_with(js, wire::RESULTS_BUCKET, max_age, replicas, harden).await
+    bucket_with(js, nats_layout::RESULTS_BUCKET, max_age, replicas, harden).await
 }
 
 async fn bucket_with(

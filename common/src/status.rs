@@ -1,5 +1,5 @@
 //! What happened to one command, as its host's records tell it. The agent writes it
-//! (its entry in the `capstan_results` bucket, see [`crate::wire::result_key`]) and
+//! (its entry in the `capstan_results` bucket, see [`crate::nats_layout::result_key`]) and
 //! the coordinator answers it (`GET /v1/commands/{id}`), so both sum the records up
 //! the same way: here.
 

@@ -22,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use capstan_common::wire::{AgentCode, ErrorReply};
+use capstan_common::answers::{AgentCode, ErrorReply};
 use capstan_common::{signing, Command, ErrorCode, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -981,7 +981,7 @@ mod tests {
     /// `unknown_verb` (this API asks agents only verbs they know): `host_error` then.
     #[test]
     fn an_agents_codes_are_this_apis_but_unknown_verb() {
-        use capstan_common::wire::AgentCode;
+        use capstan_common::answers::AgentCode;
         for code in AgentCode::ALL {
             let passed = super::agent_code(code.as_str()).map(|c| c.as_str());
             match code {

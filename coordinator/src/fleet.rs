@@ -10,11 +10,12 @@
 
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
+use capstan_common::answers::HostBeat;
 use capstan_common::nats::{self as cnats, NatsError, Retention, Scope};
+use capstan_common::nats_layout;
 use capstan_common::published::{Publication, Unverified};
 use capstan_common::signing::Signer;
 pub use capstan_common::status::CommandStatus;
-use capstan_common::wire::{self, HostBeat};
 use capstan_common::{validate, Command, ErrorCode, Rejection};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -139,10 +140,10 @@ fn key(id: &str) -> String {
 }
 
 /// `alive` for a beat at most `stale_after` old and at most
-/// [`wire::BEAT_SKEW_SECS`] in the future (clock skew); otherwise `stale`: a beat
+/// [`nats_layout::BEAT_SKEW_SECS`] in the future (clock skew); otherwise `stale`: a beat
 /// from further in the future says nothing about now.
 pub fn beat_status(age: chrono::Duration, stale_after: Duration) -> &'static str {
-    let skew = chrono::Duration::seconds(wire::BEAT_SKEW_SECS as i64);
+    let skew = chrono::Duration::seconds(nats_layout::BEAT_SKEW_SECS as i64);
     match age.to_std() {
         Ok(age) if age <= stale_after => "alive",
         Err(_) if -age <= skew => "alive",
@@ -189,11 +190,14 @@ impl Fleet {
                 cnats::cmd_stream(&self.js, replicas).await?;
                 let bucket = |name, max_age| cnats::bucket(&self.js, name, max_age, replicas);
                 // The hosts bucket: its stream is read below.
-                bucket(wire::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
-                let commands =
-                    bucket(wire::COMMANDS_BUCKET, self.retention.commands_max_age).await?;
+                bucket(nats_layout::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
+                let commands = bucket(
+                    nats_layout::COMMANDS_BUCKET,
+                    self.retention.commands_max_age,
+                )
+                .await?;
                 // Keys are kept until removed.
-                let keys = bucket(wire::HOST_KEYS_BUCKET, Duration::ZERO).await?;
+                let keys = bucket(nats_layout::HOST_KEYS_BUCKET, Duration::ZERO).await?;
                 if self.stores.scope() == Scope::Shared {
                     self.stores.shared().await?;
                 }
@@ -201,7 +205,7 @@ impl Fleet {
                 cnats::migrate(&self.js, replicas, self.stores.scope()).await?;
                 let hosts_stream = self
                     .js
-                    .get_stream(format!("KV_{}", wire::HOSTS_BUCKET))
+                    .get_stream(format!("KV_{}", nats_layout::HOSTS_BUCKET))
                     .await
                     .map_err(FleetError::nats)?;
                 let keys = keys::Registry::open(keys, self.trust.allow_unregistered).await?;
@@ -352,7 +356,7 @@ impl Fleet {
         headers.insert("Nats-Msg-Id", command.id.as_str());
         self.js
             .publish_with_headers(
-                wire::cmd_subject(&command.host),
+                nats_layout::cmd_subject(&command.host),
                 headers,
                 self.signer.signed_json(&command).into(),
             )
@@ -406,7 +410,7 @@ impl Fleet {
         let storage = self.stores.of(&s.host).await?;
         let entry = storage
             .results
-            .direct_get_last_for_subject(wire::result_subject(&s.host, &s.id))
+            .direct_get_last_for_subject(nats_layout::result_subject(&s.host, &s.id))
             .await;
         match entry {
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {
@@ -444,7 +448,7 @@ impl Fleet {
                 )));
             }
             let storage = self.stores.of(&s.host).await?;
-            let subject = wire::evt_subject(&s.host);
+            let subject = nats_layout::evt_subject(&s.host);
             let from = position::start_of(&storage.evt, &subject, first - 1).await?;
             status.events = read_subject(
                 &storage.evt,
@@ -486,7 +490,7 @@ impl Fleet {
 
     /// Waits until the command is done or `timeout` passes; returns its status then.
     /// Follows the command's result puts (on per-host accounts their notices,
-    /// [`wire::result_notice_subject`]; one not signed by the host is ignored), and
+    /// [`nats_layout::result_notice_subject`]; one not signed by the host is ignored), and
     /// re-reads the entry after 25 ms, then doubling to every 2 s: a put whose notice
     /// was lost (across a reconnect, or sent just before the subscription began) is
     /// found that way.
@@ -495,9 +499,9 @@ impl Fleet {
         // Subscribe before looking, so that nothing put in between is missed.
         // The put itself, or on per-host accounts its notice (the same bytes).
         let subject = if self.trust.host_accounts {
-            wire::result_notice_subject(&submission.host, &submission.id)
+            nats_layout::result_notice_subject(&submission.host, &submission.id)
         } else {
-            wire::result_subject(&submission.host, &submission.id)
+            nats_layout::result_subject(&submission.host, &submission.id)
         };
         let mut live = self
             .client
@@ -540,7 +544,7 @@ impl Fleet {
     /// anyone gone) when NATS is not reachable.
     pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
         let layout = self.layout().await?;
-        let prefix = format!("$KV.{}.", wire::HOSTS_BUCKET);
+        let prefix = format!("$KV.{}.", nats_layout::HOSTS_BUCKET);
         let latest = beats::latest(&self.client, &layout.hosts_stream, &prefix).await?;
         let now = chrono::Utc::now();
         let mut out = Vec::with_capacity(latest.len());
@@ -611,9 +615,10 @@ impl Fleet {
         if !self.connected() {
             return Err(FleetError::NatsUnavailable);
         }
-        let request = self
-            .client
-            .request(wire::rpc_subject(host, verb), body.to_string().into());
+        let request = self.client.request(
+            nats_layout::rpc_subject(host, verb),
+            body.to_string().into(),
+        );
         match tokio::time::timeout(Duration::from_secs(5), request).await {
             Err(_) => Err(FleetError::HostTimeout(host.into())),
             Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
@@ -624,7 +629,7 @@ impl Fleet {
             }
             Ok(Err(e)) => Err(FleetError::nats(e)),
             Ok(Ok(reply)) => {
-                let subject = wire::rpc_subject(host, verb);
+                let subject = nats_layout::rpc_subject(host, verb);
                 self.check(
                     host,
                     Publication::Answer { subject: &subject },
@@ -648,7 +653,7 @@ impl Fleet {
     ) -> Result<Vec<Value>, FleetError> {
         check_host(host)?;
         let storage = self.stores.of(host).await?;
-        let subject = wire::evt_subject(host);
+        let subject = nats_layout::evt_subject(host);
         let from = position::start_of(&storage.evt, &subject, since).await?;
         read_subject(
             &storage.evt,
@@ -700,7 +705,7 @@ mod tests {
         let secs = chrono::Duration::seconds;
         assert_eq!(beat_status(secs(3), stale_after), "alive");
         assert_eq!(beat_status(secs(16), stale_after), "stale");
-        let skew = wire::BEAT_SKEW_SECS as i64;
+        let skew = nats_layout::BEAT_SKEW_SECS as i64;
         assert_eq!(beat_status(secs(-skew), stale_after), "alive");
         assert_eq!(beat_status(secs(-skew - 1), stale_after), "stale");
         assert_eq!(beat_status(secs(-3600), stale_after), "stale");

@@ -7,12 +7,12 @@
 //!   nothing but what it imports: its own command consumer and acks, its own
 //!   heartbeat key (from `CAPSTAN`), its own record subject, event stream and
 //!   results (from `STORE_<host>`), each under exactly the subject it names, the
-//!   JetStream API ones under [`wire::HOST_API_PREFIX`]. It exports its RPC subjects
+//!   JetStream API ones under [`nats_layout::HOST_API_PREFIX`]. It exports its RPC subjects
 //!   and its result notices to `CAPSTAN`.
 //! - `STORE_<host>`: no users. The host's event stream and results bucket, bounded
 //!   by this account's quota (`--host-quota`). It exports what the host may use to
 //!   `HOST_<host>` and its whole JetStream API to `CAPSTAN`, which imports it under
-//!   [`wire::store_api_prefix`].
+//!   [`nats_layout::store_api_prefix`].
 //!
 //! Why accounts and not permissions: the server checks a client's permission on the
 //! subject it publishes to, not on the reply subject it names, and JetStream answers
@@ -27,7 +27,7 @@
 //! [`generate`] keeps the nkeys in `<out>/credentials/` and reuses them, so running it
 //! again with more hosts changes nothing for the hosts already there.
 
-use capstan_common::wire;
+use capstan_common::nats_layout;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -121,13 +121,13 @@ fn store_account(host: &str) -> String {
 /// command consumer (the JetStream API ones, imported under the host prefix), its
 /// acks, its heartbeat. `(subject, api, response_type)`.
 fn from_fleet(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
-    let consumer = wire::consumer_name(host);
-    let stream = wire::CMD_STREAM;
+    let consumer = nats_layout::consumer_name(host);
+    let stream = nats_layout::CMD_STREAM;
     vec![
         (
             format!(
                 "$JS.API.CONSUMER.CREATE.{stream}.{consumer}.{}",
-                wire::cmd_subject(host)
+                nats_layout::cmd_subject(host)
             ),
             true,
             None,
@@ -148,7 +148,11 @@ fn from_fleet(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
             Some("stream"),
         ),
         (format!("$JS.ACK.{stream}.{consumer}.>"), false, None),
-        (format!("$KV.{}.{host}", wire::HOSTS_BUCKET), false, None),
+        (
+            format!("$KV.{}.{host}", nats_layout::HOSTS_BUCKET),
+            false,
+            None,
+        ),
     ]
 }
 
@@ -156,13 +160,16 @@ fn from_fleet(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
 /// read its last one, read its own streams' info (they hold nothing but its own),
 /// put its results and read its own progress.
 fn from_store(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
-    let evt = wire::EVT_STREAM;
-    let results = format!("KV_{}", wire::RESULTS_BUCKET);
-    let bucket = wire::RESULTS_BUCKET;
+    let evt = nats_layout::EVT_STREAM;
+    let results = format!("KV_{}", nats_layout::RESULTS_BUCKET);
+    let bucket = nats_layout::RESULTS_BUCKET;
     vec![
-        (wire::evt_subject(host), false, None),
+        (nats_layout::evt_subject(host), false, None),
         (
-            format!("$JS.API.DIRECT.GET.{evt}.{}", wire::evt_subject(host)),
+            format!(
+                "$JS.API.DIRECT.GET.{evt}.{}",
+                nats_layout::evt_subject(host)
+            ),
             true,
             None,
         ),
@@ -191,7 +198,7 @@ fn import(out: &mut String, account: &str, subject: &str, api: bool) {
         "      {{ service: {{ account: {account}, subject: \"{subject}\" }}"
     );
     if api {
-        let to = subject.replacen("$JS.API", wire::HOST_API_PREFIX, 1);
+        let to = subject.replacen("$JS.API", nats_layout::HOST_API_PREFIX, 1);
         let _ = write!(out, ", to: \"{to}\"");
     }
     out.push_str(" }\n");
@@ -239,7 +246,7 @@ pub fn render(accounts: &Accounts) -> String {
             out,
             "      {{ service: {{ account: {}, subject: \"{}\" }} }}",
             host_account(host),
-            wire::rpc_subject(host, "*")
+            nats_layout::rpc_subject(host, "*")
         );
         let _ = writeln!(
             out,
@@ -250,7 +257,7 @@ pub fn render(accounts: &Accounts) -> String {
             out,
             "      {{ service: {{ account: {}, subject: \"$JS.API.>\" }}, to: \"{}.>\" }}",
             store_account(host),
-            wire::store_api_prefix(host)
+            nats_layout::store_api_prefix(host)
         );
     }
     out.push_str("    ]\n  }\n");
@@ -269,7 +276,7 @@ pub fn render(accounts: &Accounts) -> String {
         let _ = writeln!(
             out,
             "    ]\n    exports = [\n      {{ service: \"{}\", accounts: [CAPSTAN] }}\n      {{ stream: \"capstan.v1.res.{host}.>\", accounts: [CAPSTAN] }}\n    ]\n  }}",
-            wire::rpc_subject(host, "*")
+            nats_layout::rpc_subject(host, "*")
         );
         let _ = writeln!(
             out,

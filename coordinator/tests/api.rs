@@ -256,7 +256,7 @@ async fn the_hosts_list_names_each_host_once_while_beats_arrive() {
     let client = async_nats::connect(&api.nats.url).await.expect("connect");
     let client_for_beats = client.clone();
     let bucket = async_nats::jetstream::new(client)
-        .get_key_value(capstan_common::wire::HOSTS_BUCKET)
+        .get_key_value(capstan_common::nats_layout::HOSTS_BUCKET)
         .await
         .expect("bucket");
     bucket.delete("h099").await.expect("delete");
@@ -271,7 +271,7 @@ async fn the_hosts_list_names_each_host_once_while_beats_arrive() {
         let mut round = 0;
         while !listed_enough.load(std::sync::atomic::Ordering::Relaxed) {
             for (host, key) in &keys {
-                let subject = format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET);
+                let subject = format!("$KV.{}.{host}", capstan_common::nats_layout::HOSTS_BUCKET);
                 let body = beat_body(host, round % 2 == 0);
                 publish_signed(&js, subject, key, Publication::Beat, body).await;
             }
@@ -322,7 +322,7 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
     assert_eq!(status, 200, "{first}");
     let client = async_nats::connect(&api.nats.url).await.expect("connect");
     let js = async_nats::jetstream::new(client);
-    let subject = capstan_common::wire::evt_subject("h1");
+    let subject = capstan_common::nats_layout::evt_subject("h1");
     let key = registered(&api, "h1").await;
     let mut acks = Vec::new();
     for seq in 1..=RECORDS {
@@ -347,7 +347,7 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
         .map(|h| {
             let (js, stop) = (js.clone(), Arc::clone(&stop));
             tokio::spawn(async move {
-                let subject = capstan_common::wire::evt_subject(&format!("h{h}"));
+                let subject = capstan_common::nats_layout::evt_subject(&format!("h{h}"));
                 let mut seq = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     seq += 1;
@@ -467,7 +467,7 @@ async fn records_signed_by_an_unregistered_key_are_refused_even_when_checked_bef
     let (status, first) = api.get("/v1/hosts/h1/events", None).await;
     assert_eq!(status, 200, "{first}");
     let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
-    let subject = capstan_common::wire::evt_subject("h1");
+    let subject = capstan_common::nats_layout::evt_subject("h1");
     let old = registered(&api, "h1").await;
     let body = json!({"seq": 1, "kind": "namespace_ready", "namespace": "ns"})
         .to_string()

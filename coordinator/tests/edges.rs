@@ -29,7 +29,7 @@ async fn published_to_h1(api: &Api) -> u64 {
         .get_stream("CAPSTAN_CMD")
         .await
         .expect("the command stream");
-    let subject = capstan_common::wire::cmd_subject("h1");
+    let subject = capstan_common::nats_layout::cmd_subject("h1");
     let info = stream
         .info_with_subjects(subject.clone())
         .await

@@ -5,7 +5,7 @@ use crate::context::{open_log, Context};
 use crate::{log_export, log_files, LogAction, LogArgs};
 use capstan_agent::local_socket;
 use capstan_agent::log::LogError;
-use capstan_common::wire::{LogRequest, VerifyAnswer};
+use capstan_common::answers::{LogRequest, VerifyAnswer};
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -4,7 +4,7 @@
 use capstan_agent::event::Record;
 use capstan_agent::local_socket;
 use capstan_agent::log::{LogError, LogReader};
-use capstan_common::wire::{LayoutAnswer, LogRequest};
+use capstan_common::answers::{LayoutAnswer, LogRequest};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;

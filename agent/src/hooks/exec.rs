@@ -65,13 +65,16 @@ impl HookRunner for ExecRunner {
             drop(stdin);
         };
         let mut out = Vec::new();
-        let read = async {
-            (&mut stdout)
-                .take(super::MAX_REPLY_BYTES as u64 + 1)
-                .read_to_end(&mut out)
-                .await
-        };
+        let read = async { (&mut stdout).take(u64::MAX).read_to_end(&mut out).await };
         let ((), read) = tokio::join!(write, read);
+        if out.len() > super::MAX_REPLY_BYTES {
+            // Longer than a reply may be: refused, the rest unread. The hook would
+            // block writing it (and the call wait for its exit until its timeout), so
+            // its whole group is killed, and the leader reaped.
+            drop(group);
+            let _ = child.wait().await;
+            return Err(CallFailure::Reply);
+        }
         let status = child.wait().await.map_err(|_| CallFailure::Exit)?;
         // Reaped: its pid may be reused from here on, so never signal it again.
         group.0 = None;

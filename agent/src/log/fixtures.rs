@@ -86,7 +86,7 @@ fn replay(log: &Log) -> Intent {
 /// command id's records, each workload's, and the records of each minute and of
 /// a range cutting through minutes.
 fn indexes_agree(log: &Log) {
-    use capstan_common::wire::LogRequest;
+    use capstan_common::answers::LogRequest;
     use std::collections::BTreeSet;
     let all: Vec<_> = log.read_since(0).map(|r| r.unwrap()).collect();
     let scan = |request: &LogRequest| -> Vec<u64> {

@@ -533,7 +533,7 @@ impl Log {
 
     /// Every record that carries command id `id`, in order.
     pub fn for_command(&self, id: &str) -> Result<Vec<Record>, LogError> {
-        self.query(&capstan_common::wire::LogRequest {
+        self.query(&capstan_common::answers::LogRequest {
             command: Some(id.to_string()),
             ..Default::default()
         })
@@ -558,7 +558,7 @@ impl Log {
 
     /// Every record about `namespace/workload`, in order.
     pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
-        self.query(&capstan_common::wire::LogRequest {
+        self.query(&capstan_common::answers::LogRequest {
             namespace: Some(namespace.to_string()),
             workload: Some(workload.to_string()),
             ..Default::default()

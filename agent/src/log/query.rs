@@ -15,7 +15,7 @@
 use super::records::Records;
 use super::{postings, Log, LogError};
 use crate::event::{Event, Record};
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 
 /// A time bucket of `by_time`: one minute.
 const MINUTE_MS: i64 = 60_000;

@@ -1,6 +1,6 @@
 use super::super::{Log, LogOptions};
 use crate::event::{Cause, Event};
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 use chrono::{DateTime, Utc};
 use std::path::Path;
 

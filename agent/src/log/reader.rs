@@ -18,7 +18,7 @@ use super::query::Indexes;
 use super::records::Records;
 use super::{anchor, records_since, release, tip, LogError};
 use crate::event::Record;
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 use std::path::Path;
 
 /// A log opened for reading only.

@@ -2,7 +2,7 @@ use super::super::anchor::{self, Anchor};
 use super::super::query::tests::{between, started, stepped_back};
 use super::super::{release, Log, LogError};
 use super::LogReader;
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 use std::path::Path;
 
 fn seqs(reader: &LogReader, request: LogRequest) -> Vec<u64> {

@@ -1,6 +1,6 @@
 use super::super::{Log, LogOptions, LogReader};
 use crate::event::Event;
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 
 fn received(id: &str, workload: &str) -> Event {
     Event::CommandReceived {

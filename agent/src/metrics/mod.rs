@@ -16,7 +16,7 @@ pub mod render;
 pub mod serve;
 
 use crate::intent::{Intent, RunIntent};
-use capstan_common::wire::{CommandCounts, Figures, WorkloadCounts};
+use capstan_common::answers::{CommandCounts, Figures, WorkloadCounts};
 use capstan_common::{CommandResult, ErrorCode, Op, Outcome, Phase, KNOWN_OPS};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};

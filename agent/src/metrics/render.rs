@@ -2,7 +2,7 @@
 //! with `# HELP` and `# TYPE`, names prefixed `capstan_agent_`.
 
 use super::{outcome_str, result_str, Metrics};
-use capstan_common::wire::WorkloadCounts;
+use capstan_common::answers::WorkloadCounts;
 use std::fmt::Write as _;
 
 /// The `Content-Type` of [`render`]'s text.

@@ -26,7 +26,7 @@ use super::{auth, pause, Link};
 use crate::executor::Executor;
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use capstan_common::signing::Policy;
-use capstan_common::{wire, CommandResult, ErrorCode};
+use capstan_common::{nats_layout, CommandResult, ErrorCode};
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,10 +79,10 @@ async fn consumer(
     }
     let stream = link
         .js
-        .get_stream_no_info(wire::CMD_STREAM)
+        .get_stream_no_info(nats_layout::CMD_STREAM)
         .await
-        .map_err(|e| format!("cannot reach {}: {e}", wire::CMD_STREAM))?;
-    let name = wire::consumer_name(host);
+        .map_err(|e| format!("cannot reach {}: {e}", nats_layout::CMD_STREAM))?;
+    let name = nats_layout::consumer_name(host);
     if fresh {
         match stream.delete_consumer(&name).await {
             Ok(_) => {}
@@ -92,7 +92,7 @@ async fn consumer(
                 // commands are not taken (the shipped permissions allow it).
                 return Err(format!(
                     "cannot re-create consumer {name} (needs $JS.API.CONSUMER.DELETE.{}.{name}): {e}",
-                    wire::CMD_STREAM
+                    nats_layout::CMD_STREAM
                 ));
             }
         }
@@ -102,7 +102,7 @@ async fn consumer(
             &name,
             pull::Config {
                 durable_name: Some(name.clone()),
-                filter_subject: wire::cmd_subject(host),
+                filter_subject: nats_layout::cmd_subject(host),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 ack_wait: ACK_WAIT,
                 max_ack_pending: i64::try_from(in_flight).unwrap_or(1),
@@ -161,7 +161,7 @@ pub(crate) async fn run(
         // Later set-ups (after an outage) keep the consumer: this process still
         // holds what it was delivered, in order.
         fresh = false;
-        tracing::info!(subject = %wire::cmd_subject(&host), in_flight, "taking commands");
+        tracing::info!(subject = %nats_layout::cmd_subject(&host), in_flight, "taking commands");
         retry = Duration::from_millis(200);
         let messages = consumer
             .stream()

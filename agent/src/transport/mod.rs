@@ -168,7 +168,7 @@ impl Transport {
         let client = nats
             .connect(
                 &format!("capstan-agent {}", info.host),
-                Some(capstan_common::wire::inbox_prefix(&info.host)),
+                Some(capstan_common::nats_layout::inbox_prefix(&info.host)),
             )
             .await?;
         let link = Link {

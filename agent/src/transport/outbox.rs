@@ -37,8 +37,8 @@ use super::{pause, Link, OutboxAlarm};
 use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use capstan_common::nats_layout;
 use capstan_common::published::Publication;
-use capstan_common::wire;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -173,7 +173,7 @@ async fn publish_all(
     atomic: &mut Atomic,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), OutboxError> {
-    let subject = wire::evt_subject(host);
+    let subject = nats_layout::evt_subject(host);
     let stream = capstan_common::nats::evt_stream(&link.js, link.replicas, link.scope())
         .await
         .map_err(OutboxError::Stream)?;

@@ -1,12 +1,13 @@
-//! The host registry: every [`wire::HEARTBEAT_SECS`] (and within [`FRESH`] of its log
+//! The host registry: every [`nats_layout::HEARTBEAT_SECS`] (and within [`FRESH`] of its log
 //! growing) the agent puts a [`HostBeat`] under its host name in the `capstan_hosts`
 //! bucket. The bucket's max age removes the entries of hosts that stopped beating.
 
 use super::{pause, HostInfo, Link};
 use crate::executor::Executor;
+use capstan_common::answers::HostBeat;
 use capstan_common::nats::Retention;
+use capstan_common::nats_layout;
 use capstan_common::published::Publication;
-use capstan_common::wire::{self, HostBeat};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -29,12 +30,12 @@ pub(crate) async fn run(
     let mut bucket = link.host_accounts.then_some(());
     let mut failing = false;
     let mut appended = log.subscribe();
-    let subject = format!("$KV.{}.{}", wire::HOSTS_BUCKET, info.host);
+    let subject = format!("$KV.{}.{}", nats_layout::HOSTS_BUCKET, info.host);
     loop {
         if bucket.is_none() {
             match capstan_common::nats::bucket(
                 &link.js,
-                wire::HOSTS_BUCKET,
+                nats_layout::HOSTS_BUCKET,
                 Retention::default().hosts_max_age,
                 link.replicas,
             )
@@ -75,7 +76,7 @@ pub(crate) async fn run(
         }
         // The next beat: when the period is up, or FRESH after the log grows past what
         // the last beat reported (so a burst of records costs one beat).
-        let due = tokio::time::Instant::now() + Duration::from_secs(wire::HEARTBEAT_SECS);
+        let due = tokio::time::Instant::now() + Duration::from_secs(nats_layout::HEARTBEAT_SECS);
         let grew = async {
             match sent {
                 Some(s) => drop(appended.wait_for(|seq| *seq != s).await),

@@ -25,9 +25,9 @@ use super::{pause, Link};
 use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention};
+use capstan_common::nats_layout;
 use capstan_common::published::Publication;
 use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
-use capstan_common::wire;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,7 +230,7 @@ impl Results {
             .await
             .map_err(ResultsError::Bucket)?;
         let last = match evt
-            .direct_get_last_for_subject(wire::evt_subject(&self.host))
+            .direct_get_last_for_subject(nats_layout::evt_subject(&self.host))
             .await
         {
             Ok(m) => serde_json::from_slice::<serde_json::Value>(&m.payload)
@@ -246,7 +246,7 @@ impl Results {
     /// Puts the result of every pending command, summed up from its records up to
     /// `upto`; all sent, then all acknowledged. The round's puts are signed as one
     /// batch; on per-host accounts each is followed by a notice of the same bytes and
-    /// headers on [`wire::result_notice_subject`] (what `wait`s follow there: a put
+    /// headers on [`nats_layout::result_notice_subject`] (what `wait`s follow there: a put
     /// into the host's storage account is not seen by the coordinators' account).
     async fn put(&mut self, upto: u64) -> Result<(), ResultsError> {
         let mut bodies = Vec::with_capacity(self.pending.len());
@@ -278,7 +278,7 @@ impl Results {
                 .link
                 .js
                 .publish_with_headers(
-                    wire::result_subject(&self.host, &id),
+                    nats_layout::result_subject(&self.host, &id),
                     headers.clone(),
                     body.clone().into(),
                 )
@@ -294,7 +294,7 @@ impl Results {
                 continue;
             }
             // Best effort: a lost notice costs a waiter its next re-read, no more.
-            let notice = wire::result_notice_subject(&self.host, &id);
+            let notice = nats_layout::result_notice_subject(&self.host, &id);
             if let Err(e) = client
                 .publish_with_headers(notice, headers, body.into())
                 .await

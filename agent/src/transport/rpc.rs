@@ -17,9 +17,10 @@ use super::{pause, HostInfo};
 use crate::event::Record;
 use crate::executor::Executor;
 use crate::log::Log;
+use capstan_common::answers::{AgentCode, ErrorReply, LogRequest};
+use capstan_common::nats_layout;
 use capstan_common::published::{self, Publication};
 use capstan_common::signing::Signer;
-use capstan_common::wire::{self, AgentCode, ErrorReply, LogRequest};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -142,7 +143,7 @@ pub fn answer(
             format!(
                 "unknown verb {:?}; known: {}",
                 other.chars().take(32).collect::<String>(),
-                wire::RPC_VERBS.join(", ")
+                nats_layout::RPC_VERBS.join(", ")
             ),
         ),
     }

@@ -5,7 +5,7 @@
 //! - Per-host accounts (`[nats] host_accounts`, `capstan-coordinator nats-config`):
 //!   each host's own stream and bucket, in its **storage account**, which the host
 //!   reaches only through the subjects it is given and the coordinators' account
-//!   reaches whole under [`wire::store_api_prefix`] ([`Scope::Host`]). The host's
+//!   reaches whole under [`nats_layout::store_api_prefix`] ([`Scope::Host`]). The host's
 //!   quota is that account's: nothing one host writes can evict or crowd out
 //!   another's. A coordinator makes a host's stream and bucket the first time it
 //!   needs them (a registration, a submission, a read), with today's limits.
@@ -13,7 +13,7 @@
 use super::FleetError;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention, Scope};
-use capstan_common::wire;
+use capstan_common::nats_layout;
 use std::collections::HashMap;
 
 /// One host's stream and bucket (the bucket as its backing stream, read with direct
@@ -76,7 +76,7 @@ impl Stores {
         if let Some(s) = hosts.get(host) {
             return Ok(s.clone());
         }
-        let prefix = wire::store_api_prefix(host);
+        let prefix = nats_layout::store_api_prefix(host);
         // Whether the host has a storage account at all: its JetStream answers
         // account info; nothing answers for a host the server config lacks.
         match self
@@ -107,7 +107,7 @@ async fn open(
     let evt = cnats::evt_stream(js, replicas, scope).await?;
     cnats::results_bucket(js, retention.commands_max_age, replicas, scope).await?;
     let results = js
-        .get_stream(format!("KV_{}", wire::RESULTS_BUCKET))
+        .get_stream(format!("KV_{}", nats_layout::RESULTS_BUCKET))
         .await
         .map_err(FleetError::nats)?;
     Ok(Storage { evt, results })

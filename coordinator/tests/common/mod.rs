@@ -130,7 +130,7 @@ impl Api {
         let js = async_nats::jetstream::new(client);
         let hosts = capstan_common::nats::bucket(
             &js,
-            capstan_common::wire::HOSTS_BUCKET,
+            capstan_common::nats_layout::HOSTS_BUCKET,
             Retention::default().hosts_max_age,
             1,
         )
@@ -139,7 +139,7 @@ impl Api {
         let body = beat_body(host, healthy);
         drop(hosts);
         let key = registered(self, host).await;
-        let subject = format!("$KV.{}.{host}", capstan_common::wire::HOSTS_BUCKET);
+        let subject = format!("$KV.{}.{host}", capstan_common::nats_layout::HOSTS_BUCKET);
         publish_signed(&js, subject, &key, Publication::Beat, body).await;
     }
 }
@@ -147,7 +147,7 @@ impl Api {
 /// A fresh heartbeat of `host`, as its agent puts it (`healthy: false` says its log
 /// failed a flush).
 pub fn beat_body(host: &str, healthy: bool) -> Vec<u8> {
-    let beat = capstan_common::wire::HostBeat {
+    let beat = capstan_common::answers::HostBeat {
         host: host.into(),
         version: "test".into(),
         drivers: vec!["sim".into()],

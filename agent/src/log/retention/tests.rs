@@ -1,7 +1,7 @@
 use super::*;
 use crate::event::{Cause, Event};
 use crate::log::LogOptions;
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 
 fn bounds() -> Bounds {
     Bounds {
@@ -359,7 +359,7 @@ fn a_crash_between_export_and_prune_loses_and_duplicates_nothing() {
     assert!(log.for_command("c-3").unwrap().is_empty());
     assert_eq!(log.get(3).unwrap(), None);
     assert_eq!(log.read_since(0).next().unwrap().unwrap().seq, 26);
-    let everything = capstan_common::wire::LogRequest::default();
+    let everything = capstan_common::answers::LogRequest::default();
     assert!(log.query(&everything).unwrap().iter().all(|r| r.seq > 25));
     let exported = log.export_lines(0, 30, 100).unwrap();
     assert_eq!(exported.len(), 5, "26..=30");

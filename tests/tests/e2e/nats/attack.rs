@@ -8,7 +8,7 @@
 
 use super::Fleet;
 use async_nats::jetstream;
-use capstan_common::wire;
+use capstan_common::nats_layout;
 use capstan_tests::agent::Agent;
 use capstan_tests::nats::runtime;
 use capstan_tests::{wait_until, READY};
@@ -140,7 +140,7 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
         let fleet_js = jetstream::new(v.connect("coordinator").await);
         let commands_before = subjects(&fleet_js, "KV_capstan_commands").await;
         let attacker = v.connect("h1").await;
-        let prefix = wire::HOST_API_PREFIX;
+        let prefix = nats_layout::HOST_API_PREFIX;
         // Requests h1 may make; each answer goes wherever the reply says.
         let requests = [
             format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
@@ -221,7 +221,7 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
         // h2's storage: its records and results only.
         let store = jetstream::with_prefix(
             v.connect("coordinator").await,
-            &wire::store_api_prefix("h2"),
+            &nats_layout::store_api_prefix("h2"),
         );
         let evt = subjects(&store, "CAPSTAN_EVT").await;
         assert_eq!(evt, BTreeSet::from(["capstan.v1.evt.h2".to_string()]));
@@ -390,7 +390,7 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
     v.stop_h1();
     let c = &v.fleet.coordinator;
     let (last_seq, last_stream_seq) = runtime().block_on(async {
-        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        let attacker = jetstream::with_prefix(v.connect("h1").await, nats_layout::HOST_API_PREFIX);
         // An unsigned heartbeat under h1's own key.
         let beat = serde_json::json!({"host": "h1", "version": "evil", "drivers": [],
             "capabilities": {}, "last_seq": 0, "at": chrono::Utc::now()});
@@ -405,7 +405,7 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
             "done": true, "error": {"code": "forged", "message": "forged"}, "events": []});
         attacker
             .publish(
-                wire::result_subject("h1", "mine"),
+                nats_layout::result_subject("h1", "mine"),
                 status.to_string().into(),
             )
             .await
@@ -432,7 +432,7 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
     // An unsigned record, in sequence, on h1's own subject: its events and verify
     // are refused, never shown.
     runtime().block_on(async {
-        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        let attacker = jetstream::with_prefix(v.connect("h1").await, nats_layout::HOST_API_PREFIX);
         let record = serde_json::json!({"host": "h1", "seq": last_seq + 1, "kind": "namespace_ready",
             "at": chrono::Utc::now(), "prev_hash": "00", "namespace": "forged"});
         let message = jetstream::message::PublishMessage::build()
@@ -477,7 +477,11 @@ fn a_result_claiming_a_billion_records_is_refused_not_read() {
             batch.proofs[0].as_str(),
         );
         attacker
-            .publish_with_headers(wire::result_subject("h1", "mine"), headers, body.into())
+            .publish_with_headers(
+                nats_layout::result_subject("h1", "mine"),
+                headers,
+                body.into(),
+            )
             .await
             .expect("publish")
             .await
@@ -501,7 +505,7 @@ fn h1s_own_subject_takes_a_record_only_right_after_its_last() {
     let mut v = victim("64M");
     v.stop_h1();
     runtime().block_on(async {
-        let attacker = jetstream::with_prefix(v.connect("h1").await, wire::HOST_API_PREFIX);
+        let attacker = jetstream::with_prefix(v.connect("h1").await, nats_layout::HOST_API_PREFIX);
         let last = last_record(&attacker).await.sequence;
         for expected in [0, last - 1] {
             let message = jetstream::message::PublishMessage::build()

@@ -8,7 +8,7 @@
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use capstan_common::nats::CMD_MAX_CONSUMERS;
-use capstan_common::wire;
+use capstan_common::nats_layout;
 use capstan_tests::nats::{runtime, Coordinator, Keys, NatsServer};
 use futures::StreamExt as _;
 
@@ -18,19 +18,22 @@ const HOSTS: usize = 1_001;
 /// A durable consumer for each of [`HOSTS`] hosts, as each host's agent makes its
 /// own (`agent-<host>`, its subject, explicit acks), 32 at a time.
 async fn consumer_for_every_host(js: &jetstream::Context) {
-    let stream = js.get_stream(wire::CMD_STREAM).await.expect("CAPSTAN_CMD");
+    let stream = js
+        .get_stream(nats_layout::CMD_STREAM)
+        .await
+        .expect("CAPSTAN_CMD");
     let made: Vec<Result<(), String>> = futures::stream::iter(0..HOSTS)
         .map(|i| {
             let stream = stream.clone();
             async move {
                 let host = format!("h{i:04}");
-                let name = wire::consumer_name(&host);
+                let name = nats_layout::consumer_name(&host);
                 stream
                     .get_or_create_consumer(
                         &name,
                         pull::Config {
                             durable_name: Some(name.clone()),
-                            filter_subject: wire::cmd_subject(&host),
+                            filter_subject: nats_layout::cmd_subject(&host),
                             ack_policy: jetstream::consumer::AckPolicy::Explicit,
                             ..Default::default()
                         },
@@ -53,7 +56,10 @@ async fn consumer_for_every_host(js: &jetstream::Context) {
 }
 
 async fn limit(js: &jetstream::Context) -> i32 {
-    let mut stream = js.get_stream(wire::CMD_STREAM).await.expect("CAPSTAN_CMD");
+    let mut stream = js
+        .get_stream(nats_layout::CMD_STREAM)
+        .await
+        .expect("CAPSTAN_CMD");
     stream.info().await.expect("info").config.max_consumers
 }
 
@@ -81,7 +87,7 @@ fn a_command_stream_an_earlier_release_made_is_given_the_consumer_limit() {
         let js = jetstream::new(client);
         // CAPSTAN_CMD as releases before the limit made it: none set.
         js.create_stream(stream::Config {
-            name: wire::CMD_STREAM.into(),
+            name: nats_layout::CMD_STREAM.into(),
             subjects: vec!["capstan.v1.cmd.*".into()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,

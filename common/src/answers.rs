@@ -1,96 +1,10 @@
-//! The NATS layout of protocol v1: subjects, streams and buckets, and the JSON of the
-//! host registry. Pure names and types; the connection code is in `nats` (feature
-//! `nats`). Documented in `docs/nats.md`.
+//! The JSON of what agents answer and publish besides commands and results: the host
+//! registry's heartbeat (with the agent's figures), the `log` request, the agent's
+//! error answers (`AgentCode`, `ErrorReply`, also the coordinator's HTTP errors) and
+//! its local socket's typed answers. Documented in `docs/protocol.md` and
+//! `docs/nats.md`.
 
 use serde::{Deserialize, Serialize};
-
-/// The JetStream stream holding every host's commands (work-queue retention).
-pub const CMD_STREAM: &str = "CAPSTAN_CMD";
-/// The JetStream stream holding every host's log records: the central audit copy.
-pub const EVT_STREAM: &str = "CAPSTAN_EVT";
-/// The KV bucket of host heartbeats.
-pub const HOSTS_BUCKET: &str = "capstan_hosts";
-/// The KV bucket the coordinators share to find a command's host by id.
-pub const COMMANDS_BUCKET: &str = "capstan_commands";
-/// The KV bucket of command results: what happened to each command, written by its
-/// host's agent (key [`result_key`]), read by the coordinators in one get.
-pub const RESULTS_BUCKET: &str = "capstan_results";
-/// The KV bucket of the hosts' registered public keys (`capstan_host_keys`, key =
-/// host): written by the coordinators only, what host signatures are checked against.
-pub const HOST_KEYS_BUCKET: &str = "capstan_host_keys";
-/// How often an agent refreshes its registry entry.
-pub const HEARTBEAT_SECS: u64 = 5;
-
-/// `capstan.v1.cmd.<host>`: the host's commands.
-pub fn cmd_subject(host: &str) -> String {
-    format!("capstan.v1.cmd.{host}")
-}
-
-/// `capstan.v1.evt.<host>`: the host's log records, in seq order.
-pub fn evt_subject(host: &str) -> String {
-    format!("capstan.v1.evt.{host}")
-}
-
-/// `capstan.v1.rpc.<host>.<verb>`: request/reply to the agent.
-pub fn rpc_subject(host: &str, verb: &str) -> String {
-    format!("capstan.v1.rpc.{host}.{verb}")
-}
-
-/// The durable consumer an agent reads its commands through.
-pub fn consumer_name(host: &str) -> String {
-    format!("agent-{host}")
-}
-
-/// The key of a command's entry in [`RESULTS_BUCKET`]: `<host>.<hex of the id>`, so
-/// that permissions can give each agent `$KV.capstan_results.<host>.>` and nothing else.
-pub fn result_key(host: &str, id: &str) -> String {
-    format!("{host}.{}", crate::signing::to_hex(id.as_bytes()))
-}
-
-/// The subject a put of [`result_key`] is published on (and can be subscribed to).
-pub fn result_subject(host: &str, id: &str) -> String {
-    format!("$KV.{RESULTS_BUCKET}.{}", result_key(host, id))
-}
-
-/// `capstan.v1.res.<host>.<hex of the id>`: a notice of each result put, carrying the
-/// same bytes and signature, for a coordinator's `wait` to follow (on per-host
-/// accounts a put into the host's storage is not seen by a subscription of the
-/// coordinator's account; a plain publish of the host's is).
-pub fn result_notice_subject(host: &str, id: &str) -> String {
-    format!(
-        "capstan.v1.res.{host}.{}",
-        crate::signing::to_hex(id.as_bytes())
-    )
-}
-
-/// On per-host accounts (`[nats] host_accounts`), the prefix of the JetStream API an
-/// agent uses: its account imports the API subjects it may use from the fleet's
-/// account and its storage account under this prefix (its own account has no
-/// JetStream, and the server answers `$JS.API` there with "not enabled").
-pub const HOST_API_PREFIX: &str = "capstan.js.API";
-
-/// On per-host accounts, the prefix under which the coordinators' account imports
-/// the JetStream API of host `host`'s storage account (its event stream and results).
-pub fn store_api_prefix(host: &str) -> String {
-    format!("capstan.store.{host}.API")
-}
-
-/// The inbox prefix an agent uses for its own requests, so that permissions can give
-/// each agent its own replies and nobody else's.
-pub fn inbox_prefix(host: &str) -> String {
-    format!("_INBOX_{host}")
-}
-
-/// How far in the future a heartbeat's `at` may be (clock skew) and still count as
-/// alive; a beat further ahead is `stale`.
-pub const BEAT_SKEW_SECS: u64 = 10;
-
-/// The RPC verbs an agent answers.
-pub const RPC_VERBS: &[&str] = &["ping", "status", "intent", "log"];
-
-fn yes() -> bool {
-    true
-}
 
 /// One entry of the host registry (`capstan_hosts`, key = host).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,4 +185,8 @@ impl ErrorReply {
             },
         }
     }
+}
+
+fn yes() -> bool {
+    true
 }

@@ -23,8 +23,4 @@ pub mod supervise;
 pub mod transport;
 
 #[cfg(test)]
-mod executor_tests;
-#[cfg(test)]
-mod flush_failure_tests;
-#[cfg(test)]
 mod testkit;

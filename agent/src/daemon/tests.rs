@@ -196,7 +196,7 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
 async fn the_background_verification_degrades_a_log_with_a_forged_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let log_dir = dir.path().join("log");
-    crate::log::hardening_tests::log_with_a_forged_snapshot(&log_dir);
+    crate::log::tests::hardening::log_with_a_forged_snapshot(&log_dir);
     let options = crate::log::LogOptions::snapshot_every(1000);
     let log = Arc::new(crate::log::Log::open(&log_dir, options).unwrap());
     assert!(log.degraded().is_none(), "opening trusts the snapshot");

@@ -32,8 +32,6 @@ mod lifecycle;
 mod ready;
 pub use lifecycle::{ReconcileReport, SweepReport};
 #[cfg(test)]
-mod pruned_tests;
-#[cfg(test)]
 mod tests;
 
 /// Carries commands out against one driver, recording everything in one log.

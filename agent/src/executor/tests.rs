@@ -1,6 +1,13 @@
 //! The executor against the real log and sim driver: refusals before any effect, and
 //! startup reconciliation of a backend that gave up.
 
+/// A log that cannot be made durable under a running executor.
+mod flush_failure;
+/// Random valid command sequences through the executor (proptest).
+mod property;
+/// Commands answered from what retention kept of them.
+mod pruned;
+
 use crate::event::{Cause, Event};
 use crate::testkit::{prepare_op, spec_for, Rig};
 use capstan_common::{DriverKind, ErrorCode, Op, Outcome};

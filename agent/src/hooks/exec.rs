@@ -65,7 +65,12 @@ impl HookRunner for ExecRunner {
             drop(stdin);
         };
         let mut out = Vec::new();
-        let read = async { (&mut stdout).take(u64::MAX).read_to_end(&mut out).await };
+        let read = async {
+            (&mut stdout)
+                .take(super::MAX_REPLY_BYTES as u64 + 1)
+                .read_to_end(&mut out)
+                .await
+        };
         let ((), read) = tokio::join!(write, read);
         if out.len() > super::MAX_REPLY_BYTES {
             // Longer than a reply may be: refused, the rest unread. The hook would
@@ -201,7 +206,7 @@ mod tests {
     #[tokio::test]
     async fn a_reply_of_exactly_the_limit_is_accepted() {
         let dir = tempfile::tempdir().unwrap();
-        let o = replying(dir.path(), super::super::MAX_REPLY_BYTES);
+        let o = replying(dir.path(), 64 * 1024);
         let reply = ExecRunner.call(&o, &request()).await.unwrap();
         assert_eq!(
             reply.env["A"].len(),

@@ -306,7 +306,7 @@ fn a_layout_2_log_opens_as_it_is_reads_and_grows() {
             super::layout::Found::Current
         );
     }
-    super::release::wait_until_released(&fx.data.join("log/db"));
+    super::db_lock::wait_until_released(&fx.data.join("log/db"));
     let log = reads_as_written(&fx);
     assert!(versions(&log).iter().all(|v| *v == 2));
     let after = takes_new_commands(&fx, log);

@@ -37,7 +37,7 @@
 //! do not know them, so they are not a new layout.
 
 use super::records::{self, PER_CHUNK};
-use super::{codec, key_seq, postings, query, release, LogError};
+use super::{codec, db_lock, key_seq, postings, query, LogError};
 use std::path::{Path, PathBuf};
 
 /// The default tree's key naming the layout, and this build's.
@@ -167,7 +167,7 @@ pub(super) fn of(dir: &Path) -> Result<Option<String>, LogError> {
         Found::Unknown(u) => Some(u.layout.unwrap_or_else(|| "unknown".to_string())),
     };
     drop(db);
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
     Ok(layout)
 }
 
@@ -217,7 +217,7 @@ pub(super) fn open_raw(dir: &Path) -> Result<sled::Db, LogError> {
 fn close(db: sled::Db, dir: &Path) -> Result<(), LogError> {
     db.flush().map_err(LogError::Storage)?;
     drop(db);
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
     Ok(())
 }
 
@@ -277,7 +277,7 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
         // Untouched, and nothing beside it removed: a newer build's to deal with.
         Found::Unknown(unknown) => {
             drop(db);
-            release::wait_until_released(&dir.join("db"));
+            db_lock::wait_until_released(&dir.join("db"));
             return Err(refused(dir, unknown));
         }
         Found::Current | Found::Empty => {
@@ -297,7 +297,7 @@ pub(super) fn prepare(dir: &Path) -> Result<(), LogError> {
         // that write. The unfinished copy stays, for the next open to remove.
         std::mem::forget(copy);
         drop(db);
-        release::wait_until_released(&dir.join("db"));
+        db_lock::wait_until_released(&dir.join("db"));
         return Err(copy_failed(&converting)(e));
     }
     close(copy, &converting)?;
@@ -422,5 +422,4 @@ fn convert(old: &sled::Db, new: &sled::Db) -> Result<(), LogError> {
 }
 
 #[cfg(test)]
-#[path = "layout_tests.rs"]
 pub(super) mod tests;

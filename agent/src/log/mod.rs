@@ -26,23 +26,27 @@
 pub mod anchor;
 mod codec;
 mod combine;
+mod db_lock;
 mod error;
 pub mod export;
 mod flusher;
-mod kv;
+mod key_writes;
 mod layout;
 mod postings;
 mod pruned;
 mod query;
 mod reader;
 mod records;
-mod release;
 pub mod retention;
 mod snapshot;
 mod stored;
 mod tip;
 mod verify;
 
+/// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
+/// open a log's database raw).
+#[doc(hidden)]
+pub use db_lock::wait_until_released;
 pub use error::{Corruption, Defect, LogError};
 /// The storage layouts this build reads (`capstan-agent --version`), and this
 /// build's version as the log records it.
@@ -53,10 +57,6 @@ pub use reader::LogReader;
 /// The sled tree that holds the records (benchmarks that read a log's database raw).
 #[doc(hidden)]
 pub use records::TREE as RECORDS_TREE;
-/// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
-/// open a log's database raw).
-#[doc(hidden)]
-pub use release::wait_until_released;
 /// One event of every kind (tests of the events' JSON).
 #[cfg(test)]
 pub(crate) use stored::samples;
@@ -156,7 +156,7 @@ pub struct Log {
     pruned_through: std::sync::atomic::AtomicU64,
     /// Last: dropped after every sled handle above, it waits until sled has let go of
     /// the database, so the log can be opened again as soon as this one is dropped.
-    _released: release::Released,
+    _released: db_lock::Released,
 }
 
 fn seq_key(seq: u64) -> [u8; 8] {
@@ -293,7 +293,7 @@ impl Log {
             appended,
             degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
             pruned_through: anchored.unwrap_or(0).into(),
-            _released: release::Released::new(dir),
+            _released: db_lock::Released::new(dir),
         };
         if let Some(seq) = anchored {
             // A prune that crashed after writing its anchor is finished here.
@@ -640,7 +640,7 @@ pub fn write_future_layout(dir: &Path, layout: &str, build: &str) -> Result<(), 
     };
     write().map_err(LogError::Storage)?;
     drop(db);
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
     Ok(())
 }
 
@@ -665,11 +665,9 @@ pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogEr
     records.put_raw(seq, &value)?;
     db.flush().map_err(LogError::Storage)?;
     drop((records, db));
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
     Ok(())
 }
 
 #[cfg(test)]
-pub(crate) mod hardening_tests;
-#[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -43,7 +43,7 @@ fn blocks_of(head: &[u8]) -> u32 {
 /// Adds `entries` (concatenated, each `width` bytes, in order) to the list of `key`
 /// (an append's writes): one read of its head, a write of each block the entries fill
 /// (before the head that counts it), then one write of the head, however many entries.
-pub(super) fn push<T: super::kv::Kv>(
+pub(super) fn push<T: super::key_writes::KeyWrites>(
     tx: &T,
     key: &[u8],
     entries: &[u8],
@@ -88,7 +88,7 @@ impl<'a> Entries<'a> {
     }
 
     /// Pushes every list's entries to `tx`.
-    pub fn push<T: super::kv::Kv>(&self, tx: &T) -> Result<(), T::Error> {
+    pub fn push<T: super::key_writes::KeyWrites>(&self, tx: &T) -> Result<(), T::Error> {
         for (key, entries) in &self.lists {
             push(tx, key, entries, self.width)?;
         }

@@ -259,5 +259,4 @@ impl PrunedIds {
 }
 
 #[cfg(test)]
-#[path = "pruned_tests.rs"]
 mod tests;

@@ -176,5 +176,4 @@ impl Log {
 }
 
 #[cfg(test)]
-#[path = "query_tests.rs"]
 pub(super) mod tests;

@@ -16,7 +16,7 @@
 use super::layout::{self, Found};
 use super::query::Indexes;
 use super::records::Records;
-use super::{anchor, records_since, release, tip, LogError};
+use super::{anchor, db_lock, records_since, tip, LogError};
 use crate::event::Record;
 use capstan_common::answers::LogRequest;
 use std::path::Path;
@@ -34,7 +34,7 @@ pub struct LogReader {
     tip: u64,
     _db: sled::Db,
     /// Last, as in [`super::Log`]: waits until sled has let go of the database.
-    _released: release::Released,
+    _released: db_lock::Released,
 }
 
 impl LogReader {
@@ -98,7 +98,7 @@ impl LogReader {
             by_time,
             pruned_through,
             _db: db,
-            _released: release::Released::new(dir),
+            _released: db_lock::Released::new(dir),
         }))
     }
 
@@ -130,5 +130,4 @@ impl LogReader {
 }
 
 #[cfg(test)]
-#[path = "reader_tests.rs"]
 mod tests;

@@ -111,7 +111,10 @@ impl Records {
     /// Adds records (consecutive seqs, in order, each with its sealed bytes) to their
     /// chunks (an append's writes): one read and one write a chunk, however many of
     /// the records it takes.
-    pub fn push<T: super::kv::Kv>(tx: &T, records: &[(u64, &[u8])]) -> Result<(), T::Error> {
+    pub fn push<T: super::key_writes::KeyWrites>(
+        tx: &T,
+        records: &[(u64, &[u8])],
+    ) -> Result<(), T::Error> {
         for same_chunk in records.chunk_by(|a, b| chunk_key(a.0) == chunk_key(b.0)) {
             let key = chunk_key(same_chunk[0].0);
             let mut chunk = tx.fetch(&key)?.map(|v| v.to_vec()).unwrap_or_default();

@@ -1,4 +1,7 @@
 use super::*;
+
+/// Forged records and snapshots the log must refuse (also used by the daemon's tests).
+pub(crate) mod hardening;
 use crate::event::Cause;
 
 fn ready(ns: &str) -> Event {

@@ -90,5 +90,4 @@ pub(super) fn cut_after(trees: &Trees<'_>, tip: u64) -> Result<usize, LogError> 
 }
 
 #[cfg(test)]
-#[path = "tip_tests.rs"]
 mod tests;

@@ -4,13 +4,13 @@ use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
 
 /// Reads and writes of single keys, in a transaction or not.
-pub(super) trait Kv {
+pub(super) trait KeyWrites {
     type Error;
     fn fetch(&self, key: &[u8]) -> Result<Option<IVec>, Self::Error>;
     fn put(&self, key: &[u8], value: Vec<u8>) -> Result<(), Self::Error>;
 }
 
-impl Kv for TransactionalTree {
+impl KeyWrites for TransactionalTree {
     type Error = UnabortableTransactionError;
     fn fetch(&self, key: &[u8]) -> Result<Option<IVec>, Self::Error> {
         self.get(key)
@@ -20,7 +20,7 @@ impl Kv for TransactionalTree {
     }
 }
 
-impl Kv for sled::Tree {
+impl KeyWrites for sled::Tree {
     type Error = sled::Error;
     fn fetch(&self, key: &[u8]) -> Result<Option<IVec>, Self::Error> {
         self.get(key)

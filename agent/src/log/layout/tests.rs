@@ -1,8 +1,8 @@
 use super::super::query::tests::{at, started};
 use super::super::records::Records;
-use super::super::{release, seq_key, Log, LogOptions};
+use super::super::{db_lock, seq_key, Log, LogOptions};
 use super::{found, sibling, Found, KEY, OLD_TREES, TREES};
-use capstan_common::wire::LogRequest;
+use capstan_common::answers::LogRequest;
 use std::path::{Path, PathBuf};
 
 /// Rewrites the closed layout-2 log in `db` as layout 1 wrote it: a key per record
@@ -30,7 +30,7 @@ fn raw(dir: &Path, edit: impl FnOnce(&sled::Db)) {
         edit(&db);
         db.flush().unwrap();
     }
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
 }
 
 /// 300 records: workloads `w0`..`w2`, commands `c0`..`c49`, 7 s apart (so the time
@@ -347,4 +347,136 @@ fn a_log_records_the_last_build_that_opened_it_for_writing() {
     layout_1(&old);
     drop(Log::open(&old, LogOptions::default()).unwrap());
     assert_eq!(written_by(&old).as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}
+
+/// Makes the test below the child it starts: the log the child opens.
+const OPEN_IN_CHILD: &str = "CAPSTAN_TEST_OPEN_LOG_IN_CHILD";
+
+/// Opens the log at `dir` in a child process (this test binary, running only `test`)
+/// whose writes stop `limit` bytes into any file, the way a full disk stops them
+/// (`ulimit -f`, with SIGXFSZ ignored: a write past the limit fails with EFBIG).
+/// Returns what the open said: `ok`, or the error and its causes. A child that has
+/// not exited after a minute is killed, failing the test: the open hung.
+fn open_in_child(test: &str, dir: &Path, limit: u64) -> String {
+    let child = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            r#"ulimit -f {} && trap '' XFSZ && exec "$0" "$@""#,
+            limit / 512
+        ))
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(OPEN_IN_CHILD, dir)
+        .env(LIMIT_IN_CHILD, limit.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("opening the log hung (the child was killed after a minute)");
+        }
+    };
+    assert!(out.status.success(), "the child failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.split_once("open: ").map(|(_, said)| said.to_string()))
+        .unwrap_or_else(|| panic!("the child did not say how its open went: {out:?}"))
+}
+
+/// The file size limit the child runs under, to check `ulimit -f` set it.
+const LIMIT_IN_CHILD: &str = "CAPSTAN_TEST_FILE_SIZE_LIMIT";
+
+/// In the child: opens the log at `dir` and prints what happened.
+fn open_here(dir: &str) {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let fsize = limits.lines().find(|l| l.starts_with("Max file size"));
+    let soft = fsize.and_then(|l| l.split_whitespace().nth(3));
+    assert_eq!(
+        soft,
+        std::env::var(LIMIT_IN_CHILD).ok().as_deref(),
+        "{fsize:?}"
+    );
+    let said = match Log::open(Path::new(dir), LogOptions::snapshot_every(64)) {
+        Ok(_) => "ok".to_string(),
+        Err(e) => {
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text = format!("{text}: {c}");
+                cause = c.source();
+            }
+            text
+        }
+    };
+    println!("open: {said}");
+}
+
+#[test]
+fn a_conversion_that_runs_out_of_space_fails_naming_why_and_loses_nothing() {
+    if let Ok(dir) = std::env::var(OPEN_IN_CHILD) {
+        return open_here(&dir);
+    }
+    // Given a layout-1 log with a record larger than the space the conversion will
+    // find (sled writes it to a file of its own, from its start)
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("log");
+    let log = written(&dir);
+    let mut spec = crate::testkit::spec();
+    spec.env.insert("BIG".into(), "x".repeat(4 << 20));
+    let big = crate::testkit::prepared("big", spec);
+    log.append_at(&[big], 9_000_000).unwrap();
+    let (expected, intent) = (answers(&log), log.intent());
+    drop(log);
+    raw(&dir, to_layout_1);
+    let (records, snapshots) = (contents(&dir, OLD_TREES[0]), contents(&dir, "snapshots"));
+    assert_eq!(records.len(), 301);
+    // Room for what opening the old log writes (within its `db` file), not for the
+    // big record's copy.
+    let old_db = std::fs::metadata(dir.join("db")).unwrap().len();
+    let limit = (old_db / (512 << 10) + 2) * (512 << 10);
+    assert!(limit < 4 << 20);
+    // When the agent opens it, and the copy runs out of space
+    let said = open_in_child(
+        "log::layout::tests::a_conversion_that_runs_out_of_space_fails_naming_why_and_loses_nothing",
+        &dir,
+        limit,
+    );
+    // Then the open fails, saying it could not convert the log and why
+    let converting = sibling(&dir, "converting");
+    assert_eq!(
+        said,
+        format!(
+            "cannot convert the log to the current storage layout at {}: File too large (os error 27)",
+            converting.display()
+        )
+    );
+    // and the layout-1 log is as it was, still read as one; the copy is left unfinished
+    assert_eq!(layout(&dir), Found::Old);
+    assert_eq!(contents(&dir, OLD_TREES[0]), records);
+    assert_eq!(contents(&dir, "snapshots"), snapshots);
+    let reader = super::super::LogReader::open(&dir)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        reader,
+        Some(format!("the log at {} is in an earlier storage layout: start the agent once (it converts the log when it opens it), then read it", dir.display()))
+    );
+    assert_eq!(leftovers(&dir), vec![converting.clone()]);
+    assert_ne!(layout(&converting), Found::Current);
+    // When opened with room, then the unfinished copy is not taken for the log: the
+    // conversion is done again, and nothing is lost
+    let log = Log::open(&dir, LogOptions::snapshot_every(64)).unwrap();
+    assert_eq!(log.degraded(), None);
+    assert_eq!(answers(&log), expected);
+    assert_eq!(log.intent(), intent);
+    assert_eq!(log.verify().unwrap(), 301);
+    drop(log);
+    assert_eq!(layout(&dir), Found::Current);
+    assert_eq!(leftovers(&dir), Vec::<PathBuf>::new());
 }

@@ -1,6 +1,6 @@
 use super::super::anchor::{self, Anchor};
 use super::super::query::tests::{between, started, stepped_back};
-use super::super::{release, Log, LogError};
+use super::super::{db_lock, Log, LogError};
 use super::LogReader;
 use capstan_common::answers::LogRequest;
 use std::path::Path;
@@ -29,7 +29,7 @@ fn raw(dir: &Path, edit: impl FnOnce(&sled::Db)) {
         edit(&db);
         db.flush().unwrap();
     }
-    release::wait_until_released(&dir.join("db"));
+    db_lock::wait_until_released(&dir.join("db"));
 }
 
 fn tree_names(dir: &Path) -> Vec<sled::IVec> {

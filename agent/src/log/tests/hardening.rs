@@ -1,7 +1,7 @@
 //! Failures that must show: the watched seq, flush failures, snapshot checks, damaged
 //! lengths.
 
-use super::*;
+use super::super::*;
 use std::sync::Arc;
 
 fn ready(ns: &str) -> Event {
@@ -95,7 +95,7 @@ fn a_huge_length_in_a_resealed_record_degrades_the_log_instead_of_allocating() {
         forged.extend_from_slice(&content[at + 1..]);
         log.records.put_raw(2, &codec::seal(forged).0).unwrap();
         // As if an append wrote it whole (else open drops it as cut short).
-        super::tip::write(&log.db, 2).unwrap();
+        super::super::tip::write(&log.db, 2).unwrap();
         log.flush().unwrap();
     }
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();

@@ -1,6 +1,7 @@
 //! `capstan-agent apply` stops like `run`: SIGTERM or SIGINT cancels the command in
 //! flight (its hooks are cut short and compensated), prints its result, carries out
-//! no further input line and exits 143 / 130.
+//! no further input line and exits 143 / 130 (SIGUSR2, as `run` takes it from the
+//! package's upgrade: 140).
 
 use super::{rollout, web};
 use capstan_tests::agent::Agent;
@@ -65,6 +66,17 @@ fi"#;
 
 #[test]
 fn sigint_while_waiting_for_input_stops_at_once_with_130() {
+    stops_while_waiting_for_input(libc::SIGINT, 130);
+}
+
+#[test]
+fn sigusr2_while_waiting_for_input_stops_at_once_with_140() {
+    stops_while_waiting_for_input(libc::SIGUSR2, 140);
+}
+
+/// `apply` answers a first line, then, blocked reading stdin, gets `signal`: it exits
+/// `code` at once (README's exit codes), a clean exit, not the signal's default action.
+fn stops_while_waiting_for_input(signal: i32, code: i32) {
     let agent = Agent::builder("h1").without_hooks().build();
     let c = agent.commands("ns");
     let mut apply = agent.start_apply(None);
@@ -77,7 +89,7 @@ fn sigint_while_waiting_for_input_stops_at_once_with_130() {
         .expect("a result line before the end of stdout");
     assert!(line.contains(r#""outcome":"succeeded""#), "{line}");
     // stdin stays open: apply is blocked reading it.
-    send_signal(apply.id(), libc::SIGINT);
-    apply.wait_expecting(Exit::Code(130));
+    send_signal(apply.id(), signal);
+    apply.wait_expecting(Exit::Code(code));
     drop(stdin);
 }

@@ -11,7 +11,9 @@ use capstan_tests::process::{send_signal, Exit};
 #[test]
 fn a_sigterm_during_startup_is_handled_once_the_agent_is_up() {
     let sim = SimDriver::new();
-    let agent = Agent::builder("ext-startup").external(&sim.socket()).build();
+    let agent = Agent::builder("ext-startup")
+        .external(&sim.socket())
+        .build();
     let release = agent.path("release-observe");
     let release_arg = release.to_str().expect("a UTF-8 path");
     let driver = sim.start(&["--hold", "observe", "--release", release_arg]);
@@ -32,7 +34,13 @@ fn a_sigterm_during_startup_is_handled_once_the_agent_is_up() {
             .find(needle)
             .unwrap_or_else(|| panic!("no {needle:?} in:\n{stderr}"))
     };
-    assert!(at("capstan-agent ready") < at("SIGTERM: stopping"), "{stderr}");
-    assert!(at("SIGTERM: stopping") < at("capstan-agent stopped"), "{stderr}");
+    assert!(
+        at("capstan-agent ready") < at("SIGTERM: stopping"),
+        "{stderr}"
+    );
+    assert!(
+        at("SIGTERM: stopping") < at("capstan-agent stopped"),
+        "{stderr}"
+    );
     driver.kill();
 }

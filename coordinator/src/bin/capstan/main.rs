@@ -1,0 +1,182 @@
+//! `capstan`: the operator's CLI, talking to a coordinator's HTTP API.
+//!
+//! Exit codes: 0 success; 1 a command failed or was rejected; 2 usage or transport
+//! error; 3 a wait timed out before the command was done.
+//!
+//! This file holds the arguments and the dispatch; each group of verbs is a module:
+//! `commands` (submit, wait, cancel, status), `hosts` (hosts, verify, intent,
+//! register, keys, unregister), `log`, `rollout`, `install`; `output` what they share.
+
+mod commands;
+mod hosts;
+mod install;
+mod log;
+mod output;
+mod rollout;
+
+use capstan_coordinator::client::Client;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan",
+    version,
+    about = "capstan fleet CLI (talks to a coordinator)"
+)]
+struct Cli {
+    /// The coordinator's base URL.
+    #[arg(
+        long,
+        global = true,
+        env = "CAPSTAN_COORDINATOR",
+        default_value = "http://127.0.0.1:7400"
+    )]
+    coordinator: String,
+    /// A file holding the API token (first line). Default: `$CAPSTAN_TOKEN_FILE`, else
+    /// the token itself from `$CAPSTAN_TOKEN`, else none.
+    #[arg(long, global = true, env = "CAPSTAN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List hosts: alive, stale or gone.
+    Hosts,
+    /// Submit commands from FILE (`-` = stdin): one JSON object, an array, or JSON lines.
+    Submit {
+        file: PathBuf,
+        /// Wait for each command to finish.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Wait for a command to finish and show it.
+    Wait {
+        id: String,
+        #[arg(long, default_value = "30s")]
+        timeout: String,
+    },
+    /// Show a command's status and events.
+    Status { id: String },
+    /// Cut a command short on its host (a `cancel_command`); with `--wait`, wait for
+    /// the command to end and show it (exit 0 once it is done, whatever its outcome;
+    /// 3 when it is not done within `--timeout`).
+    Cancel {
+        id: String,
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "30s")]
+        timeout: String,
+    },
+    /// Show a host's running intent (asks the agent).
+    Intent { host: String },
+    /// Show a host's audit log from the central event stream.
+    Log {
+        host: String,
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Keep printing new records.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Compare a host's log with its records published in the central event stream:
+    /// `ok`, or the first seq where it was rewritten, forked or truncated (exit 1).
+    Verify { host: String },
+    /// Register a host's public key (`capstan-agent host-key` prints it): what the
+    /// coordinator checks everything the host publishes against. With `--file`, one
+    /// `HOST KEY` pair a line (`#` comments), as `sim-fleet` writes them.
+    Register {
+        host: Option<String>,
+        key: Option<String>,
+        #[arg(long, conflicts_with_all = ["host", "key"])]
+        file: Option<PathBuf>,
+    },
+    /// Show the public keys registered for a host.
+    Keys { host: String },
+    /// Remove one of a host's registered keys.
+    Unregister { host: String, key: String },
+    /// Send one command (FILE, without `host`) to many hosts, wait, and summarise.
+    Rollout {
+        file: PathBuf,
+        /// Comma-separated hosts, or `alive` for every alive host.
+        #[arg(long)]
+        hosts: String,
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+        /// Requests in flight at once, submissions and waits alike (1 to 1024).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        concurrency: u16,
+        /// List every host in the summary (by default only those that did not succeed).
+        #[arg(long)]
+        each: bool,
+    },
+    /// Install the capstan-agent PACKAGE (.deb) on hosts over SSH, write its config,
+    /// enable and start it, and wait until each host is alive in the registry.
+    Install(install::InstallArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("capstan: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(real_main(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("capstan: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&cli.coordinator, output::token(cli.token_file.as_ref())?);
+    let json = cli.json;
+    match cli.command {
+        Cmd::Hosts => hosts::list(&client, json).await,
+        Cmd::Submit { file, wait } => commands::submit(&client, json, &file, wait).await,
+        Cmd::Wait { id, timeout } => commands::wait(&client, json, &id, &timeout).await,
+        Cmd::Cancel { id, wait, timeout } => {
+            commands::cancel(&client, json, &id, wait, &timeout).await
+        }
+        Cmd::Status { id } => commands::status(&client, json, &id).await,
+        Cmd::Verify { host } => hosts::verify(&client, json, &host).await,
+        Cmd::Intent { host } => hosts::intent(&client, json, &host).await,
+        Cmd::Log {
+            host,
+            since,
+            follow,
+        } => log::log(&client, json, &host, since, follow).await,
+        Cmd::Rollout {
+            file,
+            hosts,
+            timeout,
+            concurrency,
+            each,
+        } => {
+            let how = rollout::RolloutHow {
+                timeout,
+                concurrency: usize::from(concurrency),
+                each,
+            };
+            rollout::rollout(&client, json, &file, &hosts, &how).await
+        }
+        Cmd::Install(args) => install::install(&client, json, args).await,
+        Cmd::Register { host, key, file } => hosts::register(&client, json, host, key, file).await,
+        Cmd::Keys { host } => hosts::keys(&client, json, &host).await,
+        Cmd::Unregister { host, key } => hosts::unregister(&client, json, &host, &key).await,
+    }
+}

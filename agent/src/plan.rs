@@ -9,7 +9,7 @@ pub mod grants;
 
 use crate::event::{Cause, Event};
 use crate::intent::{Intent, RevisionState, RunIntent, WorkloadIntent};
-use capstan_common::{DriverKind, ErrorCode, Op, Spec};
+use capstan_common::{DriverKind, ErrorCode, Op, Phase, Spec};
 use capstan_driver::{BackendState, Observed};
 
 /// The one driver step that carries out an accepted command.
@@ -68,7 +68,101 @@ pub enum Step {
     },
 }
 
+/// A step's hook phase and its place around the driver call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookSequence {
+    /// No hooks: preparing a revision (nothing runs yet), or a step with nothing to do
+    /// (an activation of what runs revokes only what is stale: `grants::stale`).
+    None,
+    /// The driver call, then `phase` grants (owners prepare for what now exists).
+    DriverThenGrant(Phase),
+    /// `phase` grants first, and the launch env its owners return goes into the driver
+    /// call; a driver call that fails is rolled back (`grants::roll_back`).
+    GrantThenDriver(Phase),
+    /// `phase` revokes first, then the driver call.
+    RevokeThenDriver(Phase),
+}
+
 impl Step {
+    /// The namespace, workload and revision a step concerns: what its hook calls are
+    /// about (a stop's revision: the one running, if any).
+    pub fn target(&self) -> (String, Option<String>, Option<String>) {
+        match self {
+            Step::EnsureNamespace { namespace }
+            | Step::DeleteNamespace { namespace }
+            | Step::AlreadyReady { namespace } => (namespace.clone(), None, None),
+            Step::Prepare {
+                namespace,
+                workload,
+                revision,
+                ..
+            }
+            | Step::Activate {
+                namespace,
+                workload,
+                revision,
+                ..
+            }
+            | Step::Start {
+                namespace,
+                workload,
+                revision,
+                ..
+            }
+            | Step::Retire {
+                namespace,
+                workload,
+                revision,
+            }
+            | Step::AlreadyRunning {
+                namespace,
+                workload,
+                revision,
+            } => (
+                namespace.clone(),
+                Some(workload.clone()),
+                Some(revision.clone()),
+            ),
+            Step::Stop {
+                namespace,
+                workload,
+                revision,
+            } => (namespace.clone(), Some(workload.clone()), revision.clone()),
+        }
+    }
+
+    /// The spec the step runs a revision with (a prepare, an activation, a start).
+    pub fn spec(&self) -> Option<&Spec> {
+        match self {
+            Step::Prepare { spec, .. } | Step::Activate { spec, .. } | Step::Start { spec, .. } => {
+                Some(spec)
+            }
+            _ => None,
+        }
+    }
+
+    /// Which lifecycle hook phase goes with this step, and on which side of its
+    /// driver call (docs/hooks.md). The executor calls them in this order.
+    pub fn hooks(&self) -> HookSequence {
+        match self {
+            Step::Prepare { .. } | Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => {
+                HookSequence::None
+            }
+            Step::EnsureNamespace { .. } => {
+                HookSequence::DriverThenGrant(Phase::AfterNamespacePrepared)
+            }
+            Step::Activate { .. } | Step::Start { .. } => {
+                HookSequence::GrantThenDriver(Phase::BeforeWorkloadStart)
+            }
+            Step::Stop { .. } | Step::Retire { .. } => {
+                HookSequence::RevokeThenDriver(Phase::BeforeWorkloadStop)
+            }
+            Step::DeleteNamespace { .. } => {
+                HookSequence::RevokeThenDriver(Phase::BeforeNamespaceDelete)
+            }
+        }
+    }
+
     /// The event that records this step carried out for command `id`: the command's
     /// effect, written before its completion (`None` for a step with nothing to do).
     /// Every event returned is one [`Event::is_effect`] names.

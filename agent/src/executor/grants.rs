@@ -281,7 +281,7 @@ impl Executor {
         }
         let ctx = match step {
             Some(step) => {
-                let (ns, wl, rev) = super::step_target(step);
+                let (ns, wl, rev) = step.target();
                 self.hook_context(id, &ns, wl.as_deref(), rev.as_deref())
             }
             None => {

@@ -19,7 +19,7 @@ use crate::hooks::{self, HookContext, Hooks, Phase, PhaseError};
 use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
 use crate::plan::grants::Duties;
-use crate::plan::{self, Step};
+use crate::plan::{self, HookSequence, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection, Strategy};
 use capstan_driver::{Driver, DriverError, LaunchEnv, RevisionRef};
 use std::collections::HashMap;
@@ -468,38 +468,42 @@ impl Executor {
         step: Step,
         cancel: &CancellationToken,
     ) -> Result<Done, StepError> {
-        let (namespace, workload, revision) = step_target(&step);
+        let (namespace, workload, revision) = step.target();
         let ctx = self.hook_context(id, &namespace, workload.as_deref(), revision.as_deref());
         let hooks = &self.hooks;
         let log = &self.log;
-        let effect = match &step {
-            Step::AlreadyRunning {
-                namespace,
-                workload,
-                revision,
-            } => {
-                tracing::info!(command_id = %id, "already running: no driver call");
-                let then = self
-                    .revoke_stale(id, namespace, workload, revision, None, cancel)
-                    .await
-                    .err();
-                return Ok(Done { effect: None, then });
+        if let Step::AlreadyRunning {
+            namespace,
+            workload,
+            revision,
+        } = &step
+        {
+            tracing::info!(command_id = %id, "already running: no driver call");
+            let then = self
+                .revoke_stale(id, namespace, workload, revision, None, cancel)
+                .await
+                .err();
+            return Ok(Done { effect: None, then });
+        }
+        let effect = match step.hooks() {
+            HookSequence::None => {
+                if let Step::AlreadyReady { .. } = step {
+                    tracing::info!(command_id = %id, "namespace already ready: no hooks, no driver call");
+                }
+                self.perform(id, step, &LaunchEnv::new(), cancel).await?
             }
-            Step::AlreadyReady { .. } => {
-                tracing::info!(command_id = %id, "namespace already ready: no hooks, no driver call");
-                None
-            }
-            Step::Prepare { .. } => self.perform(id, step, &LaunchEnv::new(), cancel).await?,
-            Step::EnsureNamespace { .. } => {
+            HookSequence::DriverThenGrant(phase) => {
                 let effect = self.perform(id, step, &LaunchEnv::new(), cancel).await?;
-                let phase = Phase::AfterNamespacePrepared;
                 hooks.prepare(log, &ctx, phase, cancel).await?;
                 effect
             }
-            Step::Activate { spec, .. } | Step::Start { spec, .. } => {
-                let phase = Phase::BeforeWorkloadStart;
+            HookSequence::GrantThenDriver(phase) => {
+                let (spec_env, strategy) = step
+                    .spec()
+                    .map(|spec| (spec.env.clone(), spec.strategy))
+                    .unwrap_or_default();
                 let prepared = hooks.prepare(log, &ctx, phase, cancel).await?;
-                let launch_env = match hooks::env::accept(&prepared.env, &spec.env) {
+                let launch_env = match hooks::env::accept(&prepared.env, &spec_env) {
                     Ok(env) => env,
                     Err(rejection) => {
                         let aftermath = hooks
@@ -522,7 +526,6 @@ impl Executor {
                     .log
                     .with_intent(|i| plan::grants::intended(i, &namespace, &workload))
                     .filter(|p| p != &revision);
-                let strategy = spec.strategy;
                 match self.perform(id, step, &launch_env, cancel).await {
                     Ok(effect) => {
                         let then = self
@@ -548,13 +551,7 @@ impl Executor {
                     }
                 }
             }
-            Step::Stop { .. } | Step::Retire { .. } => {
-                let phase = Phase::BeforeWorkloadStop;
-                hooks.revoke(log, &ctx, phase, cancel).await?;
-                self.perform(id, step, &LaunchEnv::new(), cancel).await?
-            }
-            Step::DeleteNamespace { .. } => {
-                let phase = Phase::BeforeNamespaceDelete;
+            HookSequence::RevokeThenDriver(phase) => {
                 hooks.revoke(log, &ctx, phase, cancel).await?;
                 self.perform(id, step, &LaunchEnv::new(), cancel).await?
             }
@@ -745,52 +742,6 @@ impl StepError {
             StepError::Phase(e) => e.to_string(),
             StepError::Ready(e) => e.report(),
         }
-    }
-}
-
-/// Namespace, workload and revision a step concerns (hook request fields).
-fn step_target(step: &Step) -> (String, Option<String>, Option<String>) {
-    match step {
-        Step::EnsureNamespace { namespace }
-        | Step::DeleteNamespace { namespace }
-        | Step::AlreadyReady { namespace } => (namespace.clone(), None, None),
-        Step::Prepare {
-            namespace,
-            workload,
-            revision,
-            ..
-        }
-        | Step::Activate {
-            namespace,
-            workload,
-            revision,
-            ..
-        }
-        | Step::Start {
-            namespace,
-            workload,
-            revision,
-            ..
-        }
-        | Step::Retire {
-            namespace,
-            workload,
-            revision,
-        }
-        | Step::AlreadyRunning {
-            namespace,
-            workload,
-            revision,
-        } => (
-            namespace.clone(),
-            Some(workload.clone()),
-            Some(revision.clone()),
-        ),
-        Step::Stop {
-            namespace,
-            workload,
-            revision,
-        } => (namespace.clone(), Some(workload.clone()), revision.clone()),
     }
 }
 

@@ -478,3 +478,54 @@ fn the_effect_kinds_are_exactly_the_events_named_effects() {
         );
     }
 }
+
+#[test]
+fn each_step_has_its_hook_phase_on_its_side_of_the_driver_call() {
+    // Given each step, when the executor asks which hooks go with it, then (the
+    // order of every_step: ensure, delete, prepare, activate, start, stop, retire,
+    // already running, already ready):
+    let sequences: Vec<HookSequence> = every_step().iter().map(Step::hooks).collect();
+    assert_eq!(
+        sequences,
+        vec![
+            HookSequence::DriverThenGrant(Phase::AfterNamespacePrepared),
+            HookSequence::RevokeThenDriver(Phase::BeforeNamespaceDelete),
+            HookSequence::None,
+            HookSequence::GrantThenDriver(Phase::BeforeWorkloadStart),
+            HookSequence::GrantThenDriver(Phase::BeforeWorkloadStart),
+            HookSequence::RevokeThenDriver(Phase::BeforeWorkloadStop),
+            HookSequence::RevokeThenDriver(Phase::BeforeWorkloadStop),
+            HookSequence::None,
+            HookSequence::None,
+        ]
+    );
+}
+
+#[test]
+fn the_hooks_are_told_the_revision_the_step_concerns() {
+    let targets: Vec<_> = every_step().iter().map(Step::target).collect();
+    let (ns, web) = ("ns".to_string(), Some("web".to_string()));
+    let rev = |r: &str| Some(r.to_string());
+    assert_eq!(
+        targets,
+        vec![
+            (ns.clone(), None, None),
+            (ns.clone(), None, None),
+            (ns.clone(), web.clone(), rev("r2")),
+            (ns.clone(), web.clone(), rev("r2")),
+            (ns.clone(), web.clone(), rev("r2")),
+            (ns.clone(), web.clone(), rev("r2")),
+            // A retire names the revision it retires, not the one running.
+            (ns.clone(), web.clone(), rev("r1")),
+            (ns.clone(), web.clone(), rev("r2")),
+            (ns, None, None),
+        ]
+    );
+    // A stop with nothing running names no revision.
+    let idle = Step::Stop {
+        namespace: "ns".into(),
+        workload: "web".into(),
+        revision: None,
+    };
+    assert_eq!(idle.target(), ("ns".into(), web, None));
+}

@@ -7,10 +7,10 @@
 
 pub mod engine;
 pub mod naming;
+mod network;
 mod probe;
 
 use bollard::errors::Error as DockerError;
-use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
     ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -423,54 +423,7 @@ impl Driver for DockerDriver {
     }
 
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError> {
-        let op = "ensure_namespace";
-        let name = naming::network_name(namespace);
-        match self
-            .docker
-            .inspect_network(
-                &name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if status(&e) == Some(404) => {
-                let request = NetworkCreateRequest {
-                    name: name.clone(),
-                    driver: Some("bridge".into()),
-                    labels: Some(naming::network_labels(&self.host, namespace)),
-                    ..Default::default()
-                };
-                self.docker
-                    .create_network(request)
-                    .await
-                    .map_err(backend(op, namespace))?;
-                tracing::info!(network = %name, "network created");
-            }
-            Err(e) => return Err(backend(op, namespace)(e)),
-        }
-        // Read ownership back: a network of that name made by someone else (or by
-        // another host's agent) is never adopted.
-        let network = self
-            .docker
-            .inspect_network(
-                &name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-            .map_err(backend(op, namespace))?;
-        let labels = network.labels.as_ref();
-        if !naming::is_ours(labels, &self.host)
-            || labels.and_then(|l| l.get(NAMESPACE)).map(String::as_str) != Some(namespace)
-        {
-            return Err(DriverError::refused(
-                op,
-                namespace,
-                ErrorCode::NotOwned,
-                format!("network {name} exists and is not this host's capstan network"),
-            ));
-        }
-        Ok(())
+        self.ensure_network(namespace).await
     }
 
     async fn delete_namespace(&self, namespace: &str) -> Result<(), DriverError> {
@@ -486,28 +439,7 @@ impl Driver for DockerDriver {
                 format!("{} container(s) of ours are still in it", left.len()),
             ));
         }
-        let name = naming::network_name(namespace);
-        let network = match self
-            .docker
-            .inspect_network(
-                &name,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-        {
-            Ok(n) => n,
-            Err(e) if status(&e) == Some(404) => return Ok(()),
-            Err(e) => return Err(backend(op, namespace)(e)),
-        };
-        if !naming::is_ours(network.labels.as_ref(), &self.host) {
-            return Err(DriverError::refused(
-                op,
-                namespace,
-                ErrorCode::NotOwned,
-                format!("network {name} is not this host's capstan network"),
-            ));
-        }
-        gone_is_done(op, namespace, self.docker.remove_network(&name).await)
+        self.delete_network(namespace).await
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {

@@ -195,7 +195,10 @@ impl Process {
     #[track_caller]
     pub fn wait_expecting(self, want: Exit) -> String {
         let exit = crate::wait_until(
-            format_args!("{} to exit (expecting {want})", self.name),
+            WaitingForExit {
+                process: &self,
+                want,
+            },
             crate::READY,
             || self.exited(),
         );
@@ -206,6 +209,33 @@ impl Process {
             self.name
         );
         stderr
+    }
+}
+
+/// What [`Process::wait_expecting`] gave up on, described when it gives up: the
+/// process's state then (`/proc/<pid>/status`: running, sleeping, stopped, in the
+/// disk, and what it waits in) and what it said.
+struct WaitingForExit<'a> {
+    process: &'a Process,
+    want: Exit,
+}
+
+impl fmt::Display for WaitingForExit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pid = self.process.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let state = status
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .unwrap_or("State: unknown");
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        write!(
+            f,
+            "{} to exit (expecting {}); pid {pid} {state}, waiting in {wchan:?}; its stderr:\n{}",
+            self.process.name,
+            self.want,
+            self.process.stderr()
+        )
     }
 }
 

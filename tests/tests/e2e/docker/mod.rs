@@ -1,11 +1,13 @@
 //! The docker driver against the real engines from `.ci/services.sh`: every test runs
 //! once on dockerd and once on podman (`<test>::dockerd`, `<test>::podman`), but
-//! `stopping`, a state only podman shows.
+//! `stopping`, a state only podman shows, and `duplicate_network`, a name only dockerd
+//! lets two networks share.
 
 mod bad_input;
 mod contract;
 mod crash;
 mod crash_loop;
+mod duplicate_network;
 mod grants;
 mod names;
 mod ownership;

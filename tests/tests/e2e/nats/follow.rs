@@ -40,8 +40,13 @@ fn log_reads_every_page_and_follow_prints_each_new_record_once_through_an_outage
 
     let dir = tempfile::tempdir().expect("a temp dir");
     let out = dir.path().join("follow.out");
-    let mut command = Command::new(capstan_tests::binary("capstan"));
+    // SIGINT's default action, whatever the test run inherited: a run started in the
+    // background by a shell without job control ignores SIGINT, and so would
+    // every process it starts (`env --default-signal`, coreutils).
+    let mut command = Command::new("env");
     command
+        .arg("--default-signal=INT")
+        .arg(capstan_tests::binary("capstan"))
         .args(["--json", "--coordinator", &fleet.coordinator.url])
         .args(["log", &host, "--since", "1000", "--follow"])
         .env("CAPSTAN_TOKEN", &fleet.coordinator.token)

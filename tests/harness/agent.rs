@@ -663,15 +663,24 @@ impl Agent {
 /// Panics unless the agent binary has the fault-injection seams (feature `testing`,
 /// its `--version`'s third line): a release build ignores `CAPSTAN_FAULT_*`.
 fn assert_testing_build() {
-    let mut c = Command::new(crate::binary("capstan-agent"));
+    let agent = crate::binary("capstan-agent");
+    assert!(
+        has_fault_seams(&agent),
+        "the agent binary {} has no fault seams: build it with \
+         `cargo build --workspace --bins --features capstan-agent/testing` (scripts/test.sh does)",
+        agent.display()
+    );
+}
+
+/// Whether the agent binary `agent` is a test build, with the fault-injection seams
+/// (feature `testing`): its `--version` says `testing seams: on` on a line of its own.
+pub fn has_fault_seams(agent: &Path) -> bool {
+    let mut c = Command::new(agent);
     c.arg("--version");
     let out = crate::process::output("capstan-agent --version", crate::READY, c);
-    let version = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        version.contains("testing seams: on"),
-        "the agent binary has no fault seams ({version:?}): build it with \
-         `cargo build --workspace --bins --features capstan-agent/testing` (scripts/test.sh does)"
-    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("testing seams: on"))
 }
 
 /// Where a `run` daemon serves `/metrics` (its log line `serving metrics`).

@@ -404,15 +404,7 @@ fn open_here(dir: &str) {
     );
     let said = match Log::open(Path::new(dir), LogOptions::snapshot_every(64)) {
         Ok(_) => "ok".to_string(),
-        Err(e) => {
-            let mut text = e.to_string();
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                text = format!("{text}: {c}");
-                cause = c.source();
-            }
-            text
-        }
+        Err(e) => capstan_common::report(&e),
     };
     println!("open: {said}");
 }

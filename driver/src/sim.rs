@@ -25,86 +25,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+mod config;
+mod feeds;
 pub mod journal;
+mod txn;
 
-use journal::{Change, Journal};
+pub use config::{ScriptedFailure, SimConfig};
+use feeds::{Feeds, Watching};
+use journal::Journal;
 pub use journal::{HOST_FILE, JOURNAL_FILE};
-
-/// Sim driver settings (`[sim]` in the agent config). The capability keys are what
-/// the sim declares ([`Capabilities`]); the defaults are the sim's historical set:
-/// the agent manages lifecycle, no exits are reported, nothing is restarted or reaped.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SimConfig {
-    /// Declare that the agent manages workload lifecycle (like docker). Default true.
-    #[serde(default = "yes")]
-    pub manages_lifecycle: bool,
-    /// Report exits through [`Driver::watch_exits`]. Default false.
-    #[serde(default)]
-    pub reports_exits: bool,
-    /// Declare that the agent restarts what exits (docker); false: the backend would
-    /// restart its own (systemd, kube). Default false.
-    #[serde(default)]
-    pub restarts_exits: bool,
-    /// Declare that startup drift is removed, not only reported. Default false.
-    #[serde(default)]
-    pub reaps_orphans: bool,
-    /// Failures to inject, checked in order.
-    #[serde(default)]
-    pub failures: Vec<ScriptedFailure>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig::declaring(Capabilities {
-            manages_lifecycle: true,
-            reports_exits: false,
-            restarts_exits: false,
-            reaps_orphans: false,
-        })
-    }
-}
-
-impl SimConfig {
-    /// A sim that declares `capabilities` (to stand in for another driver), with no
-    /// scripted failures.
-    pub fn declaring(capabilities: Capabilities) -> SimConfig {
-        let Capabilities {
-            manages_lifecycle,
-            reports_exits,
-            restarts_exits,
-            reaps_orphans,
-            // The sim is always probed by the executor: it never gates readiness.
-        } = capabilities;
-        SimConfig {
-            manages_lifecycle,
-            reports_exits,
-            restarts_exits,
-            reaps_orphans,
-            failures: Vec::new(),
-        }
-    }
-}
-
-/// Fail operation `op` (`ensure_namespace`, `activate`, `start`, …; `probe`: not ready)
-/// on matching objects, `times` times (for ever when absent).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScriptedFailure {
-    pub op: String,
-    pub namespace: Option<String>,
-    pub workload: Option<String>,
-    pub revision: Option<String>,
-    pub times: Option<u32>,
-    /// When it fires on an existing revision, the backend also gives up on that
-    /// revision: it is left `failed` with this reason (e.g. `start-limit-hit`) until a
-    /// command starts it again.
-    pub gives_up: Option<String>,
-}
+use txn::{revision_in, start_in, stop_in, Txn};
 
 /// One simulated runtime object (a "container").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,15 +92,6 @@ pub struct SimDriver {
     watchers: watch::Sender<usize>,
 }
 
-/// The open exit feeds: one queue each (unbounded: reporting never blocks the host),
-/// by id. A feed leaves the list when its `watch_exits` call ends, or when it is
-/// broken ([`SimDriver::break_exit_feeds`]).
-#[derive(Default)]
-struct Feeds {
-    next: u64,
-    open: Vec<(u64, mpsc::UnboundedSender<Exit>)>,
-}
-
 impl SimDriver {
     /// Opens the simulated host in `dir`, creating it empty if absent.
     pub fn open(dir: &Path, config: SimConfig) -> std::io::Result<SimDriver> {
@@ -216,35 +137,6 @@ impl SimDriver {
             };
             Ok(())
         })
-    }
-
-    /// Waits until at least one exit feed is open: an exit before that reaches no one,
-    /// as with a real backend.
-    pub async fn watched(&self) {
-        let mut open = self.watchers.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = open.wait_for(|n| *n > 0).await;
-    }
-
-    /// Breaks every open exit feed, as a backend's event stream that ends under the
-    /// agent (docker's engine restarting): each open `watch_exits` call returns `Err`,
-    /// as a real driver's does when its feed breaks, and the exits from then on reach
-    /// only feeds opened after ([`SimDriver::watched`] waits for one).
-    pub fn break_exit_feeds(&self) {
-        let mut feeds = self.feeds.lock().expect("sim feeds lock");
-        feeds.open.clear();
-        self.watchers.send_replace(0);
-    }
-
-    /// Sends `exits` to every open feed (when the sim reports exits).
-    fn report_exits(&self, exits: Vec<Exit>) {
-        if !self.config.reports_exits || exits.is_empty() {
-            return;
-        }
-        let mut feeds = self.feeds.lock().expect("sim feeds lock");
-        feeds
-            .open
-            .retain(|(_, feed)| exits.iter().all(|e| feed.send(e.clone()).is_ok()));
     }
 
     /// Runs `change` on the host under the lock, after checking scripted failures, and
@@ -356,211 +248,6 @@ fn ns_target(namespace: &str) -> Target<'_> {
         revision: None,
     }
 }
-
-fn revision_in<'t>(
-    txn: &'t mut Txn<'_>,
-    op: &'static str,
-    rev: RevisionRef<'_>,
-) -> Result<&'t mut SimRevision, DriverError> {
-    txn.revision_mut(&SimHost::key(rev))
-        .ok_or_else(|| DriverError::Missing {
-            op,
-            target: rev.to_string(),
-        })
-}
-
-/// Starts `rev` unless it runs; a start also clears a `failed` state (a command's
-/// start is the operator's reset, as `systemctl reset-failed` + `start`).
-fn start_in(
-    txn: &mut Txn<'_>,
-    op: &'static str,
-    rev: RevisionRef<'_>,
-    env: BTreeMap<String, String>,
-) -> Result<(), DriverError> {
-    let r = revision_in(txn, op, rev)?;
-    if !r.state.is_running() {
-        r.state = BackendState::Running;
-        r.starts += 1;
-        r.env = env;
-        r.exit_code = None;
-    }
-    Ok(())
-}
-
-/// Stops `r` if it runs (a stop is not an exit of its own: no status).
-fn stop_in(r: &mut SimRevision) {
-    if r.state.is_running() {
-        r.state = BackendState::Stopped;
-        r.exit_code = None;
-    }
-}
-
-/// One operation's changes to the host, made in place: it remembers the first value
-/// of everything it touches, so it can say what changed (the journal line, the exits)
-/// or undo it, in O(what it touched).
-struct Txn<'h> {
-    host: &'h mut SimHost,
-    namespaces: Vec<(String, bool)>,
-    revisions: Vec<(String, Option<SimRevision>)>,
-    fired: Vec<(usize, u32)>,
-}
-
-impl<'h> Txn<'h> {
-    fn new(host: &'h mut SimHost) -> Txn<'h> {
-        Txn {
-            host,
-            namespaces: Vec::new(),
-            revisions: Vec::new(),
-            fired: Vec::new(),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&SimRevision> {
-        self.host.revisions.get(key)
-    }
-
-    fn touch(&mut self, key: &str) {
-        if !self.revisions.iter().any(|(k, _)| k == key) {
-            let was = self.host.revisions.get(key).cloned();
-            self.revisions.push((key.to_string(), was));
-        }
-    }
-
-    fn revision_mut(&mut self, key: &str) -> Option<&mut SimRevision> {
-        self.touch(key);
-        self.host.revisions.get_mut(key)
-    }
-
-    fn insert_if_absent(&mut self, key: String, make: impl FnOnce() -> SimRevision) {
-        self.touch(&key);
-        self.host.revisions.entry(key).or_insert_with(make);
-    }
-
-    fn remove(&mut self, key: &str) {
-        self.touch(key);
-        self.host.revisions.remove(key);
-    }
-
-    fn namespace(&mut self, name: &str, present: bool) {
-        if !self.namespaces.iter().any(|(n, _)| n == name) {
-            let was = self.host.namespaces.contains(name);
-            self.namespaces.push((name.to_string(), was));
-        }
-        if present {
-            self.host.namespaces.insert(name.to_string());
-        } else {
-            self.host.namespaces.remove(name);
-        }
-    }
-
-    /// Scripted failure `i` fires once more.
-    fn fire(&mut self, i: usize) {
-        if self.host.fired.len() <= i {
-            self.host.fired.resize(i + 1, 0);
-        }
-        if !self.fired.iter().any(|(f, _)| *f == i) {
-            self.fired.push((i, self.host.fired[i]));
-        }
-        self.host.fired[i] += 1;
-    }
-
-    /// What differs from the values first seen.
-    fn changes(&self) -> Vec<Change> {
-        let namespaces = self
-            .namespaces
-            .iter()
-            .filter(|(n, was)| self.host.namespaces.contains(n) != *was)
-            .map(|(n, was)| Change::Namespace {
-                name: n.clone(),
-                present: !was,
-            });
-        let revisions = self
-            .revisions
-            .iter()
-            .filter(|(k, was)| self.host.revisions.get(k) != was.as_ref())
-            .map(|(k, _)| Change::Revision {
-                key: k.clone(),
-                revision: self.host.revisions.get(k).cloned(),
-            });
-        let fired = self
-            .fired
-            .iter()
-            .filter(|(i, was)| self.host.fired[*i] != *was)
-            .map(|(i, _)| Change::Fired {
-                index: *i,
-                count: self.host.fired[*i],
-            });
-        namespaces.chain(revisions).chain(fired).collect()
-    }
-
-    /// Every touched revision that ran before and does not now.
-    fn exits(&self) -> Vec<Exit> {
-        self.revisions
-            .iter()
-            .filter_map(|(key, was)| {
-                let was = was.as_ref().filter(|r| r.state.is_running())?;
-                let now = self.host.revisions.get(key);
-                (!now.is_some_and(|n| n.state.is_running())).then(|| Exit {
-                    namespace: was.namespace.clone(),
-                    workload: was.workload.clone(),
-                    revision: was.revision.clone(),
-                    exit_code: now.and_then(|n| n.exit_code),
-                })
-            })
-            .collect()
-    }
-
-    /// Puts back everything touched as it was first seen.
-    fn rollback(self) {
-        for (name, was) in self.namespaces {
-            if was {
-                self.host.namespaces.insert(name);
-            } else {
-                self.host.namespaces.remove(&name);
-            }
-        }
-        for (key, was) in self.revisions {
-            match was {
-                Some(r) => {
-                    self.host.revisions.insert(key, r);
-                }
-                None => {
-                    self.host.revisions.remove(&key);
-                }
-            }
-        }
-        for (i, was) in self.fired {
-            self.host.fired[i] = was;
-        }
-    }
-}
-
-/// Lists one exit feed (and counts it open) until its `watch_exits` call ends
-/// (returned or dropped).
-struct Watching<'a> {
-    sim: &'a SimDriver,
-    id: u64,
-}
-
-impl<'a> Watching<'a> {
-    fn open(sim: &'a SimDriver, feed: mpsc::UnboundedSender<Exit>) -> Watching<'a> {
-        let mut feeds = sim.feeds.lock().expect("sim feeds lock");
-        let id = feeds.next;
-        feeds.next += 1;
-        feeds.open.push((id, feed));
-        sim.watchers.send_replace(feeds.open.len());
-        Watching { sim, id }
-    }
-}
-
-impl Drop for Watching<'_> {
-    fn drop(&mut self) {
-        let mut feeds = self.sim.feeds.lock().expect("sim feeds lock");
-        feeds.open.retain(|(id, _)| *id != self.id);
-        self.sim.watchers.send_replace(feeds.open.len());
-    }
-}
-
 #[async_trait::async_trait]
 impl Driver for SimDriver {
     fn kind(&self) -> DriverKind {

@@ -2,20 +2,21 @@
 //! the cluster through kube-rs, every write a server-side apply by field manager
 //! `capstan` (never forced: a field another manager owns fails `field_conflict`).
 
-use crate::objects::{self, ApiFailure, OnRevision, Owner, Rollout, Template};
+use crate::objects::{self, OnRevision, Owner, Rollout, Template};
 use crate::KubeConfig;
+use api::call;
 use capstan_common::{Check, DriverKind, ErrorCode, Spec};
 use capstan_driver::{
     BackendState, Capabilities, Driver, DriverError, Exit, Failure, LaunchEnv, Observed, Probe,
     RevisionRef,
 };
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Config};
-use std::future::Future;
+use owned::not_ours;
 use std::time::Duration;
 
 /// How many times a request the apiserver asks to retry (409 from a raced update,
@@ -102,299 +103,6 @@ impl KubeDriver {
 
     fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), namespace)
-    }
-
-    async fn deployment(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-    ) -> Result<Option<Deployment>, DriverError> {
-        let name = objects::deployment_name(rev.workload);
-        let api = self.deployments(rev.namespace);
-        let found = call(op, &rev, || api.get_opt(&name)).await?;
-        self.ours_or_refused(op, rev, found)
-    }
-
-    /// `rev`'s staged ConfigMap, if there is one; `not_owned` if one under its name is
-    /// not ours (never adopted by a prepare, never deleted by a retire).
-    async fn staged(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-    ) -> Result<Option<ConfigMap>, DriverError> {
-        let name = objects::staged_name(rev.workload, rev.revision);
-        let api = self.config_maps(rev.namespace);
-        let found = call(op, &rev, || api.get_opt(&name)).await?;
-        self.ours_or_refused(op, rev, found)
-    }
-
-    /// `found` if it is absent or ours, else a `not_owned` refusal naming it.
-    fn ours_or_refused<K>(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        found: Option<K>,
-    ) -> Result<Option<K>, DriverError>
-    where
-        K: kube::Resource<DynamicType = ()>,
-    {
-        match found {
-            Some(o) if !objects::is_ours(o.meta().labels.as_ref(), &self.host) => {
-                Err(DriverError::refused(
-                    op,
-                    rev,
-                    ErrorCode::NotOwned,
-                    format!(
-                        "{} {} exists and is not this host's capstan's",
-                        K::kind(&()),
-                        o.meta().name.as_deref().unwrap_or_default()
-                    ),
-                ))
-            }
-            found => Ok(found),
-        }
-    }
-
-    /// The tenant Namespace must exist and be ours.
-    async fn our_namespace(&self, op: &'static str, namespace: &str) -> Result<(), DriverError> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let found = call(op, &namespace, || api.get_opt(namespace)).await?;
-        match Owner::of(
-            found.as_ref().map(|n| n.metadata.labels.as_ref()),
-            &self.host,
-        ) {
-            Owner::Ours => Ok(()),
-            Owner::Absent => Err(DriverError::refused(
-                op,
-                namespace,
-                ErrorCode::NamespaceNotFound,
-                "the Namespace does not exist",
-            )),
-            Owner::NotOurs => Err(not_ours(op, namespace)),
-        }
-    }
-
-    /// Applies `rev`'s Deployment with `replicas` (the workload runs with `runs_with`
-    /// when started) and waits for the rollout.
-    async fn apply(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        template: &Template,
-        replicas: u32,
-        runs_with: u32,
-    ) -> Result<(), DriverError> {
-        self.write(op, rev, template, (replicas, runs_with), None)
-            .await?;
-        self.wait_rollout(op, rev).await
-    }
-
-    /// Applies `rev`'s Deployment with `(replicas, runs_with)`; with `read`, only over
-    /// that resourceVersion of it: `Ok(false)` when the Deployment changed since (the
-    /// apiserver's 409 Conflict), and nothing was written.
-    async fn write(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        template: &Template,
-        (replicas, runs_with): (u32, u32),
-        read: Option<&str>,
-    ) -> Result<bool, DriverError> {
-        let name = objects::deployment_name(rev.workload);
-        let mut object = objects::deployment(
-            &self.host,
-            rev,
-            template,
-            replicas,
-            runs_with,
-            self.config.progress_deadline_secs,
-        );
-        if let Some(version) = read {
-            object["metadata"]["resourceVersion"] = version.into();
-        }
-        let api = self.deployments(rev.namespace);
-        let params = Self::apply_params();
-        let patch = Patch::Apply(objects::apply_body(&object));
-        let written = call(op, &rev, || async {
-            match api.patch(&name, &params, &patch).await {
-                Err(kube::Error::Api(status)) if read.is_some() && stale(&status) => Ok(false),
-                done => done.map(|_| true),
-            }
-        });
-        written.await
-    }
-
-    /// Applies `rev`'s Deployment again from the live one (its template, launch env
-    /// included), scaled to 0 (`stop`) or to what it runs with (`resume`), then waits
-    /// for the rollout. A `resume` of a revision the Deployment moved away from takes
-    /// its template from its ReplicaSet ([`objects::replica_set_of`]). The apply
-    /// carries the resourceVersion it was computed from: if the Deployment changed in
-    /// between (a 409 Conflict), it is read and applied again, a few times. `Ok(())`
-    /// for a stop when another revision runs.
-    async fn reapply(&self, op: &'static str, rev: RevisionRef<'_>) -> Result<(), DriverError> {
-        let stopping = op == "stop";
-        let missing = || DriverError::Missing {
-            op,
-            target: rev.to_string(),
-        };
-        for attempt in 1..=ATTEMPTS {
-            let Some(live) = self.deployment(op, rev).await? else {
-                return Err(missing());
-            };
-            let template = match (OnRevision::of(Some(&live), rev.revision), stopping) {
-                (OnRevision::This, _) => Template::from_live(&live),
-                // Another revision runs: this one has nothing running.
-                (_, true) => return Ok(()),
-                // Resumed from its ReplicaSet: the only place its template (launch env
-                // included) is left once the Deployment moved on.
-                (_, false) => self.replica_set_template(op, rev, &live).await?,
-            };
-            let template = template.ok_or_else(missing)?;
-            let runs_with = objects::runs_with(&live);
-            let replicas = if stopping { 0 } else { runs_with };
-            #[cfg(feature = "testing")]
-            self.test_hooks.between_read_and_write().await;
-            let read = live.metadata.resource_version.as_deref();
-            if self
-                .write(op, rev, &template, (replicas, runs_with), read)
-                .await?
-            {
-                return self.wait_rollout(op, rev).await;
-            }
-            tracing::info!(target: "capstan::kube", %rev, attempt, "the Deployment changed since it was read (409); reading it again");
-        }
-        Err(DriverError::refused(
-            op,
-            rev,
-            ErrorCode::DriverFailed,
-            format!("the Deployment changed between each read and write ({ATTEMPTS} times)"),
-        ))
-    }
-
-    /// `rev`'s pod template from the ReplicaSet the Deployment `live` keeps of it, under
-    /// the Deployment's strategy; `None` when there is no such ReplicaSet.
-    async fn replica_set_template(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        live: &Deployment,
-    ) -> Result<Option<Template>, DriverError> {
-        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), rev.namespace);
-        let of_rev = ListParams::default().labels(&self.pods_selector(rev));
-        let listed = call(op, &rev, || api.list(&of_rev)).await?;
-        let Some(rs) = objects::replica_set_of(&listed.items, live, rev.revision, &self.host)
-        else {
-            return Ok(None);
-        };
-        let strategy = Template::from_live(live).map(|t| t.strategy);
-        let template = rs.spec.as_ref().and_then(|s| s.template.as_ref());
-        tracing::info!(target: "capstan::kube", %rev, replica_set = rs.metadata.name.as_deref().unwrap_or_default(), "resuming the revision from its ReplicaSet");
-        Ok(template.and_then(|t| Template::from_pod_template(t, strategy.unwrap_or_default())))
-    }
-
-    /// Starts `rev` from `spec` (its replicas) and the accepted launch environment.
-    /// With `spec.readiness` it returns once the Deployment is written: the pods'
-    /// readinessProbe gates the rollout, and the executor waits for it through
-    /// [`Driver::probe`] (bounded by the deadline, cut short by a cancel), then
-    /// activates, or rolls back by resuming the predecessor from its ReplicaSet.
-    async fn run(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        spec: &Spec,
-        launch_env: &LaunchEnv,
-    ) -> Result<(), DriverError> {
-        let template = Template::from_spec(spec, launch_env)
-            .map_err(|reason| DriverError::refused(op, rev, ErrorCode::InvalidSpec, reason))?;
-        self.our_namespace(op, rev.namespace).await?;
-        // Refuses a Deployment under our name that is not ours.
-        self.deployment(op, rev).await?;
-        let replicas = spec.kube.replicas;
-        if spec.readiness.is_some() {
-            self.write(op, rev, &template, (replicas, replicas), None)
-                .await?;
-            return Ok(());
-        }
-        self.apply(op, rev, &template, replicas, replicas).await
-    }
-}
-
-/// A `not_owned` refusal of `target`.
-fn not_ours(op: &'static str, target: &str) -> DriverError {
-    DriverError::refused(
-        op,
-        target,
-        ErrorCode::NotOwned,
-        "it exists and is not this host's capstan's",
-    )
-}
-
-/// Whether the apiserver's answer names a field another manager owns.
-fn field_conflict(status: &kube::core::Status) -> bool {
-    status
-        .details
-        .as_ref()
-        .is_some_and(|d| d.causes.iter().any(|c| c.reason == "FieldManagerConflict"))
-}
-
-/// Whether the answer to a write that carried a resourceVersion says the object has
-/// another one now (409 Conflict, no field manager named).
-fn stale(status: &kube::core::Status) -> bool {
-    status.code == 409 && !field_conflict(status)
-}
-
-/// Sends a request, again when the apiserver asks for it (a few times), and maps
-/// what fails to a driver error with a stable code.
-async fn call<T, F, Fut>(
-    op: &'static str,
-    target: &(dyn std::fmt::Display + Sync),
-    mut request: F,
-) -> Result<T, DriverError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kube::Error>>,
-{
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let err = match request().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        match &err {
-            kube::Error::Api(status) => {
-                match objects::api_failure(status.code, &status.reason, field_conflict(status)) {
-                    ApiFailure::Retry if attempt < ATTEMPTS => {
-                        tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-                        continue;
-                    }
-                    ApiFailure::Retry => {
-                        return Err(DriverError::Backend {
-                            op,
-                            target: target.to_string(),
-                            source: err.into(),
-                        })
-                    }
-                    ApiFailure::Code(code) => {
-                        return Err(DriverError::refused(
-                            op,
-                            target,
-                            code,
-                            status.message.clone(),
-                        ))
-                    }
-                }
-            }
-            // Not an answer from the apiserver (connection refused or cut, TLS, a
-            // timeout): retryable, every operation is idempotent.
-            _ => {
-                return Err(DriverError::Unavailable {
-                    op,
-                    target: target.to_string(),
-                    source: err.into(),
-                })
-            }
-        }
     }
 }
 
@@ -710,6 +418,9 @@ fn gone<T>(result: Result<T, DriverError>) -> Result<(), DriverError> {
     }
 }
 
+mod api;
+mod apply;
+mod owned;
 #[cfg(test)]
 mod tests;
 mod watch;

@@ -19,16 +19,9 @@ use capstan_common::{ErrorCode, Phase};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// How sure the ledger is that an owner holds access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Hold {
-    /// Its preparing call succeeded.
-    Granted,
-    /// Its preparing call began and did not succeed: cut short, answered invalidly, or
-    /// interrupted by a crash. It may have granted.
-    Pending,
-}
+/// How sure the ledger is that an owner holds access (the `intent` answer's word for
+/// it).
+pub use capstan_common::answers::Hold;
 
 /// Owner name → hold.
 pub type Holders = BTreeMap<String, Hold>;

@@ -4,32 +4,14 @@
 
 use crate::event::{Cause, Event};
 use crate::grants::{Grants, Target};
+use capstan_common::answers::{GrantsAnswer, IntentAnswer, NamespaceAnswer, WorkloadAnswer};
 use capstan_common::{ErrorCode, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// What the controller wants of one workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunIntent {
-    /// Should run its active revision.
-    Running,
-    /// Explicitly stopped by `stop_workload`, or never activated.
-    Stopped,
-}
-
-/// Where a revision is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RevisionState {
-    /// Staged by `prepare_revision`; never the active one, or replaced since.
-    Prepared,
-    /// The workload's active revision.
-    Active,
-    /// Removed by `retire_revision`; kept as a tombstone so a late command for it is
-    /// answered, not re-created.
-    Retired,
-}
+/// What the controller wants of one workload, and where a revision is in its life
+/// (the vocabulary of the `intent` answer, which the fold writes).
+pub use capstan_common::answers::{RevisionState, RunIntent};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revision {
@@ -224,38 +206,35 @@ impl Intent {
             })
     }
 
-    /// The JSON shape of `capstan-agent intent --json` and the `intent` RPC.
-    pub fn to_json(&self) -> serde_json::Value {
-        let workloads: serde_json::Map<String, serde_json::Value> = self
-            .workloads
-            .iter()
-            .map(|(k, w)| {
-                let revisions: serde_json::Map<String, serde_json::Value> = w
-                    .revisions
-                    .iter()
-                    .map(|(name, r)| (name.clone(), serde_json::to_value(r.state).expect("state")))
-                    .collect();
-                (
-                    k.clone(),
-                    serde_json::json!({
-                        "intent": w.intent,
-                        "active_revision": w.active_revision,
-                        "revisions": revisions,
-                        "failed": w.failed,
-                    }),
-                )
-            })
-            .collect();
-        serde_json::json!({
-            "applied_seq": self.applied_seq,
-            "namespaces": self.namespaces,
-            "workloads": workloads,
-            "in_flight": self.in_flight,
-            "grants": {
-                "namespaces": self.grants.namespaces,
-                "revisions": self.grants.revisions,
+    /// The `intent` answer (`docs/protocol.md`, *Intent*): the intent without the
+    /// revisions' specs and the in-flight commands' hook targets.
+    pub fn answer(&self) -> IntentAnswer {
+        let workloads = self.workloads.iter().map(|(key, w)| {
+            let revisions = w.revisions.iter().map(|(name, r)| (name.clone(), r.state));
+            let answer = WorkloadAnswer {
+                intent: w.intent,
+                active_revision: w.active_revision.clone(),
+                revisions: revisions.collect(),
+                failed: w.failed,
+            };
+            (key.clone(), answer)
+        });
+        let namespaces = self.namespaces.iter().map(|(name, ns)| {
+            let answer = NamespaceAnswer {
+                ready_seq: ns.ready_seq,
+            };
+            (name.clone(), answer)
+        });
+        IntentAnswer {
+            applied_seq: self.applied_seq,
+            namespaces: namespaces.collect(),
+            workloads: workloads.collect(),
+            in_flight: self.in_flight.clone(),
+            grants: GrantsAnswer {
+                namespaces: self.grants.namespaces.clone(),
+                revisions: self.grants.revisions.clone(),
             },
-        })
+        }
     }
 }
 

@@ -24,7 +24,10 @@ use crate::executor::Executor;
 use crate::log::{export, LogError};
 use crate::transport::rpc::{self, MAX_LOG_RECORDS};
 use crate::transport::HostInfo;
-use capstan_common::answers::{AgentCode, BadRecord, LayoutAnswer, VerifyAnswer};
+use capstan_common::answers::{
+    read_answer, AgentCode, AnswerError, BadRecord, ErrorBody, ExportAnswer, ExportRequest,
+    LayoutAnswer, LogAnswer, LogRequest, Verb, VerifyAnswer,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -73,8 +76,8 @@ pub enum LocalError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("the running agent refused: {0}")]
-    Refused(Value),
+    #[error("the running agent refused ({0})")]
+    Refused(ErrorBody),
 }
 
 /// Makes the socket at `path`, never reachable by another user. The caller holds the
@@ -205,37 +208,17 @@ async fn answer(
         .map_err(|_| std::io::ErrorKind::TimedOut)??;
     let reply = match serde_json::from_slice::<Request>(&line) {
         Err(e) => rpc::error(AgentCode::InvalidRequest, format!("bad request: {e}")),
-        Ok(request) if request.verb == "verify" => {
-            let log = Arc::clone(executor.log());
-            let verified = tokio::task::spawn_blocking(move || {
-                let anchor = log.anchor()?.map(|a| a.summary());
-                log.verify().map(|n| (n, anchor))
-            });
-            let answer = |a: VerifyAnswer| serde_json::to_value(a).expect("answers serialise");
-            match verified.await {
-                Ok(Ok((verified, anchor))) => answer(VerifyAnswer::Verified {
-                    verified,
-                    anchor: anchor.unwrap_or_default(),
-                }),
-                Ok(Err(LogError::Corrupt(c))) => answer(VerifyAnswer::Bad {
-                    bad: BadRecord {
-                        seq: c.seq,
-                        defect: c.defect.to_string(),
-                    },
-                }),
-                Ok(Err(e)) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
-                Err(e) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
+        Ok(request) => match Verb::parse(&request.verb) {
+            Some(Verb::Verify) => verify_answer(&executor).await,
+            Some(Verb::Export) => export_answer(&executor, request.body),
+            Some(Verb::Layout) => rpc::to_json(LayoutAnswer {
+                layout: crate::log::current_layout().to_string(),
+            }),
+            Some(Verb::Ping | Verb::Status | Verb::Intent | Verb::Log) | None => {
+                let body = request.body.to_string();
+                rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
             }
-        }
-        Ok(request) if request.verb == "export" => export_answer(&executor, request.body),
-        Ok(request) if request.verb == "layout" => {
-            let layout = crate::log::current_layout().to_string();
-            serde_json::to_value(LayoutAnswer { layout }).expect("answers serialise")
-        }
-        Ok(request) => {
-            let body = request.body.to_string();
-            rpc::answer(&request.verb, body.as_bytes(), &executor, &info, published)
-        }
+        },
     };
     let mut out = serde_json::to_vec(&reply).expect("answers serialise");
     out.push(b'\n');
@@ -243,14 +226,24 @@ async fn answer(
     write.shutdown().await
 }
 
-/// The `export` verb's body.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExportRequest {
-    #[serde(default)]
-    since: u64,
-    until: Option<u64>,
-    limit: Option<usize>,
+/// `verify`: the whole chain, checked off the runtime's threads.
+async fn verify_answer(executor: &Executor) -> Value {
+    let log = Arc::clone(executor.log());
+    let verified = tokio::task::spawn_blocking(move || {
+        let anchor = log.anchor()?.map(|a| a.summary());
+        log.verify().map(|n| (n, anchor))
+    });
+    match verified.await {
+        Ok(Ok((verified, anchor))) => rpc::to_json(VerifyAnswer::Verified { verified, anchor }),
+        Ok(Err(LogError::Corrupt(c))) => rpc::to_json(VerifyAnswer::Bad {
+            bad: BadRecord {
+                seq: c.seq,
+                defect: c.defect.to_string(),
+            },
+        }),
+        Ok(Err(e)) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
+        Err(e) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
+    }
 }
 
 fn export_answer(executor: &Executor, body: Value) -> Value {
@@ -268,12 +261,19 @@ fn export_answer(executor: &Executor, body: Value) -> Value {
     let until = request.until.unwrap_or(u64::MAX);
     let limit = request.limit.unwrap_or(export::MAX_LINES);
     let answer = log.anchor().and_then(|anchor| {
-        let lines = log.export_lines(request.since, until, limit)?;
-        Ok(json!({"lines": lines, "anchor": anchor.map(|a| a.summary())}))
+        Ok(ExportAnswer {
+            lines: log.export_lines(request.since, until, limit)?,
+            anchor: anchor.map(|a| a.summary()),
+        })
     });
-    answer.unwrap_or_else(|e| rpc::error(AgentCode::LogUnreadable, e.to_string()))
+    match answer {
+        Ok(answer) => rpc::to_json(answer),
+        Err(e) => rpc::error(AgentCode::LogUnreadable, e.to_string()),
+    }
 }
 
+/// A request line: the verb stays text so that an unknown one is answered
+/// `unknown_verb`, naming it, not refused as a bad request.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Request {
@@ -291,32 +291,33 @@ pub fn running(data_dir: &Path) -> Option<PathBuf> {
         .map(|_| path)
 }
 
-/// Asks the agent listening on `path`: `verb` with `body`; its answer.
-/// [`ask`], the answer read as `T`: an error answer is [`LocalError::Refused`], one
-/// that is not a `T` [`LocalError::Answer`].
+/// [`ask`], the answer read as the `T` the verb gives: an error answer is
+/// [`LocalError::Refused`], one that is not a `T` [`LocalError::Answer`].
 pub fn ask_as<T: serde::de::DeserializeOwned>(
     path: &Path,
-    verb: &str,
-    body: Value,
+    verb: Verb,
+    body: &impl serde::Serialize,
 ) -> Result<T, LocalError> {
-    let answer = ask(path, verb, body)?;
-    if let Some(error) = answer.get("error") {
-        return Err(LocalError::Refused(error.clone()));
+    match read_answer(ask(path, verb, body)?) {
+        Ok(answer) => Ok(answer),
+        Err(AnswerError::Refused(error)) => Err(LocalError::Refused(error)),
+        Err(AnswerError::Malformed(source)) => Err(LocalError::Answer {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
-    serde_json::from_value(answer).map_err(|source| LocalError::Answer {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
-pub fn ask(path: &Path, verb: &str, body: Value) -> Result<Value, LocalError> {
+/// Asks the agent listening on `path`: `verb` with `body` (`()` for none); its
+/// answer, an error answer too.
+pub fn ask(path: &Path, verb: Verb, body: &impl serde::Serialize) -> Result<Value, LocalError> {
     let io = |source| LocalError::Ask {
         path: path.to_path_buf(),
         source,
     };
     let mut stream = std::os::unix::net::UnixStream::connect(path).map_err(io)?;
-    let mut request =
-        serde_json::to_vec(&json!({"verb": verb, "body": body})).expect("requests serialise");
+    let request = json!({"verb": verb, "body": body});
+    let mut request = serde_json::to_vec(&request).expect("requests serialise");
     request.push(b'\n');
     stream.write_all(&request).map_err(io)?;
     let mut line = Vec::new();
@@ -329,25 +330,21 @@ pub fn ask(path: &Path, verb: &str, body: Value) -> Result<Value, LocalError> {
     })
 }
 
-/// Every record after `since` matching `filter` (a `log` body's `command`,
-/// `namespace`, `workload`), page by page.
-pub fn log_records(path: &Path, since: u64, filter: Value) -> Result<Vec<Value>, LocalError> {
+/// Every record after `request.since` that `request`'s filters keep, page by page
+/// (its `limit` is the page size's: [`MAX_LOG_RECORDS`]).
+pub fn log_records(path: &Path, request: &LogRequest) -> Result<Vec<Value>, LocalError> {
     let mut records = Vec::new();
-    let mut since = since;
+    let mut request = LogRequest {
+        limit: Some(MAX_LOG_RECORDS),
+        ..request.clone()
+    };
     loop {
-        let mut body = filter.clone();
-        body["since"] = since.into();
-        body["limit"] = MAX_LOG_RECORDS.into();
-        let answer = ask(path, "log", body)?;
-        let page = match answer["records"].as_array() {
-            Some(page) => page.clone(),
-            None => return Err(LocalError::Refused(answer["error"].clone())),
-        };
-        let full = page.len() == MAX_LOG_RECORDS;
-        if let Some(last) = page.last().and_then(|r| r["seq"].as_u64()) {
-            since = last;
+        let page: LogAnswer = ask_as(path, Verb::Log, &request)?;
+        let full = page.records.len() == MAX_LOG_RECORDS;
+        if let Some(last) = page.last_record_seq() {
+            request.since = last;
         }
-        records.extend(page);
+        records.extend(page.records);
         if !full {
             return Ok(records);
         }
@@ -507,15 +504,27 @@ mod tests {
         let path2 = path.clone();
         let (layout, intent, verified, one, (before, after)) =
             tokio::task::spawn_blocking(move || {
-                let time = |field: &str, at: &str| json!({"command": "a1", field: at});
+                let a1 = LogRequest {
+                    command: Some("a1".into()),
+                    ..LogRequest::default()
+                };
+                let y2k = "2000-01-01T00:00:00Z".parse().ok();
+                let before = LogRequest {
+                    until_time: y2k,
+                    ..a1.clone()
+                };
+                let after = LogRequest {
+                    since_time: y2k,
+                    ..a1.clone()
+                };
                 (
-                    ask(&path2, "layout", Value::Null).unwrap(),
-                    ask(&path2, "intent", Value::Null).unwrap(),
-                    ask(&path2, "verify", Value::Null).unwrap(),
-                    log_records(&path2, 0, json!({"command": "a1"})).unwrap(),
+                    ask(&path2, Verb::Layout, &()).unwrap(),
+                    ask(&path2, Verb::Intent, &()).unwrap(),
+                    ask(&path2, Verb::Verify, &()).unwrap(),
+                    log_records(&path2, &a1).unwrap(),
                     (
-                        log_records(&path2, 0, time("until_time", "2000-01-01T00:00:00Z")).unwrap(),
-                        log_records(&path2, 0, time("since_time", "2000-01-01T00:00:00Z")).unwrap(),
+                        log_records(&path2, &before).unwrap(),
+                        log_records(&path2, &after).unwrap(),
                     ),
                 )
             })
@@ -524,14 +533,17 @@ mod tests {
         assert_eq!(layout, json!({"layout": "2"}));
         assert!(before.is_empty(), "nothing was appended before 2000");
         assert_eq!(after, one, "everything was appended after 2000");
-        assert_eq!(intent, rig.executor.log().intent().to_json());
+        assert_eq!(
+            intent,
+            serde_json::to_value(rig.executor.log().intent().answer()).unwrap()
+        );
         assert_eq!(verified["verified"], rig.executor.log().last_seq());
         assert_eq!(verified["anchor"], Value::Null);
         let path3 = path.clone();
         let (lines, bad) = tokio::task::spawn_blocking(move || {
             (
-                ask(&path3, "export", json!({"since": 1, "until": 2})).unwrap(),
-                ask(&path3, "export", json!({"since": "x"})).unwrap(),
+                ask(&path3, Verb::Export, &json!({"since": 1, "until": 2})).unwrap(),
+                ask(&path3, Verb::Export, &json!({"since": "x"})).unwrap(),
             )
         })
         .await

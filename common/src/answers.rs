@@ -6,6 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod host;
+pub use host::{
+    AnchorSummary, ExportAnswer, ExportRequest, GrantsAnswer, Hold, IntentAnswer, LogAnswer,
+    NamespaceAnswer, PingAnswer, RevisionState, RunIntent, StatusAnswer, Verb, WorkloadAnswer,
+};
+
 /// One entry of the host registry (`capstan_hosts`, key = host).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostBeat {
@@ -140,7 +146,7 @@ pub enum VerifyAnswer {
     /// prune; else `{seq, hash, pruned, file}`).
     Verified {
         verified: u64,
-        anchor: serde_json::Value,
+        anchor: Option<AnchorSummary>,
     },
     /// The first bad record.
     Bad { bad: BadRecord },
@@ -185,6 +191,43 @@ impl ErrorReply {
             },
         }
     }
+}
+
+impl ErrorBody {
+    /// The code as an [`AgentCode`], if it is one (a newer agent may answer one this
+    /// build does not know).
+    pub fn agent_code(&self) -> Option<AgentCode> {
+        AgentCode::ALL.into_iter().find(|c| c.as_str() == self.code)
+    }
+}
+
+impl std::fmt::Display for ErrorBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// Why an agent's answer is not the `T` asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// The agent answered an error (`{"error":{"code","message"}}`).
+    #[error("the agent refused ({0})")]
+    Refused(ErrorBody),
+    /// The answer is neither an error nor a `T`.
+    #[error("the agent's answer is not what the verb gives")]
+    Malformed(#[source] serde_json::Error),
+}
+
+/// An agent's answer read as the `T` its verb gives, or its error answer.
+pub fn read_answer<T: serde::de::DeserializeOwned>(
+    answer: serde_json::Value,
+) -> Result<T, AnswerError> {
+    if answer.get("error").is_some() {
+        if let Ok(reply) = serde_json::from_value::<ErrorReply>(answer.clone()) {
+            return Err(AnswerError::Refused(reply.error));
+        }
+    }
+    serde_json::from_value(answer).map_err(AnswerError::Malformed)
 }
 
 fn yes() -> bool {

@@ -21,7 +21,8 @@ pub struct CommandStatus {
     /// know); entries written before it existed carry only `code` and `message`.
     pub error: Option<Value>,
     /// Every record carrying the command's id, in log order (their `CAPSTAN_EVT`
-    /// form: the record's JSON plus `host`).
+    /// form: the record's JSON plus `host`). Read as none when absent.
+    #[serde(default)]
     pub events: Vec<Value>,
     /// In a bucket entry only: the events were left out because they did not fit in
     /// one entry ([`MAX_EVENTS_BYTES`]); they are the records of the host with this

@@ -10,6 +10,7 @@
 //! another site, its name rebound to 127.0.0.1, sends its own. Waits and reads through
 //! a consumer of their own are bounded ([`crate::guard::Limits`]; 503 `busy`).
 
+use crate::answers::{Accepted, CancelAnswer, EventsAnswer, HostsAnswer};
 use crate::auth::{Role, Tokens};
 use crate::fleet::{Fleet, FleetError};
 use crate::guard::{self, Bound, Limits};
@@ -22,7 +23,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use capstan_common::answers::{AgentCode, ErrorReply};
+use capstan_common::answers::{
+    read_answer, AnswerError, ErrorBody, ErrorReply, IntentAnswer, LogAnswer, LogRequest,
+    StatusAnswer, Verb,
+};
 use capstan_common::{signing, Command, ErrorCode, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -94,7 +98,8 @@ pub enum ApiCode {
     ResultUnreadable,
     /// The host's agent could not read its own log.
     LogUnreadable,
-    /// The host's agent answered an error this API has no code of its own for.
+    /// The host's agent answered an error this API has no code of its own for, or an
+    /// answer that is not what the verb gives.
     HostError,
 }
 
@@ -456,7 +461,7 @@ async fn submit(State(state): Shared, headers: axum::http::HeaderMap, body: Byte
     }
     let (id, host) = state.fleet.submit(value).await?;
     state.metrics.submitted();
-    ok(StatusCode::ACCEPTED, json!({"id": id, "host": host}))
+    ok(StatusCode::ACCEPTED, Accepted { id, host })
 }
 
 /// An `id` as long as any the fleet makes (`c-` and 16 hex digits).
@@ -505,7 +510,7 @@ async fn cancel(State(state): Shared, Path(id): Path<String>) -> ApiResult {
         Some(_) => StatusCode::ACCEPTED,
         None => StatusCode::OK,
     };
-    ok(code, json!({"cancel_id": cancel_id, "command": command}))
+    ok(code, CancelAnswer { cancel_id, command })
 }
 
 /// `30s`, `500ms`, `2m` or plain seconds.
@@ -547,21 +552,20 @@ async fn wait(
 }
 
 async fn hosts(State(state): Shared) -> ApiResult {
-    ok(StatusCode::OK, json!({"hosts": state.fleet.hosts().await?}))
+    let hosts = state.fleet.hosts().await?;
+    ok(StatusCode::OK, HostsAnswer { hosts })
 }
 
 async fn intent(State(state): Shared, Path(host): Path<String>) -> ApiResult {
-    ok(
-        StatusCode::OK,
-        state.fleet.rpc(&host, "intent", json!({})).await?,
-    )
+    let (_, answer) =
+        ask_host::<IntentAnswer>(&state.fleet, &host, Verb::Intent, json!({})).await?;
+    ok(StatusCode::OK, answer)
 }
 
 async fn status(State(state): Shared, Path(host): Path<String>) -> ApiResult {
-    ok(
-        StatusCode::OK,
-        state.fleet.rpc(&host, "status", json!({})).await?,
-    )
+    let (_, answer) =
+        ask_host::<StatusAnswer>(&state.fleet, &host, Verb::Status, json!({})).await?;
+    ok(StatusCode::OK, answer)
 }
 
 /// `since` and `limit` of a records query: `since` 0 by default, `limit` at most (and
@@ -593,7 +597,7 @@ async fn events(
     let (since, limit) = page(&query)?;
     let _read = permit(&state, Bound::StreamReads)?;
     let events = state.fleet.events(&host, since, limit).await?;
-    ok(StatusCode::OK, json!({"host": host, "events": events}))
+    ok(StatusCode::OK, EventsAnswer { host, events })
 }
 
 /// The host's own copy of its records (the agent's RPC `log`): what `capstan verify`
@@ -604,18 +608,45 @@ async fn host_log(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let (since, limit) = page(&query)?;
-    ok(
-        StatusCode::OK,
-        read_host_log(&state.fleet, &host, since, limit).await?,
-    )
+    let (_, answer) = read_host_log(&state.fleet, &host, since, limit).await?;
+    ok(StatusCode::OK, answer)
 }
 
 /// An agent's error code ([`AgentCode`]) as this API answers it: the codes it shares
 /// with the agent; `None` for one it does not pass on (`unknown_verb`: this API asks
 /// only verbs agents know) or does not know (a newer agent's).
-fn agent_code(code: &str) -> Option<ApiCode> {
-    let code = AgentCode::ALL.into_iter().find(|c| c.as_str() == code)?;
-    ApiCode::parse(code.as_str())
+fn agent_code(error: &ErrorBody) -> Option<ApiCode> {
+    ApiCode::parse(error.agent_code()?.as_str())
+}
+
+/// The host's answer to `verb`, read as the `A` that verb gives, and as it came (what
+/// this API passes on: a newer agent's fields kept); an error answer, or one that is
+/// not an `A`, as this API's error.
+async fn ask_host<A: serde::de::DeserializeOwned>(
+    fleet: &Fleet,
+    host: &str,
+    verb: Verb,
+    body: Value,
+) -> Result<(A, Value), ApiError> {
+    let answer = fleet.rpc(host, verb, body).await?;
+    match read_answer::<A>(answer.clone()) {
+        Ok(read) => Ok((read, answer)),
+        // The agent could not read its own log (`log_unreadable`): its fault, not ours.
+        // A code this API does not know is answered as `host_error`, naming it.
+        Err(AnswerError::Refused(error)) => Err(match agent_code(&error) {
+            Some(known) => ApiError::new(StatusCode::BAD_GATEWAY, known, error.message),
+            None => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                ApiCode::HostError,
+                error.to_string(),
+            ),
+        }),
+        Err(AnswerError::Malformed(e)) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            ApiCode::HostError,
+            format!("the host's `{verb}` answer is not one: {e}"),
+        )),
+    }
 }
 
 /// The agent's RPC `log` answer, its error as this API's.
@@ -624,24 +655,14 @@ async fn read_host_log(
     host: &str,
     since: u64,
     limit: usize,
-) -> Result<Value, ApiError> {
-    let body = json!({"since": since, "limit": limit});
-    let answer = fleet.rpc(host, "log", body).await?;
-    if let Some(error) = answer.get("error") {
-        // The agent could not read its own log (`log_unreadable`): its fault, not ours.
-        // A code this API does not know is answered as `host_error`, naming it.
-        let code = error["code"].as_str().unwrap_or_default();
-        let message = error["message"].as_str().unwrap_or_default();
-        return Err(match agent_code(code) {
-            Some(known) => ApiError::new(StatusCode::BAD_GATEWAY, known, message),
-            None => ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                ApiCode::HostError,
-                format!("{code}: {message}"),
-            ),
-        });
-    }
-    Ok(answer)
+) -> Result<(LogAnswer, Value), ApiError> {
+    let request = LogRequest {
+        since,
+        limit: Some(limit),
+        ..LogRequest::default()
+    };
+    let body = serde_json::to_value(request).expect("requests serialise");
+    ask_host(fleet, host, Verb::Log, body).await
 }
 
 /// The host's log against its published copy ([`verify`]), read under one stream-read
@@ -663,20 +684,11 @@ impl verify::Pages for FleetPages<'_> {
     }
 
     async fn held(&self, host: &str, since: u64) -> Result<verify::HostPage, ApiError> {
-        let answer = read_host_log(self.0, host, since, MAX_EVENTS).await?;
-        let (Some(records), Some(last_seq)) =
-            (answer["records"].as_array(), answer["last_seq"].as_u64())
-        else {
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                ApiCode::HostError,
-                "the host's `log` answer has no `records` and `last_seq`",
-            ));
-        };
+        let (page, _) = read_host_log(self.0, host, since, MAX_EVENTS).await?;
         Ok(verify::HostPage {
-            records: records.clone(),
-            last_seq,
-            anchor_seq: answer["anchor"]["seq"].as_u64(),
+            records: page.records,
+            last_seq: page.last_seq,
+            anchor_seq: page.anchor.map(|a| a.seq),
         })
     }
 }
@@ -982,14 +994,18 @@ mod tests {
     #[test]
     fn an_agents_codes_are_this_apis_but_unknown_verb() {
         use capstan_common::answers::AgentCode;
+        let body = |code: &str| super::ErrorBody {
+            code: code.into(),
+            message: "m".into(),
+        };
         for code in AgentCode::ALL {
-            let passed = super::agent_code(code.as_str()).map(|c| c.as_str());
+            let passed = super::agent_code(&body(code.as_str())).map(|c| c.as_str());
             match code {
                 AgentCode::UnknownVerb => assert_eq!(passed, None),
                 _ => assert_eq!(passed, Some(code.as_str())),
             }
         }
-        assert_eq!(super::agent_code("a_newer_agents_code"), None);
+        assert_eq!(super::agent_code(&body("a_newer_agents_code")), None);
     }
 
     /// `ApiCode::ALL` lists every variant once, as `as_str` spells it: serde's derive

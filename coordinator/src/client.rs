@@ -34,6 +34,12 @@ pub enum ClientError {
     },
     #[error("the coordinator sent an unreadable answer (HTTP {status})")]
     Decode { status: u16 },
+    /// JSON, but not what the request answers ([`Client::get_as`], [`Client::post_as`]).
+    #[error("the coordinator's answer is not what the request gives")]
+    Answer {
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl ClientError {
@@ -46,6 +52,10 @@ impl ClientError {
             _ => false,
         }
     }
+}
+
+fn read<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, ClientError> {
+    serde_json::from_value(answer).map_err(|source| ClientError::Answer { source })
 }
 
 pub struct Client {
@@ -87,6 +97,23 @@ impl Client {
                 other => return other,
             }
         }
+    }
+
+    /// [`Client::get`], the answer read as the `T` it gives.
+    pub async fn get_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<T, ClientError> {
+        read(self.get(path).await?)
+    }
+
+    /// [`Client::post`], the answer read as the `T` it gives.
+    pub async fn post_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, ClientError> {
+        read(self.post(path, body).await?)
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {

@@ -10,7 +10,7 @@
 
 use async_nats::jetstream::{self, kv, stream};
 use async_nats::HeaderMap;
-use capstan_common::answers::HostBeat;
+use capstan_common::answers::{HostBeat, Verb};
 use capstan_common::nats::{self as cnats, NatsError, Retention, Scope};
 use capstan_common::nats_layout;
 use capstan_common::published::{Publication, Unverified};
@@ -93,17 +93,7 @@ fn content_hash(command: &Command) -> String {
     capstan_common::signing::to_hex(&sha2::Sha256::digest(command.content().as_bytes()))
 }
 
-/// One host as the registry and the event stream show it.
-#[derive(Debug, Clone, Serialize)]
-pub struct HostStatus {
-    pub host: String,
-    /// `alive` (beat within `stale_after`), `stale` (older beat still in the
-    /// bucket), `gone` (no beat left, but the host has events or a registered key),
-    /// or `unverified` (its beat is not signed by a key registered for it).
-    pub status: &'static str,
-    pub beat: Option<HostBeat>,
-    pub age_secs: Option<i64>,
-}
+pub use crate::answers::{HostState, HostStatus};
 
 /// How a coordinator trusts hosts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -142,12 +132,12 @@ fn key(id: &str) -> String {
 /// `alive` for a beat at most `stale_after` old and at most
 /// [`nats_layout::BEAT_SKEW_SECS`] in the future (clock skew); otherwise `stale`: a beat
 /// from further in the future says nothing about now.
-pub fn beat_status(age: chrono::Duration, stale_after: Duration) -> &'static str {
+pub fn beat_status(age: chrono::Duration, stale_after: Duration) -> HostState {
     let skew = chrono::Duration::seconds(nats_layout::BEAT_SKEW_SECS as i64);
     match age.to_std() {
-        Ok(age) if age <= stale_after => "alive",
-        Err(_) if -age <= skew => "alive",
-        _ => "stale",
+        Ok(age) if age <= stale_after => HostState::Alive,
+        Err(_) if -age <= skew => HostState::Alive,
+        _ => HostState::Stale,
     }
 }
 
@@ -556,7 +546,7 @@ impl Fleet {
                 tracing::warn!(error = %e, "a heartbeat not signed by its host");
                 out.push(HostStatus {
                     host: k.clone(),
-                    status: "unverified",
+                    status: HostState::Unverified,
                     beat: None,
                     age_secs: None,
                 });
@@ -599,7 +589,7 @@ impl Fleet {
             if listed.insert(host.clone()) {
                 out.push(HostStatus {
                     host,
-                    status: "gone",
+                    status: HostState::Gone,
                     beat: None,
                     age_secs: None,
                 });
@@ -609,8 +599,10 @@ impl Fleet {
         Ok(out)
     }
 
-    /// Asks the host's agent (`rpc.<host>.<verb>`).
-    pub async fn rpc(&self, host: &str, verb: &str, body: Value) -> Result<Value, FleetError> {
+    /// Asks the host's agent (`rpc.<host>.<verb>`): its answer, an error answer too
+    /// (read it with [`capstan_common::answers::read_answer`]).
+    pub async fn rpc(&self, host: &str, verb: Verb, body: Value) -> Result<Value, FleetError> {
+        let verb = verb.as_str();
         check_host(host)?;
         if !self.connected() {
             return Err(FleetError::NatsUnavailable);
@@ -703,11 +695,11 @@ mod tests {
     fn a_beat_from_beyond_the_skew_is_not_alive() {
         let stale_after = Duration::from_secs(15);
         let secs = chrono::Duration::seconds;
-        assert_eq!(beat_status(secs(3), stale_after), "alive");
-        assert_eq!(beat_status(secs(16), stale_after), "stale");
+        assert_eq!(beat_status(secs(3), stale_after), HostState::Alive);
+        assert_eq!(beat_status(secs(16), stale_after), HostState::Stale);
         let skew = nats_layout::BEAT_SKEW_SECS as i64;
-        assert_eq!(beat_status(secs(-skew), stale_after), "alive");
-        assert_eq!(beat_status(secs(-skew - 1), stale_after), "stale");
-        assert_eq!(beat_status(secs(-3600), stale_after), "stale");
+        assert_eq!(beat_status(secs(-skew), stale_after), HostState::Alive);
+        assert_eq!(beat_status(secs(-skew - 1), stale_after), HostState::Stale);
+        assert_eq!(beat_status(secs(-3600), stale_after), HostState::Stale);
     }
 }

@@ -2,6 +2,7 @@
 //! streams ([`fleet`], [`api`]), and the HTTP client the `capstan` CLI uses
 //! ([`client`], and [`rollout`]: one command to many hosts). It keeps no local state; API tokens ([`auth`]) come from a file.
 
+pub mod answers;
 pub mod api;
 pub mod auth;
 pub mod client;

@@ -29,13 +29,14 @@ pub struct FleetGauges {
 
 impl FleetGauges {
     pub fn count(hosts: &[crate::fleet::HostStatus]) -> FleetGauges {
+        use crate::answers::HostState;
         let mut g = FleetGauges::default();
         for h in hosts {
             match h.status {
-                "alive" => g.alive += 1,
-                "stale" => g.stale += 1,
-                "unverified" => g.unverified += 1,
-                _ => g.gone += 1,
+                HostState::Alive => g.alive += 1,
+                HostState::Stale => g.stale += 1,
+                HostState::Unverified => g.unverified += 1,
+                HostState::Gone => g.gone += 1,
             }
             if h.beat.as_ref().is_some_and(|b| !b.healthy) {
                 g.unhealthy += 1;

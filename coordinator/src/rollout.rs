@@ -13,7 +13,9 @@
 //! wait that never got an answer is `unknown`. Not reaching the coordinator to
 //! submit, or a token it refuses, ends the rollout.
 
+pub use crate::answers::RolloutSummary;
 use crate::client::{Client, ClientError};
+use capstan_common::status::CommandStatus;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -46,15 +48,13 @@ pub struct Progress {
     pub failed: usize,
 }
 
-/// Runs `plan`; the summary: `{"total", "succeeded", "results": [status, …]}`, the
-/// results sorted by host, one a host (a command status, or an `unsubmitted` or
-/// `unknown` result: `{"id", "host", "status", "done": false, "error": {"code",
-/// "message"}}`).
+/// Runs `plan`; the summary, the results sorted by host, one a host (a command
+/// status, or an `unsubmitted` or `unknown` result: [`not_done`]).
 pub async fn run(
     client: &Client,
     plan: &Plan,
     mut progress: impl FnMut(&Progress),
-) -> Result<Value, ClientError> {
+) -> Result<RolloutSummary, ClientError> {
     let base = plan
         .template
         .get("id")
@@ -84,8 +84,7 @@ pub async fn run(
             Err(ClientError::Api { code, message, .. }) => {
                 counts.failed += 1;
                 counts.done += 1;
-                results.push(json!({"id": id, "host": host, "status": "unsubmitted",
-                    "done": false, "error": {"code": code, "message": message}}));
+                results.push(not_done(&id, host, "unsubmitted", &code, message));
             }
             Err(e) => return Err(e),
         }
@@ -98,18 +97,29 @@ pub async fn run(
     tokio::pin!(waits);
     while let Some(status) = waits.next().await {
         counts.done += 1;
-        if status["status"] != "succeeded" {
+        if status.status != "succeeded" {
             counts.failed += 1;
         }
         progress(&counts);
         results.push(status);
     }
-    results.sort_by(|a, b| a["host"].as_str().cmp(&b["host"].as_str()));
-    let succeeded = results
-        .iter()
-        .filter(|s| s["status"] == "succeeded")
-        .count();
-    Ok(json!({"total": plan.hosts.len(), "succeeded": succeeded, "results": results}))
+    results.sort_by(|a, b| a.host.cmp(&b.host));
+    let succeeded = results.iter().filter(|s| s.status == "succeeded").count();
+    Ok(RolloutSummary {
+        total: plan.hosts.len(),
+        succeeded,
+        results,
+    })
+}
+
+/// The result of a host whose command was not submitted (`unsubmitted`) or whose wait
+/// got no answer (`unknown`): not done, with the error that says why.
+fn not_done(id: &str, host: &str, status: &str, code: &str, message: String) -> CommandStatus {
+    CommandStatus {
+        status: status.to_string(),
+        error: Some(json!({"code": code, "message": message})),
+        ..CommandStatus::pending(id, host)
+    }
 }
 
 /// The coordinator is there but its NATS (or a stream's leader) is not, for now.
@@ -142,29 +152,26 @@ async fn submit(client: &Client, command: &Value, timeout: Duration) -> Result<(
 
 /// The command's status once done, or at `timeout`: asked again while the
 /// coordinator fails over or cannot be reached, and past the server's longest wait.
-async fn wait(client: &Client, host: &str, id: &str, timeout: Duration) -> Value {
+async fn wait(client: &Client, host: &str, id: &str, timeout: Duration) -> CommandStatus {
     let deadline = Instant::now() + timeout;
     let mut pause = FIRST_PAUSE;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let answer = client
-            .get(&format!(
+            .get_as::<CommandStatus>(&format!(
                 "/v1/commands/{id}/wait?timeout={}ms",
                 left.as_millis()
             ))
             .await;
         match answer {
-            Ok(status) if status["done"] == true || Instant::now() >= deadline => return status,
+            Ok(status) if status.done || Instant::now() >= deadline => return status,
             Ok(_) => {}
             Err(e) if e.transient() && Instant::now() + pause < deadline => {
                 tracing::debug!(error = %e, "waiting again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
             }
-            Err(e) => {
-                return json!({"id": id, "host": host, "status": "unknown", "done": false,
-                    "error": {"code": "client", "message": e.to_string()}})
-            }
+            Err(e) => return not_done(id, host, "unknown", "client", e.to_string()),
         }
     }
 }

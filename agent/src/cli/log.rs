@@ -5,7 +5,7 @@ use crate::context::{open_log, Context};
 use crate::{log_export, log_files, LogAction, LogArgs};
 use capstan_agent::local_socket;
 use capstan_agent::log::LogError;
-use capstan_common::answers::{LogRequest, VerifyAnswer};
+use capstan_common::answers::{LogRequest, Verb, VerifyAnswer};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -33,12 +33,12 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
     }
     if let Some(LogAction::Verify { .. }) = args.action {
         let verdict = match &running {
-            Some(path) => match local_socket::ask_as(path, "verify", serde_json::Value::Null)? {
+            Some(path) => match local_socket::ask_as(path, Verb::Verify, &())? {
                 VerifyAnswer::Verified { verified, anchor } => Ok((verified, anchor)),
                 VerifyAnswer::Bad { bad } => Err((bad.seq, bad.defect)),
             },
             None => match open_log(ctx).and_then(|log| {
-                let anchor = log.anchor()?.map(|a| a.summary()).unwrap_or_default();
+                let anchor = log.anchor()?.map(|a| a.summary());
                 Ok(log.verify().map(|n| (n, anchor)))
             })? {
                 Ok(n) => Ok(n),
@@ -51,7 +51,7 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
                 writeln!(
                     std::io::stdout(),
                     "ok {n} records{}",
-                    log_export::anchor_words(&anchor)
+                    log_export::anchor_words(anchor.as_ref())
                 )?;
                 ExitCode::SUCCESS
             }
@@ -61,29 +61,18 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
             }
         });
     }
+    let request = LogRequest {
+        since: args.since,
+        limit: None,
+        command: args.command.clone(),
+        namespace: args.namespace.clone(),
+        workload: args.workload.clone(),
+        since_time: args.since_time,
+        until_time: args.until_time,
+    };
     let (records, bad) = match &running {
-        Some(path) => {
-            let filter = serde_json::json!({
-                "command": args.command,
-                "namespace": args.namespace,
-                "workload": args.workload,
-                "since_time": args.since_time,
-                "until_time": args.until_time,
-            });
-            (local_socket::log_records(path, args.since, filter)?, 0)
-        }
-        None => {
-            let request = LogRequest {
-                since: args.since,
-                limit: None,
-                command: args.command.clone(),
-                namespace: args.namespace.clone(),
-                workload: args.workload.clone(),
-                since_time: args.since_time,
-                until_time: args.until_time,
-            };
-            log_files::read_log(&ctx.data_dir.join("log"), &request)?
-        }
+        Some(path) => (local_socket::log_records(path, &request)?, 0),
+        None => log_files::read_log(&ctx.data_dir.join("log"), &request)?,
     };
     let mut out = std::io::stdout().lock();
     if !args.json {

@@ -2,11 +2,12 @@
 //! (`capstan_agent::log::export`) read from the running agent over its local socket,
 //! or from the log files when no agent runs.
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use capstan_agent::local_socket;
 use capstan_agent::log::export::{self, Chain};
 use capstan_agent::log::Log;
-use serde_json::{json, Value};
+use capstan_common::answers::{AnchorSummary, ExportAnswer, ExportRequest, Verb};
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,27 +43,26 @@ pub enum Source {
 
 impl Source {
     /// The lines after `since` up to `until`, at most a page, and the anchor summary.
-    fn page(&self, since: u64, until: u64) -> anyhow::Result<(Vec<Value>, Value)> {
+    fn page(&self, since: u64, until: u64) -> anyhow::Result<ExportAnswer> {
         match self {
             Source::Agent(path) => {
-                let body = json!({"since": since, "until": until});
-                let answer = local_socket::ask(path, "export", body)?;
-                match answer["lines"].as_array() {
-                    Some(lines) => Ok((lines.clone(), answer["anchor"].clone())),
-                    None => bail!("the running agent refused: {}", answer["error"]),
-                }
+                let request = ExportRequest {
+                    since,
+                    until: Some(until),
+                    limit: None,
+                };
+                Ok(local_socket::ask_as(path, Verb::Export, &request)?)
             }
-            Source::Files(log) => {
-                let lines = log.export_lines(since, until, export::MAX_LINES)?;
-                let anchor = log.anchor()?.map(|a| a.summary());
-                Ok((lines, anchor.unwrap_or(Value::Null)))
-            }
+            Source::Files(log) => Ok(ExportAnswer {
+                lines: log.export_lines(since, until, export::MAX_LINES)?,
+                anchor: log.anchor()?.map(|a| a.summary()),
+            }),
         }
     }
 
-    /// The anchor summary (`null` before any prune).
-    pub fn anchor(&self) -> anyhow::Result<Value> {
-        Ok(self.page(0, 0)?.1)
+    /// The anchor summary (`None` before any prune).
+    pub fn anchor(&self) -> anyhow::Result<Option<AnchorSummary>> {
+        Ok(self.page(0, 0)?.anchor)
     }
 }
 
@@ -105,7 +105,7 @@ pub fn run(
     };
     let (mut next, mut count, mut range) = (seq_since, 0u64, None::<(u64, u64)>);
     loop {
-        let (lines, _) = source.page(next, seq_until)?;
+        let lines = source.page(next, seq_until)?.lines;
         let Some(last) = lines.last().and_then(|l| l["seq"].as_u64()) else {
             break;
         };
@@ -154,10 +154,12 @@ pub fn verify(source: &Source, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
             .and_then(export::unhex)
             .and_then(|h| <[u8; 32]>::try_from(h).ok())
     };
-    let anchor_json = source.anchor()?;
-    let anchor = anchor_json["seq"].as_u64().zip(hash(&anchor_json["hash"]));
+    let anchor = match source.anchor()? {
+        Some(a) => Some(a.seq).zip(export::unhex(&a.hash).and_then(|h| h.try_into().ok())),
+        None => None,
+    };
     let in_log = |seq: u64| {
-        let (lines, _) = source.page(seq.saturating_sub(1), seq).ok()?;
+        let lines = source.page(seq.saturating_sub(1), seq).ok()?.lines;
         hash(&lines.first()?["hash"])
     };
     match export::link(&mut chains, anchor, in_log) {
@@ -173,12 +175,11 @@ pub fn verify(source: &Source, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
 }
 
 /// ` from anchor seq N (M records pruned, last exported to FILE)`, or nothing.
-pub fn anchor_words(anchor: &Value) -> String {
-    match anchor["seq"].as_u64() {
-        Some(seq) => format!(
-            " from anchor seq {seq} ({} records pruned, last exported to {})",
-            anchor["pruned"],
-            anchor["file"].as_str().unwrap_or("?")
+pub fn anchor_words(anchor: Option<&AnchorSummary>) -> String {
+    match anchor {
+        Some(a) => format!(
+            " from anchor seq {} ({} records pruned, last exported to {})",
+            a.seq, a.pruned, a.file
         ),
         None => String::new(),
     }

@@ -4,7 +4,7 @@
 use capstan_agent::event::Record;
 use capstan_agent::local_socket;
 use capstan_agent::log::{LogError, LogReader};
-use capstan_common::answers::{LayoutAnswer, LogRequest};
+use capstan_common::answers::{LayoutAnswer, LogRequest, Verb};
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -14,8 +14,7 @@ use std::process::ExitCode;
 pub fn layout(data_dir: &Path, running: Option<&Path>) -> anyhow::Result<ExitCode> {
     let layout = match running {
         Some(path) => {
-            let answer: LayoutAnswer =
-                local_socket::ask_as(path, "layout", serde_json::Value::Null)?;
+            let answer: LayoutAnswer = local_socket::ask_as(path, Verb::Layout, &())?;
             answer.layout
         }
         None => capstan_agent::log::layout_of(&data_dir.join("log"))

@@ -16,6 +16,7 @@
 use super::codec::{self, Hash};
 use super::{Corruption, Defect, LogError};
 use crate::intent::Intent;
+use capstan_common::answers::AnchorSummary;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -37,13 +38,13 @@ pub struct Anchor {
 
 impl Anchor {
     /// What `log verify` and the local socket show of it (no intent).
-    pub fn summary(&self) -> serde_json::Value {
-        serde_json::json!({
-            "seq": self.seq,
-            "hash": crate::event::hex(&self.hash),
-            "pruned": self.pruned,
-            "file": self.file,
-        })
+    pub fn summary(&self) -> AnchorSummary {
+        AnchorSummary {
+            seq: self.seq,
+            hash: crate::event::hex(&self.hash),
+            pruned: self.pruned,
+            file: self.file.to_string_lossy().into_owned(),
+        }
     }
 }
 

@@ -16,13 +16,15 @@
 use super::{pause, HostInfo};
 use crate::event::Record;
 use crate::executor::Executor;
-use crate::log::Log;
-use capstan_common::answers::{AgentCode, ErrorReply, LogRequest};
+use crate::log::{Log, LogError};
+use capstan_common::answers::{
+    AgentCode, ErrorReply, LogAnswer, LogRequest, PingAnswer, StatusAnswer, Verb,
+};
 use capstan_common::nats_layout;
 use capstan_common::published::{self, Publication};
 use capstan_common::signing::Signer;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -92,10 +94,16 @@ pub async fn run(
 
 /// `{"error":{"code","message"}}`, as every RPC and local-socket error reads.
 pub(crate) fn error(code: AgentCode, message: impl Into<String>) -> Value {
-    serde_json::to_value(ErrorReply::agent(code, message)).expect("error replies serialise")
+    to_json(ErrorReply::agent(code, message))
 }
 
-/// The reply to one request.
+/// Any answer as the JSON it is sent as.
+pub(crate) fn to_json(answer: impl serde::Serialize) -> Value {
+    serde_json::to_value(answer).expect("answers serialise")
+}
+
+/// The reply to one request: `verb` one of the RPC's ([`Verb::is_local_only`] ones
+/// are the local socket's, [`crate::local_socket`]).
 pub fn answer(
     verb: &str,
     payload: &[u8],
@@ -104,28 +112,28 @@ pub fn answer(
     published: u64,
 ) -> Value {
     let log = executor.log();
-    match verb {
-        "ping" => json!({"host": info.host, "version": info.version, "at": chrono::Utc::now()}),
-        "status" => {
-            let in_flight: Vec<String> =
-                log.with_intent(|intent| intent.in_flight.keys().cloned().collect());
-            json!({
-                "host": info.host,
-                "version": info.version,
-                "last_seq": log.last_seq(),
-                "published_seq": published,
-                "healthy": log.healthy(),
-                "degraded": log.degraded().map(ToString::to_string),
-                "log_failed": log.flush_failed(),
-                "outbox_alarm": info.outbox_alarm.get(),
-                "in_flight": in_flight,
-                "drivers": info.drivers,
-                "capabilities": info.capabilities,
-                "figures": executor.metrics().figures(log, log.last_seq(), published),
-            })
-        }
-        "intent" => log.intent().to_json(),
-        "log" => {
+    match Verb::parse(verb).filter(|v| !v.is_local_only()) {
+        Some(Verb::Ping) => to_json(PingAnswer {
+            host: info.host.clone(),
+            version: info.version.clone(),
+            at: chrono::Utc::now(),
+        }),
+        Some(Verb::Status) => to_json(StatusAnswer {
+            host: info.host.clone(),
+            version: info.version.clone(),
+            last_seq: log.last_seq(),
+            published_seq: published,
+            healthy: log.healthy(),
+            degraded: log.degraded().map(|d| d.to_string()),
+            log_failed: log.flush_failed(),
+            outbox_alarm: info.outbox_alarm.get(),
+            in_flight: log.with_intent(|intent| intent.in_flight.keys().cloned().collect()),
+            drivers: info.drivers.clone(),
+            capabilities: info.capabilities.clone(),
+            figures: Some(executor.metrics().figures(log, log.last_seq(), published)),
+        }),
+        Some(Verb::Intent) => to_json(log.intent().answer()),
+        Some(Verb::Log) => {
             let request: LogRequest = if payload.iter().all(u8::is_ascii_whitespace) {
                 LogRequest::default()
             } else {
@@ -137,19 +145,20 @@ pub fn answer(
                 }
             };
             read_log(log, &request)
+                .unwrap_or_else(|e| error(AgentCode::LogUnreadable, e.to_string()))
         }
-        other => error(
+        Some(Verb::Verify | Verb::Export | Verb::Layout) | None => error(
             AgentCode::UnknownVerb,
             format!(
                 "unknown verb {:?}; known: {}",
-                other.chars().take(32).collect::<String>(),
+                verb.chars().take(32).collect::<String>(),
                 nats_layout::RPC_VERBS.join(", ")
             ),
         ),
     }
 }
 
-fn read_log(log: &Log, request: &LogRequest) -> Value {
+fn read_log(log: &Log, request: &LogRequest) -> Result<Value, LogError> {
     let limit = request
         .limit
         .unwrap_or(MAX_LOG_RECORDS)
@@ -160,17 +169,16 @@ fn read_log(log: &Log, request: &LogRequest) -> Value {
         limit: Some(limit),
         ..request.clone()
     };
-    let out: Vec<Value> = match log.query(&request) {
-        Ok(records) => within_bytes(records.iter().map(Record::to_json), MAX_LOG_BYTES),
-        Err(e) => return error(AgentCode::LogUnreadable, e.to_string()),
-    };
+    let records = log.query(&request)?;
+    let records = within_bytes(records.iter().map(Record::to_json), MAX_LOG_BYTES);
     // After a prune the log starts past its anchor: a reader comparing logs (`capstan
     // verify`) starts there too.
-    let anchor = match log.anchor() {
-        Ok(anchor) => anchor.map(|a| a.summary()),
-        Err(e) => return error(AgentCode::LogUnreadable, e.to_string()),
-    };
-    json!({"records": out, "last_seq": log.last_seq(), "anchor": anchor})
+    let anchor = log.anchor()?.map(|a| a.summary());
+    Ok(to_json(LogAnswer {
+        records,
+        last_seq: log.last_seq(),
+        anchor,
+    }))
 }
 
 /// The first of `records`, and those after it while their JSON stays within `bytes`.
@@ -191,6 +199,7 @@ fn within_bytes(records: impl Iterator<Item = Value>, bytes: usize) -> Vec<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_page_stops_before_its_byte_budget_but_keeps_its_first_record() {

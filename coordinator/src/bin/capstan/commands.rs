@@ -2,8 +2,10 @@
 //! and how a command's status reads.
 
 use crate::log::event_line;
-use crate::output::print;
+use crate::output::{print, typed};
 use anyhow::Context as _;
+use capstan_common::status::CommandStatus;
+use capstan_coordinator::answers::{Accepted, CancelAnswer};
 use capstan_coordinator::client::Client;
 use serde_json::Value;
 use std::io::Read as _;
@@ -19,20 +21,18 @@ pub(crate) async fn submit(
 ) -> anyhow::Result<ExitCode> {
     let mut code = ExitCode::SUCCESS;
     for command in read_input(file)? {
-        let accepted = client.post("/v1/commands", &command).await?;
-        let id = accepted["id"].as_str().unwrap_or_default().to_string();
+        let answer = client.post("/v1/commands", &command).await?;
+        let accepted: Accepted = typed(&answer)?;
         if wait {
             let s = client
-                .get(&format!("/v1/commands/{id}/wait?timeout=60s"))
+                .get(&format!("/v1/commands/{}/wait?timeout=60s", accepted.id))
                 .await?;
-            print(json, &s, human_status);
-            if status_code(&s) != ExitCode::SUCCESS {
-                code = status_code(&s);
+            let status = show_status(json, &s)?;
+            if status_code(&status) != ExitCode::SUCCESS {
+                code = status_code(&status);
             }
         } else {
-            print(json, &accepted, |v| {
-                format!("{}\n", v["id"].as_str().unwrap_or(""))
-            });
+            print(json, &answer, |_| format!("{}\n", accepted.id));
         }
     }
     Ok(code)
@@ -48,8 +48,7 @@ pub(crate) async fn wait(
     let s = client
         .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
         .await?;
-    print(json, &s, human_status);
-    Ok(status_code(&s))
+    Ok(status_code(&show_status(json, &s)?))
 }
 
 /// `capstan cancel ID [--wait]`.
@@ -64,27 +63,33 @@ pub(crate) async fn cancel(
         .post(&format!("/v1/commands/{id}/cancel"), &serde_json::json!({}))
         .await?;
     if !wait {
-        print(json, &answer, human_cancel);
+        let cancel: CancelAnswer = typed(&answer)?;
+        print(json, &answer, |_| human_cancel(&cancel));
         return Ok(ExitCode::SUCCESS);
     }
     let s = client
         .get(&format!("/v1/commands/{id}/wait?timeout={timeout}"))
         .await?;
-    print(json, &s, human_status);
-    Ok(match s["done"].as_bool() {
-        Some(true) => ExitCode::SUCCESS,
-        _ => ExitCode::from(3),
+    Ok(match show_status(json, &s)?.done {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(3),
     })
 }
 
 /// `capstan status ID`.
 pub(crate) async fn status(client: &Client, json: bool, id: &str) -> anyhow::Result<ExitCode> {
     let s = client.get(&format!("/v1/commands/{id}")).await?;
-    print(json, &s, human_status);
-    Ok(match s["status"].as_str() {
-        Some("failed" | "rejected") => ExitCode::from(1),
+    Ok(match show_status(json, &s)?.status.as_str() {
+        "failed" | "rejected" => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// A command's status, printed; what it says.
+fn show_status(json: bool, answer: &Value) -> anyhow::Result<CommandStatus> {
+    let status: CommandStatus = typed(answer)?;
+    print(json, answer, |_| human_status(&status));
+    Ok(status)
 }
 
 pub(crate) fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
@@ -110,42 +115,33 @@ pub(crate) fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
         .collect()
 }
 
-pub(crate) fn status_code(status: &Value) -> ExitCode {
-    match status["status"].as_str() {
-        Some("succeeded") => ExitCode::SUCCESS,
-        Some("failed" | "rejected") => ExitCode::from(1),
+pub(crate) fn status_code(status: &CommandStatus) -> ExitCode {
+    match status.status.as_str() {
+        "succeeded" => ExitCode::SUCCESS,
+        "failed" | "rejected" => ExitCode::from(1),
         _ => ExitCode::from(3),
     }
 }
 
-pub(crate) fn human_cancel(a: &Value) -> String {
-    let command = &a["command"];
-    let (id, status) = (
-        command["id"].as_str().unwrap_or("-"),
-        command["status"].as_str().unwrap_or("-"),
-    );
-    match a["cancel_id"].as_str() {
+pub(crate) fn human_cancel(a: &CancelAnswer) -> String {
+    let (id, status) = (&a.command.id, &a.command.status);
+    match &a.cancel_id {
         Some(cancel) => format!("{id}  cancel={cancel} sent  (status was {status})\n"),
         None => format!("{id}  is done ({status}): nothing to cancel\n"),
     }
 }
 
-pub(crate) fn human_status(s: &Value) -> String {
-    let mut out = format!(
-        "{}  host={}  status={}",
-        s["id"].as_str().unwrap_or("-"),
-        s["host"].as_str().unwrap_or("-"),
-        s["status"].as_str().unwrap_or("-")
-    );
-    if let Some(e) = s["error"].as_object() {
+pub(crate) fn human_status(s: &CommandStatus) -> String {
+    let mut out = format!("{}  host={}  status={}", s.id, s.host, s.status);
+    if let Some(e) = s.error.as_ref().and_then(Value::as_object) {
         out.push_str(&format!(
             "  error={}: {}",
-            e["code"].as_str().unwrap_or(""),
-            e["message"].as_str().unwrap_or("")
+            e.get("code").and_then(Value::as_str).unwrap_or(""),
+            e.get("message").and_then(Value::as_str).unwrap_or("")
         ));
     }
     out.push('\n');
-    for e in s["events"].as_array().into_iter().flatten() {
+    for e in &s.events {
         out.push_str(&event_line(e));
     }
     out

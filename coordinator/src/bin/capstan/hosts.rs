@@ -1,8 +1,10 @@
 //! `capstan hosts`, `verify`, `intent`, `register`, `keys` and `unregister`: what the
 //! coordinator knows of the hosts.
 
-use crate::output::print;
+use crate::output::{print, typed};
 use anyhow::Context as _;
+use capstan_common::answers::{read_answer, AnswerError, IntentAnswer};
+use capstan_coordinator::answers::HostsAnswer;
 use capstan_coordinator::client::Client;
 use capstan_coordinator::verify::{Finding, Verdict};
 use serde_json::{json, Value};
@@ -11,40 +13,30 @@ use std::process::ExitCode;
 
 /// `capstan hosts`: every host, with its heartbeat's status and age.
 pub(crate) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
-    let hosts = client.get("/v1/hosts").await?;
-    print(json, &hosts, |v| {
-        let mut out = format!(
-            "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
-            "HOST", "STATUS", "AGE", "VERSION", "DRIVERS", "LAST_SEQ"
-        );
-        for h in v["hosts"].as_array().into_iter().flatten() {
-            let beat = &h["beat"];
-            out.push_str(&format!(
-                "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
-                h["host"].as_str().unwrap_or(""),
-                h["status"].as_str().unwrap_or(""),
-                h["age_secs"]
-                    .as_i64()
-                    .map(|a| format!("{a}s"))
-                    .unwrap_or("-".into()),
-                beat["version"].as_str().unwrap_or("-"),
-                beat["drivers"]
-                    .as_array()
-                    .map(|d| d
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(","))
-                    .unwrap_or("-".into()),
-                beat["last_seq"]
-                    .as_u64()
-                    .map(|s| s.to_string())
-                    .unwrap_or("-".into()),
-            ));
-        }
-        out
-    });
+    let answer = client.get("/v1/hosts").await?;
+    let hosts: HostsAnswer = typed(&answer)?;
+    print(json, &answer, |_| human_hosts(&hosts));
     Ok(ExitCode::SUCCESS)
+}
+
+fn human_hosts(answer: &HostsAnswer) -> String {
+    let mut out = format!(
+        "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+        "HOST", "STATUS", "AGE", "VERSION", "DRIVERS", "LAST_SEQ"
+    );
+    for h in &answer.hosts {
+        let beat = h.beat.as_ref();
+        out.push_str(&format!(
+            "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+            h.host,
+            h.status.as_str(),
+            h.age_secs.map_or("-".into(), |a| format!("{a}s")),
+            beat.map_or("-", |b| b.version.as_str()),
+            beat.map_or("-".into(), |b| b.drivers.join(",")),
+            beat.map_or("-".into(), |b| b.last_seq.to_string()),
+        ));
+    }
+    out
 }
 
 /// `capstan verify HOST`: the host's log against its published copy.
@@ -178,14 +170,17 @@ pub(crate) fn human_verdict(v: &Verdict) -> String {
 }
 
 /// The agent's intent, or an error when the answer is not one (an error reply, `{}`).
+/// It is shown as it came (a newer agent's fields too).
 pub(crate) fn expect_intent(intent: Value) -> anyhow::Result<Value> {
-    if let Some(error) = intent.get("error") {
-        anyhow::bail!("the agent answered with an error: {error}");
+    match read_answer::<IntentAnswer>(intent.clone()) {
+        Ok(_) => Ok(intent),
+        Err(AnswerError::Refused(error)) => {
+            anyhow::bail!("the agent answered with an error: {error}")
+        }
+        Err(AnswerError::Malformed(e)) => {
+            anyhow::bail!("the agent's answer is not an intent ({e}): {intent}")
+        }
     }
-    if !intent["applied_seq"].is_u64() {
-        anyhow::bail!("the agent's answer is not an intent: {intent}");
-    }
-    Ok(intent)
 }
 
 #[cfg(test)]
@@ -203,6 +198,11 @@ mod tests {
             "{error}"
         );
         let intent = json!({"applied_seq": 9, "namespaces": {}, "workloads": {}});
+        assert_eq!(expect_intent(intent.clone()).unwrap(), intent);
+        let bad = json!({"applied_seq": 9, "namespaces": {}, "workloads": {"a/b": {}}});
+        let bad = expect_intent(bad).unwrap_err().to_string();
+        assert!(bad.contains("is not an intent"), "{bad}");
+        let intent = json!({"applied_seq": 9, "namespaces": {}, "workloads": {}, "new": 1});
         assert_eq!(expect_intent(intent.clone()).unwrap(), intent);
     }
 }

@@ -1,6 +1,8 @@
 //! `capstan log HOST [--follow]`: a host's records from the fleet's copy.
 
+use capstan_coordinator::answers::EventsAnswer;
 use capstan_coordinator::client::Client;
+use serde::Deserialize as _;
 use serde_json::Value;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -65,9 +67,9 @@ pub(crate) async fn log(
 /// An answer that is not what was asked for is an error, never printed as the truth
 /// (an empty log, an empty intent).
 pub(crate) fn expect_events(page: &Value) -> anyhow::Result<Vec<Value>> {
-    match page["events"].as_array() {
-        Some(events) => Ok(events.clone()),
-        None => anyhow::bail!("the coordinator's answer has no events: {page}"),
+    match EventsAnswer::deserialize(page) {
+        Ok(answer) => Ok(answer.events),
+        Err(e) => anyhow::bail!("the coordinator's answer has no events ({e}): {page}"),
     }
 }
 
@@ -106,6 +108,8 @@ mod tests {
     fn a_page_without_events_is_an_error_not_an_empty_log() {
         let err = expect_events(&json!({})).unwrap_err().to_string();
         assert!(err.contains("has no events"), "{err}");
+        let err = expect_events(&json!({"host": "h1", "events": {}})).unwrap_err();
+        assert!(err.to_string().contains("has no events"), "{err}");
         assert!(expect_events(&json!({"host": "h1", "events": []}))
             .unwrap()
             .is_empty());

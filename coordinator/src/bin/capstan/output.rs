@@ -14,6 +14,13 @@ pub(crate) fn print(json: bool, value: &Value, human: impl FnOnce(&Value) -> Str
     }
 }
 
+/// An answer read as the `T` its request gives (what the human form is made of), while
+/// `--json` prints it as it came (a newer coordinator's fields too).
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(answer: &Value) -> anyhow::Result<T> {
+    T::deserialize(answer)
+        .with_context(|| format!("the coordinator's answer is not what was asked for: {answer}"))
+}
+
 pub(crate) fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     capstan_coordinator::api::parse_duration(text)
         .with_context(|| format!("--{flag} {text:?} is not a duration (e.g. 30s, 2m)"))

@@ -2,11 +2,12 @@
 //! (the rollout itself is `capstan_coordinator::rollout`).
 
 use crate::commands::read_input;
-use crate::output::{duration, print};
+use crate::output::{duration, print, typed};
 use anyhow::Context as _;
+use capstan_common::status::CommandStatus;
+use capstan_coordinator::answers::{HostState, HostsAnswer, RolloutSummary};
 use capstan_coordinator::client::Client;
 use capstan_coordinator::rollout;
-use serde_json::Value;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,12 +38,12 @@ pub(crate) async fn rollout(
         .next()
         .context("the rollout file holds no command")?;
     let hosts: Vec<String> = if hosts == "alive" {
-        client.get("/v1/hosts").await?["hosts"]
-            .as_array()
+        let answer: HostsAnswer = typed(&client.get("/v1/hosts").await?)?;
+        answer
+            .hosts
             .into_iter()
-            .flatten()
-            .filter(|h| h["status"] == "alive")
-            .filter_map(|h| h["host"].as_str().map(str::to_string))
+            .filter(|h| h.status == HostState::Alive)
+            .map(|h| h.host)
             .collect()
     } else {
         hosts
@@ -60,8 +61,9 @@ pub(crate) async fn rollout(
     };
     let summary = rollout::run(client, &plan, draw).await?;
     let _ = writeln!(std::io::stderr());
-    print(json, &summary, |v| human_rollout(v, how.each));
-    Ok(if summary["succeeded"] == summary["total"] {
+    let printed = serde_json::to_value(&summary)?;
+    print(json, &printed, |_| human_rollout(&summary, how.each));
+    Ok(if summary.succeeded == summary.total {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -70,14 +72,11 @@ pub(crate) async fn rollout(
 
 /// The rollout's summary: a line for each host that did not succeed (the first
 /// [`ROLLOUT_LISTED`], or every host with `each`), then the count.
-fn human_rollout(v: &Value, each: bool) -> String {
-    let results = v["results"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let listed: Vec<&Value> = results
+fn human_rollout(v: &RolloutSummary, each: bool) -> String {
+    let listed: Vec<&CommandStatus> = v
+        .results
         .iter()
-        .filter(|s| each || s["status"] != "succeeded")
+        .filter(|s| each || s.status != "succeeded")
         .collect();
     let mut out = String::new();
     if !listed.is_empty() {
@@ -94,10 +93,13 @@ fn human_rollout(v: &Value, each: bool) -> String {
     for s in &listed[..shown] {
         out.push_str(&format!(
             "{:<20} {:<10} {:<32} {}\n",
-            s["host"].as_str().unwrap_or("-"),
-            s["status"].as_str().unwrap_or("-"),
-            s["id"].as_str().unwrap_or("-"),
-            s["error"]["code"].as_str().unwrap_or("")
+            s.host,
+            s.status,
+            s.id,
+            s.error
+                .as_ref()
+                .and_then(|e| e.get("code")?.as_str())
+                .unwrap_or("")
         ));
     }
     if shown < listed.len() {
@@ -106,7 +108,7 @@ fn human_rollout(v: &Value, each: bool) -> String {
             listed.len() - shown
         ));
     }
-    out.push_str(&format!("{}/{} succeeded\n", v["succeeded"], v["total"]));
+    out.push_str(&format!("{}/{} succeeded\n", v.succeeded, v.total));
     out
 }
 
@@ -134,19 +136,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn summary(hosts: usize, failed: usize) -> Value {
-        let results: Vec<Value> = (0..hosts)
+    fn summary(hosts: usize, failed: usize) -> RolloutSummary {
+        let results = (0..hosts)
             .map(|i| {
-                let (status, code) = if i < failed {
-                    ("failed", json!("hook_failed"))
+                let (status, error) = if i < failed {
+                    ("failed", Some(json!({"code": "hook_failed"})))
                 } else {
-                    ("succeeded", Value::Null)
+                    ("succeeded", None)
                 };
-                json!({"host": format!("h{i:05}"), "id": format!("ro.h{i:05}"),
-                    "status": status, "error": {"code": code}})
+                let (id, host) = (format!("ro.h{i:05}"), format!("h{i:05}"));
+                CommandStatus {
+                    status: status.into(),
+                    error,
+                    ..CommandStatus::pending(&id, &host)
+                }
             })
             .collect();
-        json!({"total": hosts, "succeeded": hosts - failed, "results": results})
+        RolloutSummary {
+            total: hosts,
+            succeeded: hosts - failed,
+            results,
+        }
     }
 
     /// Given a rollout to thousands of hosts, when it is summed up for a person, then

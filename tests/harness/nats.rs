@@ -654,6 +654,27 @@ impl Coordinator {
         Some(crate::parse_lines(&out.stdout))
     }
 
+    /// `GET /v1/hosts/{host}/status` (the agent's `status` answer), which must be 200.
+    pub fn host_status(&self, host: &str) -> Value {
+        let url = format!("{}/v1/hosts/{host}/status", self.url);
+        let (status, body) = runtime().block_on(async {
+            let client = reqwest::Client::builder()
+                .timeout(crate::READY)
+                .build()
+                .expect("HTTP client");
+            let response = client
+                .get(&url)
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            let status = response.status().as_u16();
+            (status, response.text().await.expect("body"))
+        });
+        assert_eq!(status, 200, "GET {url}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+    }
+
     /// Waits until the answer of `capstan hosts` satisfies `check`; returns it.
     #[track_caller]
     pub fn wait_for_hosts(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {

@@ -238,6 +238,31 @@ async fn publish_all(
     }
 }
 
+/// Test builds only: `CAPSTAN_FAULT_MSG_ID_AT=<seq>:<id>` sends record `seq`, the
+/// first time it goes out alone, with `Nats-Msg-Id: <id>`. A test that stored a
+/// message under that id first then gets the `duplicate` ack this outbox (which sends
+/// no message ids) otherwise never sees, from a real server.
+#[cfg(feature = "testing")]
+pub const FAULT_MSG_ID_AT: &str = "CAPSTAN_FAULT_MSG_ID_AT";
+
+/// [`FAULT_MSG_ID_AT`]: `headers`, with the message id when it is `seq`'s turn.
+#[cfg(feature = "testing")]
+fn with_fault_msg_id(mut headers: async_nats::HeaderMap, seq: u64) -> async_nats::HeaderMap {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SENT: AtomicBool = AtomicBool::new(false);
+    let Ok(fault) = std::env::var(FAULT_MSG_ID_AT) else {
+        return headers;
+    };
+    let Some((at, id)) = fault.split_once(':') else {
+        return headers;
+    };
+    if at.parse() == Ok(seq) && !SENT.swap(true, Ordering::SeqCst) {
+        eprintln!("FAULT {FAULT_MSG_ID_AT}: record {seq} sent with Nats-Msg-Id {id}");
+        headers.insert(header::NATS_MESSAGE_ID, id);
+    }
+    headers
+}
+
 /// Publishes one record; its seq and stream sequence.
 async fn send_one(
     link: &Link,
@@ -250,6 +275,8 @@ async fn send_one(
         .sign_batch(Publication::Record, &[body.as_bytes()])
         .pop()
         .expect("one member");
+    #[cfg(feature = "testing")]
+    let headers = with_fault_msg_id(headers, seq);
     let message = jetstream::message::PublishMessage::build()
         .headers(headers)
         .payload(body.into())

@@ -14,6 +14,7 @@ pub(crate) mod grant_loop;
 mod metrics;
 mod openapi;
 mod outage;
+mod outbox;
 mod retention;
 mod scale;
 mod sim_fleet;

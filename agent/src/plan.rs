@@ -166,10 +166,11 @@ impl Step {
     /// The event that records this step carried out for command `id`: the command's
     /// effect, written before its completion (`None` for a step with nothing to do).
     /// Every event returned is one [`Event::is_effect`] names.
-    pub fn effect(&self, id: &str) -> Option<Event> {
+    /// Takes the step: what the event holds is moved, nothing copied.
+    pub fn effect(self, id: &str) -> Option<Event> {
         let command_id = id.to_string();
         let by = || Cause::Command(id.to_string());
-        Some(match self.clone() {
+        Some(match self {
             Step::AlreadyRunning { .. } | Step::AlreadyReady { .. } => return None,
             Step::EnsureNamespace { namespace } => Event::NamespaceReady {
                 command_id,

@@ -408,7 +408,7 @@ fn every_step() -> Vec<Step> {
 #[test]
 fn each_step_carried_out_records_its_effect_under_the_command() {
     // Given each step, when command c7 carried it out, then the log records:
-    let effects: Vec<Option<Event>> = every_step().iter().map(|s| s.effect("c7")).collect();
+    let effects: Vec<Option<Event>> = every_step().into_iter().map(|s| s.effect("c7")).collect();
     let mut prepared_r2 = prepared("r2", image("a"));
     if let Event::RevisionPrepared { command_id, .. } = &mut prepared_r2 {
         *command_id = "c7".into();
@@ -464,7 +464,7 @@ fn the_effect_kinds_are_exactly_the_events_named_effects() {
     // Given every kind of event the log can hold, then an event is an effect exactly
     // when its kind is one a step records.
     let kinds: std::collections::BTreeSet<&str> = every_step()
-        .iter()
+        .into_iter()
         .filter_map(|s| s.effect("c1"))
         .inspect(|e| assert!(e.is_effect(), "{e:?}"))
         .map(|e| e.kind())

@@ -1,9 +1,10 @@
 //! Given intent (and an observed host), when deciding or planning, then steps/actions.
 
 use super::*;
-use crate::event::Cause;
+use crate::event::{Cause, Event};
 use crate::testkit::{activate_op, by, given, image, prepare_op, prepared, retired, running};
 use crate::testkit::{spec_for, started, stopped};
+use capstan_common::Phase;
 
 const SIM: DriverKind = DriverKind::Sim;
 

@@ -1,0 +1,177 @@
+//! The fleet's hosts: the registry of their beats, their registered keys, asking
+//! their agents (RPC), and their records in `CAPSTAN_EVT`.
+
+use super::{beat_status, beats, check_host, keys, position, read_subject, Fleet, FleetError};
+use super::{HostState, HostStatus};
+use capstan_common::answers::{HostBeat, Verb};
+use capstan_common::nats_layout;
+use capstan_common::published::Publication;
+use futures::StreamExt;
+use serde_json::Value;
+use std::time::Duration;
+
+impl Fleet {
+    /// Registers `public_key` (64 hex digits) for `host` and, on per-host accounts,
+    /// makes the host's stream and bucket if they are not there yet.
+    pub async fn register(&self, host: &str, public_key: &str) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        if self.trust.host_accounts {
+            self.stores.of(host).await?;
+        }
+        layout.keys.add(host, public_key).await
+    }
+
+    /// The keys registered for `host`.
+    pub async fn host_keys(&self, host: &str) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        layout
+            .keys
+            .entry(host)
+            .await?
+            .filter(|e| !e.public_keys.is_empty())
+            .ok_or_else(|| FleetError::KeyNotFound(host.to_string()))
+    }
+
+    /// Removes one of `host`'s keys.
+    pub async fn unregister(
+        &self,
+        host: &str,
+        public_key: &str,
+    ) -> Result<keys::Entry, FleetError> {
+        check_host(host)?;
+        let layout = self.layout().await?;
+        layout.keys.remove(host, public_key).await
+    }
+
+    /// Every host in the registry (its beat checked against its keys), and the hosts
+    /// with events or a registered key but no beat left. Fails (rather than calling
+    /// anyone gone) when NATS is not reachable.
+    pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
+        let layout = self.layout().await?;
+        let prefix = format!("$KV.{}.", nats_layout::HOSTS_BUCKET);
+        let latest = beats::latest(&self.client, &layout.hosts_stream, &prefix).await?;
+        let now = chrono::Utc::now();
+        let mut out = Vec::with_capacity(latest.len());
+        for (k, m) in latest {
+            if let Err(e) = self
+                .check(&k, Publication::Beat, &m.payload, m.headers.as_ref())
+                .await
+            {
+                tracing::warn!(error = %e, "a heartbeat not signed by its host");
+                out.push(HostStatus {
+                    host: k.clone(),
+                    status: HostState::Unverified,
+                    beat: None,
+                    age_secs: None,
+                });
+                continue;
+            }
+            let Ok(beat) = serde_json::from_slice::<HostBeat>(&m.payload) else {
+                continue;
+            };
+            // The key is the host: only it may write it (permissions); the body is
+            // whatever the writer said.
+            if beat.host != k {
+                tracing::warn!(key = %k, body_host = %beat.host, "ignoring a heartbeat whose body names another host");
+                continue;
+            }
+            let age = now.signed_duration_since(beat.at);
+            let status = beat_status(age, self.stale_after);
+            out.push(HostStatus {
+                host: k.clone(),
+                status,
+                age_secs: Some(age.num_seconds()),
+                beat: Some(beat),
+            });
+        }
+        let mut known: Vec<String> = layout.keys.hosts();
+        if !self.trust.host_accounts {
+            let evt = &self.stores.shared().await?.evt;
+            let mut subjects = evt
+                .info_with_subjects("capstan.v1.evt.*")
+                .await
+                .map_err(FleetError::nats)?;
+            while let Some(s) = subjects.next().await {
+                let (subject, _count) = s.map_err(FleetError::nats)?;
+                known.push(subject.rsplit('.').next().unwrap_or_default().to_string());
+            }
+        }
+        // A host known by its key and by its events is listed once.
+        let mut listed: std::collections::HashSet<String> =
+            out.iter().map(|h| h.host.clone()).collect();
+        for host in known {
+            if listed.insert(host.clone()) {
+                out.push(HostStatus {
+                    host,
+                    status: HostState::Gone,
+                    beat: None,
+                    age_secs: None,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.host.cmp(&b.host));
+        Ok(out)
+    }
+
+    /// Asks the host's agent (`rpc.<host>.<verb>`): its answer, an error answer too
+    /// (read it with [`capstan_common::answers::read_answer`]).
+    pub async fn rpc(&self, host: &str, verb: Verb, body: Value) -> Result<Value, FleetError> {
+        let verb = verb.as_str();
+        check_host(host)?;
+        if !self.connected() {
+            return Err(FleetError::NatsUnavailable);
+        }
+        let request = self.client.request(
+            nats_layout::rpc_subject(host, verb),
+            body.to_string().into(),
+        );
+        match tokio::time::timeout(Duration::from_secs(5), request).await {
+            Err(_) => Err(FleetError::HostTimeout(host.into())),
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                Err(FleetError::HostUnreachable(host.into()))
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
+                Err(FleetError::HostTimeout(host.into()))
+            }
+            Ok(Err(e)) => Err(FleetError::nats(e)),
+            Ok(Ok(reply)) => {
+                let subject = nats_layout::rpc_subject(host, verb);
+                self.check(
+                    host,
+                    Publication::Answer { subject: &subject },
+                    &reply.payload,
+                    reply.headers.as_ref(),
+                )
+                .await?;
+                serde_json::from_slice(&reply.payload).map_err(FleetError::nats)
+            }
+        }
+    }
+
+    /// The host's records with seq > `since`, from `CAPSTAN_EVT` (the central copy:
+    /// available when the host is not), each signed by the host. Where they begin in the stream is found by
+    /// bisection ([`position::start_of`]), not by reading what comes before.
+    pub async fn events(
+        &self,
+        host: &str,
+        since: u64,
+        limit: usize,
+    ) -> Result<Vec<Value>, FleetError> {
+        check_host(host)?;
+        let storage = self.stores.of(host).await?;
+        let subject = nats_layout::evt_subject(host);
+        let from = position::start_of(&storage.evt, &subject, since).await?;
+        read_subject(
+            &storage.evt,
+            &subject,
+            from,
+            |e| e["seq"].as_u64().is_some_and(|s| s > since),
+            |_| false,
+            limit,
+            self.record_check(host).await?,
+        )
+        .await
+    }
+}

@@ -70,7 +70,7 @@ pub enum LocalError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the running agent's answer over {} is not JSON", path.display())]
+    #[error("the running agent's answer over {} is not the answer asked for", path.display())]
     Answer {
         path: PathBuf,
         #[source]

@@ -22,8 +22,12 @@
 //! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
 //! (see [`tip`]). A due snapshot is written right after. [`Log::durable`] waits for
 //! the group-commit flusher.
+//!
+//! [`Log::open`] is in [`open`], the write path ([`Log::append`] and the wait for it
+//! to be durable) in [`append`].
 
 pub mod anchor;
+mod append;
 mod codec;
 mod combine;
 mod db_lock;
@@ -32,6 +36,7 @@ pub mod export;
 mod flusher;
 mod key_writes;
 mod layout;
+mod open;
 mod postings;
 mod pruned;
 mod query;
@@ -168,140 +173,6 @@ fn key_seq(key: &[u8]) -> Option<u64> {
 }
 
 impl Log {
-    /// Opens (or creates) the log in `dir`, rebuilds the intent from the newest
-    /// snapshot plus the records after it, and verifies that tail. A bad record
-    /// leaves the log open but degraded: readable, and refusing appends.
-    pub fn open(dir: &Path, options: LogOptions) -> Result<Log, LogError> {
-        layout::prepare(dir)?;
-        let mut config = sled::Config::new().path(dir).flush_every_ms(None);
-        if let Some(bytes) = options.cache_bytes {
-            config = config.cache_capacity(bytes);
-        }
-        let db = config.open().map_err(|source| LogError::Open {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        layout::mark_new(&db, dir)?;
-        let tree = |name: &str| db.open_tree(name).map_err(LogError::Storage);
-        let [records, by_command, by_workload, by_time] = layout::TREES.map(tree);
-        let (records, by_command, by_workload, by_time) =
-            (Records::new(records?), by_command?, by_workload?, by_time?);
-        let snapshots = tree("snapshots")?;
-        let pruned = pruned::PrunedIds::open(&db)?;
-        // An append a crash cut short: back to the tip, before anything reads.
-        if let Some(tip) = tip::read(&db)? {
-            let trees = tip::Trees {
-                records: &records,
-                by_command: &by_command,
-                by_workload: &by_workload,
-                by_time: &by_time,
-            };
-            let cut = tip::cut_after(&trees, tip)?;
-            if cut > 0 {
-                tracing::warn!(
-                    records = cut,
-                    tip,
-                    "dropped the records of an append the last run did not finish writing (never acknowledged)"
-                );
-            }
-        }
-
-        let mut tail = Tail {
-            next_seq: 1,
-            last_hash: [0; 32],
-            intent: Intent::default(),
-            since_snapshot: 0,
-        };
-        let mut degraded = None;
-        // The newest usable snapshot, anchored to the record it names.
-        let anchor_of = |seq: u64| records.hash_of(seq);
-        let mut start_after = 0;
-        if let Some(snap) = snapshot::newest(&snapshots, anchor_of).map_err(LogError::Storage)? {
-            start_after = snap.seq;
-            tail.next_seq = snap.seq + 1;
-            tail.last_hash = snap.anchor;
-            tail.intent = snap.intent;
-        }
-        // After a prune: the anchor, when no snapshot past it is usable.
-        let anchors = tree(anchor::TREE)?;
-        let mut anchored = None;
-        match anchor::read(&anchors) {
-            Ok(Some(a)) if a.seq >= start_after => {
-                anchored = Some(a.seq);
-                start_after = a.seq;
-                tail.next_seq = a.seq + 1;
-                tail.last_hash = a.hash;
-                tail.intent = a.intent;
-            }
-            Ok(a) => anchored = a.map(|a| a.seq),
-            Err(LogError::Corrupt(c)) => degraded = Some(c),
-            Err(e) => return Err(e),
-        }
-        // A damaged anchor: nothing to replay from.
-        let replay = degraded.is_none().then_some(start_after).into_iter();
-        let (from, prev) = (&records, tail.last_hash);
-        let scan = replay.flat_map(move |after| Self::scan(from, after, after + 1, prev));
-        for item in scan {
-            match item {
-                Ok((record, hash)) => {
-                    tail.intent.apply(record.seq, &record.event);
-                    tail.next_seq = record.seq + 1;
-                    tail.last_hash = hash;
-                    tail.since_snapshot += 1;
-                }
-                Err(ScanError::Corrupt(c)) => {
-                    tracing::error!(seq = c.seq, defect = %c.defect, "log verification failed; the agent is degraded and read-only");
-                    degraded = Some(c);
-                    break;
-                }
-                Err(ScanError::Storage(e)) => return Err(LogError::Storage(e)),
-            }
-        }
-        let flush_db = db.clone();
-        #[cfg(any(test, feature = "testing"))]
-        let flush_fault = std::sync::Arc::new(Mutex::new(None::<String>));
-        #[cfg(any(test, feature = "testing"))]
-        let fault = std::sync::Arc::clone(&flush_fault);
-        let flusher = flusher::Flusher::start(tail.next_seq - 1, move || {
-            #[cfg(any(test, feature = "testing"))]
-            if let Some(reason) = fault.lock().expect("flush fault lock").clone() {
-                return Err(reason);
-            }
-            flush_db.flush().map(|_| ()).map_err(|e| e.to_string())
-        });
-        let appended = tokio::sync::watch::Sender::new(tail.next_seq - 1);
-        // A long replay (no usable snapshot: a new snapshot format, or none yet) is
-        // not repeated on the next open.
-        if degraded.is_none() && options.snapshot_due(tail.since_snapshot, &tail.intent) {
-            snapshot::write(&snapshots, tail.next_seq - 1, tail.last_hash, &tail.intent)?;
-            tail.since_snapshot = 0;
-        }
-        let log = Log {
-            db,
-            records,
-            by_command,
-            by_workload,
-            by_time,
-            snapshots,
-            pruned,
-            options,
-            tail: Mutex::new(tail),
-            flusher,
-            combiner: combine::Combiner::default(),
-            #[cfg(any(test, feature = "testing"))]
-            flush_fault,
-            appended,
-            degraded: degraded.map(std::sync::OnceLock::from).unwrap_or_default(),
-            pruned_through: anchored.unwrap_or(0).into(),
-            _released: db_lock::Released::new(dir),
-        };
-        if let Some(seq) = anchored {
-            // A prune that crashed after writing its anchor is finished here.
-            log.remove_through(seq)?;
-        }
-        Ok(log)
-    }
-
     /// Walks records after `after`, checking each one's hash, seq and link.
     fn scan(
         records: &Records,
@@ -382,120 +253,6 @@ impl Log {
     /// The seq of the last record.
     pub fn last_seq(&self) -> u64 {
         self.tail.lock().expect("log lock").next_seq - 1
-    }
-
-    /// Appends events in order, in one atomic write, folding them into the intent.
-    /// Not yet durable: await [`Log::durable`] with the returned seq (or use
-    /// [`Log::append_durable`]) before telling anyone.
-    pub fn append(&self, events: &[Event]) -> Result<u64, LogError> {
-        self.append_at(events, chrono::Utc::now().timestamp_millis())
-    }
-
-    /// [`Log::append`] with the records' time given (the wall clock's, or a test's).
-    pub(crate) fn append_at(&self, events: &[Event], at_ms: i64) -> Result<u64, LogError> {
-        if let Some(c) = self.degraded() {
-            return Err(LogError::Degraded(c.clone()));
-        }
-        // After a failed flush nothing is durable: writing more would only grow what a
-        // crash loses, and what a reader might take for recorded.
-        if let Some(reason) = self.flush_failed() {
-            return Err(LogError::Flush(reason));
-        }
-        let mut tail = self.tail.lock().expect("log lock");
-        let mut writes = Vec::with_capacity(events.len());
-        let (mut seq, mut prev) = (tail.next_seq, tail.last_hash);
-        for event in events {
-            let (bytes, hash) =
-                codec::seal_record(seq, at_ms, prev, event).map_err(LogError::Encode)?;
-            writes.push((seq, bytes, query::IndexKeys::of(seq, at_ms, event)));
-            prev = hash;
-            seq += 1;
-        }
-        // Plain writes, in order, the tip last (see [`tip`]): chunks, index entries.
-        // Each chunk and each list is read and written once, however many of the
-        // batch's records it takes.
-        let write = || -> Result<(), sled::Error> {
-            let chunks = self.records.tree();
-            let sealed: Vec<(u64, &[u8])> = writes.iter().map(|(s, b, _)| (*s, &b[..])).collect();
-            Records::push(chunks, &sealed)?;
-            let mut by_command = postings::Entries::new(8);
-            let mut by_workload = postings::Entries::new(8);
-            let mut by_time = postings::Entries::new(16);
-            for (seq, _, index) in &writes {
-                let seq_bytes = seq.to_be_bytes();
-                if let Some(key) = &index.command {
-                    by_command.add(key, &seq_bytes);
-                }
-                if let Some(key) = &index.workload {
-                    by_workload.add(key, &seq_bytes);
-                }
-                by_time.add(&index.minute, &index.time_entry);
-            }
-            by_command.push(&self.by_command)?;
-            by_workload.push(&self.by_workload)?;
-            by_time.push(&self.by_time)?;
-            tip::write(&self.db, seq - 1)
-        };
-        if let Err(e) = write() {
-            // Part of the append may be written: nothing more is, until a restart
-            // cuts it back to the tip.
-            self.flusher.fail(format!("an append failed to write: {e}"));
-            return Err(LogError::Storage(e));
-        }
-        // Written: fold in place (no copy of the intent on the write path).
-        let last = seq - 1;
-        for (event, (seq, ..)) in events.iter().zip(&writes) {
-            tail.intent.apply(*seq, event);
-        }
-        tail.next_seq = seq;
-        tail.last_hash = prev;
-        tail.since_snapshot += events.len() as u64;
-        if self.options.snapshot_due(tail.since_snapshot, &tail.intent) {
-            // Anchored to the batch's last record, after its tip: a snapshot lost to
-            // a crash only lengthens the next replay.
-            snapshot::write(&self.snapshots, last, prev, &tail.intent)?;
-            tail.since_snapshot = 0;
-        }
-        self.flusher.written(last);
-        drop(tail);
-        // Writers race from here: keep the maximum, so the watched seq never goes
-        // back and always ends at the last record (a follower waiting on it would
-        // otherwise miss the newest record until the next append).
-        self.appended.send_if_modified(|seen| {
-            let newer = last > *seen;
-            if newer {
-                *seen = last;
-            }
-            newer
-        });
-        Ok(last)
-    }
-
-    /// Waits until every record up to `seq` is on disk. Concurrent callers share one
-    /// flush (group commit).
-    pub async fn durable(&self, seq: u64) -> Result<(), LogError> {
-        self.flusher
-            .durable(seq, None)
-            .await
-            .map_err(LogError::Flush)
-    }
-
-    /// [`Log::append`], then [`Log::durable`]. While this writer is between the two,
-    /// the flusher holds its next flush for it, so concurrent writers share flushes;
-    /// concurrent writers' appends are combined into one write (see [`combine`]).
-    pub async fn append_durable(&self, events: &[Event]) -> Result<u64, LogError> {
-        let arriving = self.flusher.arriving();
-        let seq = self.append_combined(events).await?;
-        self.flusher
-            .durable(seq, Some(arriving))
-            .await
-            .map_err(LogError::Flush)?;
-        Ok(seq)
-    }
-
-    /// How many flushes have run since open (for metrics and benchmarks).
-    pub fn flushes(&self) -> u64 {
-        self.flusher.flushes()
     }
 
     /// One record by seq (none at or below the anchor).

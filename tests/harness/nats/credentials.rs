@@ -1,0 +1,96 @@
+//! What the processes authenticate with: the nats-server accounts and nkeys of
+//! `capstan-coordinator nats-config` ([`Accounts`]), a signing key pair ([`Keys`]).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A nats-server config with an account per host (`capstan-coordinator
+/// nats-config`), its nkeys in its own temp dir.
+pub struct Accounts {
+    dir: tempfile::TempDir,
+}
+
+impl Accounts {
+    /// For `hosts`, each with a storage quota of `host_quota` (`64M`, …), and the
+    /// fleet account at its smallest (`2G`): nats-server 2.9 will not start when an
+    /// account's `max_file` exceeds what its store may use (75 % of the free disk),
+    /// and the default `8G` would tie the tests to the disk's free space.
+    pub fn generate(hosts: &[&str], host_quota: &str) -> Accounts {
+        let dir = tempfile::tempdir().expect("accounts dir");
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.arg("nats-config").arg("--out").arg(dir.path());
+        c.args(["--host-quota", host_quota, "--fleet-quota", "2G"]);
+        for h in hosts {
+            c.args(["--host", h]);
+        }
+        let out = crate::process::output("capstan-coordinator nats-config", crate::READY, c);
+        assert!(
+            out.status.success(),
+            "nats-config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Accounts { dir }
+    }
+
+    /// The server config.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("nats-server.conf")
+    }
+
+    /// The nkey seed file of `user` (a host, or `coordinator`).
+    pub fn seed_file(&self, user: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("credentials")
+            .join(format!("{user}.nk"))
+    }
+
+    /// The nkey seed of `user`.
+    pub fn seed(&self, user: &str) -> String {
+        std::fs::read_to_string(self.seed_file(user))
+            .expect("seed")
+            .trim()
+            .to_string()
+    }
+
+    /// The `[nats]` lines of `user`'s config (agent or coordinator).
+    pub fn nats_lines(&self, user: &str) -> String {
+        format!(
+            "nkey_seed_file = {:?}\nhost_accounts = true",
+            self.seed_file(user).display().to_string()
+        )
+    }
+}
+
+/// A signing key pair in a temp dir.
+pub struct Keys {
+    dir: tempfile::TempDir,
+    pub public: String,
+}
+
+impl Keys {
+    pub fn generate() -> Keys {
+        let dir = tempfile::tempdir().expect("key dir");
+        let mut c = Command::new(crate::binary("capstan-coordinator"));
+        c.arg("keygen")
+            .arg("--out")
+            .arg(dir.path().join("signing.key"));
+        let out = crate::process::output("capstan-coordinator keygen", crate::READY, c);
+        assert!(out.status.success(), "keygen failed");
+        Keys {
+            public: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            dir,
+        }
+    }
+
+    pub fn secret_file(&self) -> PathBuf {
+        self.dir.path().join("signing.key")
+    }
+
+    pub fn secret_hex(&self) -> String {
+        std::fs::read_to_string(self.secret_file())
+            .expect("key")
+            .trim()
+            .to_string()
+    }
+}

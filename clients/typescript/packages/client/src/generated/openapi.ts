@@ -1229,7 +1229,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`. */
+            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all (`unverified`); or its answer is not what the verb gives, or an error code of the agent's this API does not know (`host_error`, the message saying which). Codes: `unverified`, `host_error`. */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -1309,7 +1309,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`. */
+            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all (`unverified`); or its answer is not what the verb gives, or an error code of the agent's this API does not know (`host_error`, the message saying which). Codes: `unverified`, `host_error`. */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -1493,7 +1493,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description The agent could not read its own log. Codes: `log_unreadable` (`host_error` for an error code of the agent's this API does not know, the message naming it); or the answer is not signed by a key registered for the host: `unverified`. */
+            /** @description The agent could not read its own log. Codes: `log_unreadable` (`host_error` for an error code of the agent's this API does not know, the message naming it, or an answer that is not a `log` answer); or the answer is not signed by a key registered for the host: `unverified`. */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -1582,7 +1582,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description A side cannot be read: what the host published, or its answer, is not signed by a key registered for it (`unverified`); the agent could not read its own log (`log_unreadable`; `host_error` for an error code of the agent's this API does not know, the message naming it). Codes: `unverified`, `log_unreadable`, `host_error`. */
+            /** @description A side cannot be read: what the host published, or its answer, is not signed by a key registered for it (`unverified`); the agent could not read its own log (`log_unreadable`; `host_error` for an error code of the agent's this API does not know, the message naming it, or an answer that is not a `log` answer). Codes: `unverified`, `log_unreadable`, `host_error`. */
             502: {
                 headers: {
                     [name: string]: unknown;

@@ -298,7 +298,7 @@ pub fn ask_as<T: serde::de::DeserializeOwned>(
     verb: Verb,
     body: &impl serde::Serialize,
 ) -> Result<T, LocalError> {
-    match read_answer(ask(path, verb, body)?) {
+    match read_answer(&ask(path, verb, body)?) {
         Ok(answer) => Ok(answer),
         Err(AnswerError::Refused(error)) => Err(LocalError::Refused(error)),
         Err(AnswerError::Malformed(source)) => Err(LocalError::Answer {

@@ -15,6 +15,18 @@ use std::time::Duration;
 /// The host every test command is for.
 pub const HOST: &str = "h1";
 
+/// What the test host says about itself in `status` and heartbeats: the sim driver,
+/// no capabilities, no alarm.
+pub fn host_info() -> crate::transport::HostInfo {
+    crate::transport::HostInfo {
+        host: HOST.into(),
+        version: "test".into(),
+        drivers: vec!["sim".into()],
+        capabilities: serde_json::json!({}),
+        outbox_alarm: Default::default(),
+    }
+}
+
 /// A sim spec without an image.
 pub fn spec() -> Spec {
     spec_for(DriverKind::Sim, None)

@@ -218,16 +218,17 @@ pub enum AnswerError {
     Malformed(#[source] serde_json::Error),
 }
 
-/// An agent's answer read as the `T` its verb gives, or its error answer.
+/// An agent's answer read as the `T` its verb gives, or its error answer. Read in
+/// place: a caller that passes the answer on keeps it, uncopied.
 pub fn read_answer<T: serde::de::DeserializeOwned>(
-    answer: serde_json::Value,
+    answer: &serde_json::Value,
 ) -> Result<T, AnswerError> {
     if answer.get("error").is_some() {
-        if let Ok(reply) = serde_json::from_value::<ErrorReply>(answer.clone()) {
+        if let Ok(reply) = ErrorReply::deserialize(answer) {
             return Err(AnswerError::Refused(reply.error));
         }
     }
-    serde_json::from_value(answer).map_err(AnswerError::Malformed)
+    T::deserialize(answer).map_err(AnswerError::Malformed)
 }
 
 fn yes() -> bool {

@@ -291,15 +291,7 @@ mod tests {
     use super::*;
     use capstan_driver::sim::SimConfig;
 
-    fn info() -> HostInfo {
-        HostInfo {
-            host: crate::testkit::HOST.into(),
-            version: "test".into(),
-            drivers: vec!["sim".into()],
-            capabilities: serde_json::json!({}),
-            outbox_alarm: OutboxAlarm::default(),
-        }
-    }
+    use crate::testkit::host_info as info;
 
     #[tokio::test]
     async fn status_and_heartbeat_carry_the_key_figures() {

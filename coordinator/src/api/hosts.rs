@@ -93,7 +93,7 @@ async fn ask_host<A: serde::de::DeserializeOwned>(
     body: Value,
 ) -> Result<(A, Value), ApiError> {
     let answer = fleet.rpc(host, verb, body).await?;
-    match read_answer::<A>(answer.clone()) {
+    match read_answer::<A>(&answer) {
         Ok(read) => Ok((read, answer)),
         // The agent could not read its own log (`log_unreadable`): its fault, not ours.
         // A code this API does not know is answered as `host_error`, naming it.

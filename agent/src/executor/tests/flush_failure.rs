@@ -2,19 +2,11 @@
 
 use crate::log::LogError;
 use crate::testkit::{command, prepare_op, spec, Rig};
-use crate::transport::{rpc, HostInfo};
+use crate::transport::rpc;
 use capstan_common::{ErrorCode, Op, Outcome};
 use capstan_driver::sim::SimConfig;
 
-fn info() -> HostInfo {
-    HostInfo {
-        host: crate::testkit::HOST.into(),
-        version: "test".into(),
-        drivers: vec!["sim".into()],
-        capabilities: serde_json::json!({}),
-        outbox_alarm: Default::default(),
-    }
-}
+use crate::testkit::host_info as info;
 
 #[tokio::test]
 async fn a_command_whose_receipt_is_not_durable_is_never_acted_on() {

@@ -172,7 +172,7 @@ pub(crate) fn human_verdict(v: &Verdict) -> String {
 /// The agent's intent, or an error when the answer is not one (an error reply, `{}`).
 /// It is shown as it came (a newer agent's fields too).
 pub(crate) fn expect_intent(intent: Value) -> anyhow::Result<Value> {
-    match read_answer::<IntentAnswer>(intent.clone()) {
+    match read_answer::<IntentAnswer>(&intent) {
         Ok(_) => Ok(intent),
         Err(AnswerError::Refused(error)) => {
             anyhow::bail!("the agent answered with an error: {error}")

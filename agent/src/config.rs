@@ -43,7 +43,7 @@ pub enum DriverSetting {
 
 impl Default for DriverSetting {
     fn default() -> Self {
-        DriverSetting::Builtin(DriverKind::Sim)
+        DriverSetting::Builtin(DriverKind::SIM)
     }
 }
 
@@ -62,9 +62,12 @@ impl std::str::FromStr for DriverSetting {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "external" => Ok(DriverSetting::External),
-            _ => s.parse().map(DriverSetting::Builtin).map_err(|_| {
-                format!("unknown driver {s:?} (sim, docker, systemd, kube or external)")
-            }),
+            _ => match s.parse::<DriverKind>() {
+                Ok(kind) if kind.is_built_in() => Ok(DriverSetting::Builtin(kind)),
+                _ => Err(format!(
+                    "unknown driver {s:?} (sim, docker, systemd, kube, or external for a driver process of any kind)"
+                )),
+            },
         }
     }
 }

@@ -12,15 +12,15 @@ use std::sync::Arc;
 
 /// The drivers this build can run (also in `capstan-agent --version`).
 pub fn compiled() -> Vec<DriverKind> {
-    let mut kinds = vec![DriverKind::Sim];
+    let mut kinds = vec![DriverKind::SIM];
     if cfg!(feature = "docker") {
-        kinds.push(DriverKind::Docker);
+        kinds.push(DriverKind::DOCKER);
     }
     if cfg!(feature = "systemd") {
-        kinds.push(DriverKind::Systemd);
+        kinds.push(DriverKind::SYSTEMD);
     }
     if cfg!(feature = "kube") {
-        kinds.push(DriverKind::Kube);
+        kinds.push(DriverKind::KUBE);
     }
     kinds
 }
@@ -75,26 +75,26 @@ pub async fn open(
         DriverSetting::External => return Err(OpenError::NotCompiled(DriverSetting::External)),
     };
     match kind {
-        DriverKind::Sim => Ok(Arc::new(
+        DriverKind::SIM => Ok(Arc::new(
             SimDriver::open(data_dir, config.sim.clone()).map_err(OpenError::Sim)?,
         )),
         #[cfg(feature = "docker")]
-        DriverKind::Docker => Ok(Arc::new(
+        DriverKind::DOCKER => Ok(Arc::new(
             capstan_docker::DockerDriver::connect(host, config.docker.clone())
                 .await
-                .map_err(|e| OpenError::Backend(DriverKind::Docker, e))?,
+                .map_err(|e| OpenError::Backend(DriverKind::DOCKER, e))?,
         )),
         #[cfg(feature = "systemd")]
-        DriverKind::Systemd => Ok(Arc::new(
+        DriverKind::SYSTEMD => Ok(Arc::new(
             capstan_systemd::SystemdDriver::connect(host, config.systemd.clone())
                 .await
-                .map_err(|e| OpenError::Backend(DriverKind::Systemd, e))?,
+                .map_err(|e| OpenError::Backend(DriverKind::SYSTEMD, e))?,
         )),
         #[cfg(feature = "kube")]
-        DriverKind::Kube => Ok(Arc::new(
+        DriverKind::KUBE => Ok(Arc::new(
             capstan_kube::KubeDriver::connect(host, config.kube.clone())
                 .await
-                .map_err(|e| OpenError::Backend(DriverKind::Kube, e))?,
+                .map_err(|e| OpenError::Backend(DriverKind::KUBE, e))?,
         )),
         // Unreachable in a build with every driver.
         #[allow(unreachable_patterns)]
@@ -112,11 +112,11 @@ mod tests {
     async fn a_driver_outside_the_build_is_named_with_what_the_build_has() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = AgentConfig::default();
-        config.driver = DriverSetting::Builtin(DriverKind::Kube);
+        config.driver = DriverSetting::Builtin(DriverKind::KUBE);
         let err = open(&config, "h1", dir.path()).await.err().unwrap();
         assert!(matches!(
             err,
-            OpenError::NotCompiled(DriverSetting::Builtin(DriverKind::Kube))
+            OpenError::NotCompiled(DriverSetting::Builtin(DriverKind::KUBE))
         ));
         assert!(err.to_string().contains("sim"), "{err}");
     }

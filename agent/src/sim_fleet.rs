@@ -86,7 +86,7 @@ pub async fn run<S>(
     options: &FleetOptions,
     stopped: impl Future<Output = S>,
 ) -> Result<u8, FleetError> {
-    if config.driver != DriverSetting::Builtin(DriverKind::Sim) {
+    if config.driver != DriverSetting::Builtin(DriverKind::SIM) {
         return Err(FleetError::NotSim(config.driver));
     }
     if options.hosts == 0 {
@@ -249,14 +249,14 @@ mod tests {
             "{err}"
         );
         let mut docker = AgentConfig::default();
-        docker.driver = DriverSetting::Builtin(DriverKind::Docker);
+        docker.driver = DriverSetting::Builtin(DriverKind::DOCKER);
         let err = run(&docker, None, &options(2, "sim"), std::future::ready(()))
             .await
             .unwrap_err();
         assert!(
             matches!(
                 err,
-                FleetError::NotSim(DriverSetting::Builtin(DriverKind::Docker))
+                FleetError::NotSim(DriverSetting::Builtin(DriverKind::DOCKER))
             ),
             "{err}"
         );

@@ -8,7 +8,6 @@ use crate::intent::Intent;
 use crate::log::{Log, LogOptions};
 use capstan_common::{Command, DriverKind, ErrorCode, Op, Phase, Spec};
 use capstan_driver::sim::{SimConfig, SimDriver};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,12 +28,12 @@ pub fn host_info() -> crate::transport::HostInfo {
 
 /// A sim spec without an image.
 pub fn spec() -> Spec {
-    spec_for(DriverKind::Sim, None)
+    spec_for(DriverKind::SIM, None)
 }
 
 /// A sim spec running `image` (specs differing only by image are different specs).
 pub fn image(image: &str) -> Spec {
-    spec_for(DriverKind::Sim, Some(image))
+    spec_for(DriverKind::SIM, Some(image))
 }
 
 /// A spec for `driver`.
@@ -42,15 +41,7 @@ pub fn spec_for(driver: DriverKind, image: Option<&str>) -> Spec {
     Spec {
         driver,
         image: image.map(Into::into),
-        command: vec![],
-        env: BTreeMap::new(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Spec::default()
     }
 }
 

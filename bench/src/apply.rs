@@ -48,17 +48,9 @@ pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
 /// The spec every benchmark revision has.
 pub fn spec() -> Spec {
     Spec {
-        driver: DriverKind::Sim,
+        driver: DriverKind::SIM,
         image: Some("app:1".into()),
-        command: vec![],
-        env: Default::default(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -131,7 +123,7 @@ struct NullDriver;
 impl Driver for NullDriver {
     /// It stands in for the sim driver: the benchmark's specs name `sim`.
     fn kind(&self) -> capstan_common::DriverKind {
-        capstan_common::DriverKind::Sim
+        capstan_common::DriverKind::SIM
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {

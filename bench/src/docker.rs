@@ -151,7 +151,7 @@ impl Bench {
         for w in workloads {
             let (workload, revision) = (format!("w{w}"), "r1".to_string());
             let spec = Spec {
-                driver: DriverKind::Docker,
+                driver: DriverKind::DOCKER,
                 image: Some(IMAGE.into()),
                 command: ARGV.iter().map(|s| s.to_string()).collect(),
                 ..crate::apply::spec()

@@ -310,20 +310,12 @@ impl Capstan {
                 .join(NAMESPACE)
                 .join(format!("{workload}.json"));
             let spec = Spec {
-                driver: DriverKind::Systemd,
-                image: None,
+                driver: DriverKind::SYSTEMD,
                 command: vec![
                     host.envdump().to_string_lossy().into_owned(),
                     dump.to_string_lossy().into_owned(),
                 ],
-                env: Default::default(),
-                working_dir: None,
-                mounts: vec![],
-                ports: vec![],
-                systemd: Default::default(),
-                kube: Default::default(),
-                readiness: None,
-                strategy: Default::default(),
+                ..Default::default()
             };
             capstan.units.push(naming::unit_name(rev(&workload)));
             // The namespace's state directory resolves inside the host only.

@@ -5,8 +5,12 @@ use crate::{ErrorCode, Rejection};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod driver_kind;
+mod sections;
 mod spec;
-pub use spec::{DriverKind, KubeSpec, Mount, PortMapping, Protocol, Spec, Strategy, SystemdSpec};
+pub use driver_kind::{is_kind_name, BadKind, DriverKind, MAX_KIND_LEN};
+pub use sections::{Section, Sections, Settings};
+pub use spec::{Mount, PortMapping, Protocol, Spec, Strategy};
 
 /// The protocol version this build speaks (`"v"` in every command).
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -258,7 +262,11 @@ impl Command {
                 }
             }
         }
-        let command: Command = serde_json::from_value(value)
+        // From the text, not the value: a JSON value keeps an object's members sorted,
+        // and a driver's section is kept in the order it was written (what the
+        // coordinator signed; `Section`). A member twice is refused here, not the last
+        // one taken.
+        let command: Command = serde_json::from_str(text)
             .map_err(|e| Rejection::new(ErrorCode::InvalidCommand, e.to_string()))?;
         command.validate()?;
         Ok(command)

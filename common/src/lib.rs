@@ -24,8 +24,9 @@ pub mod status;
 pub mod validate;
 
 pub use command::{
-    salvage_id, workload_key, Command, DriverKind, KubeSpec, Mount, Op, PortMapping, Protocol,
-    Spec, Strategy, SystemdSpec, WorkloadRef, KNOWN_OPS, MAX_COMMAND_BYTES, PROTOCOL_VERSION,
+    is_kind_name, salvage_id, workload_key, BadKind, Command, DriverKind, Mount, Op, PortMapping,
+    Protocol, Section, Sections, Settings, Spec, Strategy, WorkloadRef, KNOWN_OPS,
+    MAX_COMMAND_BYTES, MAX_KIND_LEN, PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};
 pub use outcome::{CommandResult, Outcome};

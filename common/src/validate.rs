@@ -5,13 +5,10 @@
 use crate::{DriverKind, ErrorCode, Rejection, Spec};
 
 mod image;
-mod systemd;
 #[cfg(test)]
 mod tests;
 
 pub use image::{is_image_ref, IMAGE_REF_MAX_LEN, IMAGE_REF_PATTERN};
-use systemd::systemd;
-pub use systemd::{is_account_name, is_syscall_item, SYSCALL_GROUPS, SYSTEMD_CAPABILITIES};
 
 /// `id`: 1–128 characters of `[A-Za-z0-9._:-]`.
 pub fn command_id(id: &str) -> Result<(), Rejection> {
@@ -62,8 +59,10 @@ pub fn is_env_name(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
-/// Checks a revision spec: env grammar, argv without NUL, the image reference where the
-/// driver needs one.
+/// Checks what every driver's spec shares: env grammar, argv without NUL, paths,
+/// ports, readiness bounds, the image reference's grammar, and that the only section
+/// is the spec's own driver's (a JSON object). The driver checks the rest when its
+/// agent takes the command in (`Driver::check_spec`).
 pub fn spec(spec: &Spec) -> Result<(), Rejection> {
     for (name, value) in &spec.env {
         if !is_env_name(name) {
@@ -116,24 +115,46 @@ pub fn spec(spec: &Spec) -> Result<(), Rejection> {
             ));
         }
     }
-    systemd(spec)?;
+    sections(spec)?;
     if let Some(readiness) = &spec.readiness {
-        crate::readiness::validate(readiness, spec.driver)?;
+        crate::readiness::validate(readiness)?;
     }
-    match (&spec.image, spec.driver) {
-        (Some(image), _) if !is_image_ref(image) => Err(Rejection::new(
+    match &spec.image {
+        Some(image) if !is_image_ref(image) => Err(Rejection::new(
             ErrorCode::InvalidSpec,
             format!(
                 "`image` {:?} is not a valid image reference",
                 truncate(image)
             ),
         )),
-        (None, DriverKind::Docker | DriverKind::Kube) => Err(Rejection::new(
-            ErrorCode::InvalidSpec,
-            format!("driver {} needs `image`", spec.driver.as_str()),
-        )),
         _ => Ok(()),
     }
+}
+
+/// A spec carries at most one section: its own driver's, a JSON object. Any other
+/// name is a field no spec has, or the settings of another driver.
+fn sections(spec: &Spec) -> Result<(), Rejection> {
+    let invalid = |m: String| Err(Rejection::new(ErrorCode::InvalidSpec, m));
+    for (name, section) in spec.sections.iter() {
+        if name != spec.driver.as_str() {
+            // Even empty: a misspelt field is refused whatever it holds.
+            return match DriverKind::new(name) {
+                Ok(other) if other.is_built_in() => invalid(format!(
+                    "`{name}` settings are only for driver {name}; this spec is for {}",
+                    spec.driver
+                )),
+                _ => invalid(format!(
+                    "`{}` is not a field of a spec, nor the section of its driver {}",
+                    truncate(name),
+                    spec.driver
+                )),
+            };
+        }
+        if !section.is_object() {
+            return invalid(format!("`{name}` (the driver's section) must be an object"));
+        }
+    }
+    Ok(())
 }
 
 /// An absolute path of at most 4096 bytes, without NUL, newline, `,` (the mount

@@ -13,4 +13,5 @@ pub mod install;
 pub mod metrics;
 pub mod natsconf;
 pub mod rollout;
+pub mod spec_rules;
 pub mod verify;

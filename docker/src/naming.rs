@@ -225,22 +225,18 @@ mod tests {
 
     fn spec() -> Spec {
         Spec {
-            driver: DriverKind::Docker,
+            driver: DriverKind::DOCKER,
             image: Some("capstan-test/busybox:1".into()),
             command: vec!["sleep".into(), "1".into()],
             env: BTreeMap::from([("A".into(), "1".into())]),
             working_dir: Some("/tmp".into()),
-            mounts: vec![],
             ports: vec![PortMapping {
                 container_port: 80,
                 host_port: 0,
                 host_ip: Some("127.0.0.1".into()),
                 protocol: Protocol::Tcp,
             }],
-            systemd: Default::default(),
-            kube: Default::default(),
-            readiness: None,
-            strategy: Default::default(),
+            ..Default::default()
         }
     }
 

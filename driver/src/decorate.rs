@@ -93,6 +93,10 @@ impl<A: Around> Driver for Wrapped<A> {
         self.inner.kind()
     }
 
+    fn check_spec(&self, spec: &Spec) -> Result<(), capstan_common::Rejection> {
+        self.inner.check_spec(spec)
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

@@ -11,7 +11,7 @@ pub mod testkit;
 
 pub use probe::Probe;
 
-use capstan_common::{Check, DriverKind, ErrorCode, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Spec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -249,6 +249,14 @@ pub trait Driver: Send + Sync {
     /// `driver` must name for this agent to run it.
     fn kind(&self) -> DriverKind;
     fn capabilities(&self) -> Capabilities;
+
+    /// This driver's own rules for a spec of its kind (what it needs, its section),
+    /// beyond what `capstan_common::validate::spec` checks for every driver. The agent
+    /// asks when it takes a `prepare_revision` in: a spec refused here is rejected
+    /// (`invalid_spec`) and recorded as such, never carried out. Default: no rules.
+    fn check_spec(&self, _spec: &Spec) -> Result<(), Rejection> {
+        Ok(())
+    }
 
     /// Prepares tenant infrastructure (network, slice, Namespace object).
     async fn ensure_namespace(&self, namespace: &str) -> Result<(), DriverError>;

@@ -17,7 +17,7 @@ use crate::{
     merged_env, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, Probe,
     RevisionRef,
 };
-use capstan_common::{Check, DriverKind, ErrorCode, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -85,11 +85,29 @@ struct State {
 /// The sim driver.
 pub struct SimDriver {
     config: SimConfig,
+    /// The kind it answers to: `sim`, or another (a standalone sim standing in for a
+    /// driver of a new kind).
+    kind: DriverKind,
     state: Mutex<State>,
     /// The open exit feeds.
     feeds: Mutex<Feeds>,
     /// How many exit feeds are open (listed in `feeds`).
     watchers: watch::Sender<usize>,
+}
+
+/// The sim's own rule for a spec: it has no settings of its own, so a spec carrying
+/// its section is refused, as a real driver refuses settings it cannot apply.
+pub fn check_spec(spec: &Spec) -> Result<(), Rejection> {
+    match spec.section().filter(|s| !s.is_empty_object()) {
+        Some(_) => Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!(
+                "driver {kind} (simulated) has no settings of its own: leave `{kind}` out",
+                kind = spec.driver
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl SimDriver {
@@ -99,10 +117,17 @@ impl SimDriver {
         let (journal, host) = Journal::open(dir)?;
         Ok(SimDriver {
             config,
+            kind: DriverKind::SIM,
             state: Mutex::new(State { host, journal }),
             feeds: Mutex::new(Feeds::default()),
             watchers: watch::Sender::new(0),
         })
+    }
+
+    /// The same simulated host, answering to `kind`: it runs the specs that name it.
+    pub fn answering_to(mut self, kind: DriverKind) -> SimDriver {
+        self.kind = kind;
+        self
     }
 
     /// The host as it is now.
@@ -251,7 +276,22 @@ fn ns_target(namespace: &str) -> Target<'_> {
 #[async_trait::async_trait]
 impl Driver for SimDriver {
     fn kind(&self) -> DriverKind {
-        DriverKind::Sim
+        self.kind
+    }
+
+    /// The sim has no settings of its own: a spec carrying its section is refused, as
+    /// a real driver refuses settings it cannot apply.
+    fn check_spec(&self, spec: &Spec) -> Result<(), Rejection> {
+        match spec.section() {
+            Some(_) => Err(Rejection::new(
+                ErrorCode::InvalidSpec,
+                format!(
+                    "driver {} (simulated) has no settings of its own: leave `{}` out",
+                    self.kind, self.kind
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -126,7 +126,7 @@ impl EnvProbe for SimHostEnv {
 async fn the_driver_contract_holds_over_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let (sim, driver) = connected(dir.path()).await;
-    assert_eq!(driver.kind(), DriverKind::Sim);
+    assert_eq!(driver.kind(), DriverKind::SIM);
     assert!(driver.capabilities().manages_lifecycle);
     let probe = SimHostEnv(paths(dir.path()).1);
     let mut spec = spec();
@@ -137,6 +137,53 @@ async fn the_driver_contract_holds_over_the_socket() {
         .await
         .unwrap();
     sim.kill();
+}
+
+/// Given a driver process of a kind no build of capstan knows, when the agent
+/// connects, then it takes the kind the driver announces and the driver contract holds
+/// for specs that name it and carry its own section; a kind outside the grammar is
+/// refused clearly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_of_a_new_kind_runs_the_specs_that_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, state) = paths(dir.path());
+    let acme = SimProcess::start(&socket, &state, &["--kind", "acme-vm"]);
+    let config = ExternalConfig {
+        kind: Some("acme-vm".parse().unwrap()),
+        ..ExternalConfig::at(&socket)
+    };
+    let driver = ExternalDriver::connect(config).await.unwrap();
+    assert_eq!(driver.kind().as_str(), "acme-vm");
+    let spec: Spec = serde_json::from_str(
+        r#"{"driver":"acme-vm","command":["serve"],"acme-vm":{"vcpus":2,"disk":{"gb":8}}}"#,
+    )
+    .unwrap();
+    capstan_common::validate::spec(&spec).unwrap();
+    assert_eq!(
+        spec.section().unwrap().json(),
+        r#"{"vcpus":2,"disk":{"gb":8}}"#
+    );
+    Kit::new(&driver, "kit", spec)
+        .with_env_probe(&SimHostEnv(state))
+        .run()
+        .await
+        .unwrap();
+    acme.kill();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, state) = paths(dir.path());
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_capstan-sim-driver"))
+        .args(["--kind", "Acme VM", "--socket"])
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("must be 1-32 characters"),
+        "{bad:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +277,7 @@ async fn an_untrusted_or_unexpected_driver_is_refused() {
     assert!(matches!(err, ConnectError::Untrusted { .. }), "{err}");
     assert!(err.to_string().contains("does not trust"), "{err}");
     let config = ExternalConfig {
-        kind: Some(DriverKind::Docker),
+        kind: Some(DriverKind::DOCKER),
         ..ExternalConfig::at(&socket)
     };
     let err = ExternalDriver::connect(config).await.err().unwrap();
@@ -238,8 +285,8 @@ async fn an_untrusted_or_unexpected_driver_is_refused() {
         matches!(
             err,
             ConnectError::WrongKind {
-                want: DriverKind::Docker,
-                have: DriverKind::Sim
+                want: DriverKind::DOCKER,
+                have: DriverKind::SIM
             }
         ),
         "{err}"

@@ -109,7 +109,11 @@ impl KubeDriver {
 #[async_trait::async_trait]
 impl Driver for KubeDriver {
     fn kind(&self) -> DriverKind {
-        DriverKind::Kube
+        DriverKind::KUBE
+    }
+
+    fn check_spec(&self, spec: &Spec) -> Result<(), capstan_common::Rejection> {
+        crate::spec::check(spec).map(drop)
     }
 
     /// The cluster owns its workloads: an agent stop or start never stops or starts

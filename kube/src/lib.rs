@@ -10,11 +10,18 @@
 //! k8s-openapi is used without a Kubernetes version feature: the binary that links
 //! this crate chooses it (`v1_33`, the oldest API supported).
 
+#[cfg(feature = "driver")]
 mod config;
+#[cfg(feature = "driver")]
 mod driver;
+#[cfg(feature = "driver")]
 pub mod objects;
-#[cfg(feature = "testing")]
+pub mod spec;
+#[cfg(all(feature = "driver", feature = "testing"))]
 pub mod test_hooks;
 
+#[cfg(feature = "driver")]
 pub use config::KubeConfig;
+#[cfg(feature = "driver")]
 pub use driver::KubeDriver;
+pub use spec::KubeSpec;

@@ -44,8 +44,7 @@ pub const REVISION: &str = "io.capstan.revision";
 pub const REPLICAS: &str = "io.capstan.replicas";
 /// An annotation of a staged revision's ConfigMap: the hash of its spec.
 pub const SPEC_HASH: &str = "io.capstan.spec-hash";
-/// The most replicas a spec may ask for.
-pub const MAX_REPLICAS: u32 = 1000;
+pub use crate::spec::MAX_REPLICAS;
 /// The one container of a workload's pods.
 pub const CONTAINER: &str = "main";
 

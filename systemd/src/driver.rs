@@ -121,7 +121,11 @@ impl SystemdDriver {
 #[async_trait::async_trait]
 impl Driver for SystemdDriver {
     fn kind(&self) -> DriverKind {
-        DriverKind::Systemd
+        DriverKind::SYSTEMD
+    }
+
+    fn check_spec(&self, spec: &Spec) -> Result<(), capstan_common::Rejection> {
+        crate::spec::check(spec).map(drop)
     }
 
     fn capabilities(&self) -> Capabilities {

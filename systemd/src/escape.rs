@@ -69,6 +69,9 @@ pub enum EscapeError {
         index: usize,
         why: &'static str,
     },
+    /// The spec's `systemd` section does not parse (the reason, from the parser).
+    #[error("`systemd`: {0}")]
+    Settings(String),
 }
 
 impl EscapeError {
@@ -258,10 +261,10 @@ pub fn state_directory(rel: &str) -> Result<String, EscapeError> {
 }
 
 /// The value of `CapabilityBoundingSet=` and `AmbientCapabilities=`: the names, each
-/// one of [`capstan_common::validate::SYSTEMD_CAPABILITIES`], separated by spaces;
+/// one of [`crate::spec::SYSTEMD_CAPABILITIES`], separated by spaces;
 /// empty for none (an empty assignment empties the set).
 pub fn capabilities(names: &[String]) -> Result<String, EscapeError> {
-    let allowed = capstan_common::validate::SYSTEMD_CAPABILITIES;
+    let allowed = crate::spec::SYSTEMD_CAPABILITIES;
     if let Some(index) = names.iter().position(|n| !allowed.contains(&n.as_str())) {
         return Err(EscapeError::InvalidItem {
             field: "systemd.capabilities",
@@ -273,12 +276,9 @@ pub fn capabilities(names: &[String]) -> Result<String, EscapeError> {
 }
 
 /// The value of a `SystemCallFilter=` line allowing `items` (systemd groups or
-/// syscall names, [`capstan_common::validate::is_syscall_item`]), separated by spaces.
+/// syscall names, [`crate::spec::is_syscall_item`]), separated by spaces.
 pub fn syscalls(items: &[String]) -> Result<String, EscapeError> {
-    if let Some(index) = items
-        .iter()
-        .position(|c| !capstan_common::validate::is_syscall_item(c))
-    {
+    if let Some(index) = items.iter().position(|c| !crate::spec::is_syscall_item(c)) {
         return Err(EscapeError::InvalidItem {
             field: "systemd.syscalls",
             index,

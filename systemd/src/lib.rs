@@ -5,13 +5,24 @@
 //! before every (re)start. Units are found again by the `X-Capstan-*` markers the
 //! driver writes into them, and a unit without them is never touched.
 
+#[cfg(feature = "driver")]
 pub mod bus;
+#[cfg(feature = "driver")]
 mod config;
+#[cfg(feature = "driver")]
 mod driver;
+#[cfg(feature = "driver")]
 pub mod escape;
+#[cfg(feature = "driver")]
 pub mod files;
+#[cfg(feature = "driver")]
 pub mod naming;
+pub mod spec;
+#[cfg(feature = "driver")]
 pub mod unit;
 
+#[cfg(feature = "driver")]
 pub use config::SystemdConfig;
+#[cfg(feature = "driver")]
 pub use driver::SystemdDriver;
+pub use spec::SystemdSpec;

@@ -118,7 +118,8 @@ pub fn service(
     let ns = escape::plain("namespace", rev.namespace)?;
     let workload = escape::plain("workload", rev.workload)?;
     let revision = escape::plain("revision", rev.revision)?;
-    let s = &spec.systemd;
+    let s = <crate::SystemdSpec as capstan_common::Settings>::read(spec)
+        .map_err(|e| EscapeError::Settings(e.to_string()))?;
     let state = state_directory(&settings.state_dir)?;
     let working_dir = match &spec.working_dir {
         Some(dir) => escape::path(dir).map_err(|e| e.within("working_dir"))?,

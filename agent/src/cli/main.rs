@@ -27,12 +27,12 @@ mod signal;
 /// a build with the fault-injection seams (feature `testing`, test builds only) says
 /// so on a third line.
 static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let mut drivers: Vec<&str> = capstan_agent::drivers::compiled()
+    let mut drivers: Vec<String> = capstan_agent::drivers::compiled()
         .into_iter()
-        .map(|k| k.as_str())
+        .map(|k| k.to_string())
         .collect();
     if capstan_agent::drivers::EXTERNAL {
-        drivers.push("external");
+        drivers.push("external".into());
     }
     let layouts: Vec<String> = capstan_agent::log::LAYOUTS
         .iter()

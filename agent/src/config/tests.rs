@@ -125,7 +125,7 @@ fn reads_an_external_driver_and_names_bad_keys_there() {
     assert_eq!(c.driver, DriverSetting::External);
     assert_eq!(c.external.socket, Path::new("/run/d.sock"));
     assert_eq!(c.external.connect_timeout(), Duration::from_millis(2500));
-    assert_eq!(c.external.kind, Some(DriverKind::Sim));
+    assert_eq!(c.external.kind, Some(DriverKind::SIM));
     assert!(c.external.trusts(990, 1) && c.external.trusts(5, 990));
     assert!(!c.external.trusts(5, 5));
     std::fs::write(&path, "[external]\nconnect_timeout = 0\n").unwrap();
@@ -142,7 +142,7 @@ fn reads_an_external_driver_and_names_bad_keys_there() {
         ),
         (
             "driver = \"extrenal\"\n",
-            "sim, docker, systemd, kube or external",
+            "sim, docker, systemd, kube, or external",
         ),
     ] {
         std::fs::write(&path, text).unwrap();

@@ -20,7 +20,7 @@ use crate::log::{Log, LogError, PrunedCommand};
 use crate::metrics::Metrics;
 use crate::plan::grants::Duties;
 use crate::plan::{self, Step};
-use capstan_common::{Command, CommandResult, ErrorCode, Outcome, Rejection};
+use capstan_common::{Command, CommandResult, ErrorCode, Op, Outcome, Rejection};
 use capstan_driver::Driver;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -302,6 +302,9 @@ impl Executor {
             cancel.cancel();
         }
         if history.is_empty() {
+            if let Some(rejection) = self.refused_spec(command) {
+                return Ok(self.record_rejection(Some(id.clone()), rejection).await);
+            }
             self.log.append_durable(&[arrived(command)]).await?;
         } else {
             // Act only on what is recorded: records still in memory after a failed
@@ -380,6 +383,19 @@ impl Executor {
                 };
                 self.fail(id, e, why).await
             }
+        }
+    }
+
+    /// Why the driver refuses the spec `command` prepares, by its own rules
+    /// ([`Driver::check_spec`]): checked before the command is recorded, as what every
+    /// spec shares was when it was parsed. A spec for another driver is the plan's to
+    /// refuse (`driver_mismatch`).
+    fn refused_spec(&self, command: &Command) -> Option<Rejection> {
+        match &command.op {
+            Op::PrepareRevision { spec, .. } if spec.driver == self.driver.kind() => {
+                self.driver.check_spec(spec).err()
+            }
+            _ => None,
         }
     }
 

@@ -27,7 +27,7 @@ async fn a_spec_for_another_driver_is_refused_before_any_effect() {
         namespace: "ns".into(),
     };
     rig.ok("ns", ns).await;
-    let docker = spec_for(DriverKind::Docker, Some("shop/web:2"));
+    let docker = spec_for(DriverKind::DOCKER, Some("shop/web:2"));
     let command = crate::testkit::command("p1", prepare_op("r1", docker));
     let r = rig.executor.execute(command).await;
     assert_eq!(r.outcome, Outcome::Failed, "{r:?}");
@@ -45,6 +45,48 @@ async fn a_spec_for_another_driver_is_refused_before_any_effect() {
         "the driver was not called"
     );
     assert!(rig.executor.log().intent().workloads.is_empty());
+}
+
+/// Given a spec for the agent's own driver that the driver's rules refuse (the sim
+/// has no settings, so a `sim` section), when it is prepared, then it is rejected
+/// with the driver's `invalid_spec` before anything is recorded as received, the
+/// rejection is on record, and the driver was not called; the same spec without the
+/// section is then carried out.
+#[tokio::test]
+async fn a_spec_the_drivers_own_rules_refuse_is_rejected_before_it_is_received() {
+    let rig = Rig::new(SimConfig::default());
+    let ns = Op::EnsureNamespace {
+        namespace: "ns".into(),
+    };
+    rig.ok("ns", ns).await;
+    let mut spec = spec_for(DriverKind::SIM, None);
+    let json = serde_json::to_string(&spec).unwrap();
+    let with_section = format!(r#"{},"sim":{{"cpus":2}}}}"#, &json[..json.len() - 1]);
+    spec.sections = serde_json::from_str::<capstan_common::Spec>(&with_section)
+        .unwrap()
+        .sections;
+    capstan_common::validate::spec(&spec).expect("what every spec shares is fine");
+    let command = crate::testkit::command("p1", prepare_op("r1", spec.clone()));
+    let r = rig.executor.execute(command).await;
+    assert_eq!(r.outcome, Outcome::Rejected, "{r:?}");
+    assert!(!r.retryable);
+    let error = r.error.unwrap();
+    assert_eq!(error.code, ErrorCode::InvalidSpec);
+    assert!(error.message.contains("leave `sim` out"), "{error:?}");
+    let kinds: Vec<&str> = (rig.executor.log().for_command("p1").unwrap())
+        .iter()
+        .map(|r| r.event.kind())
+        .collect();
+    assert_eq!(kinds, ["command_rejected"]);
+    assert!(
+        rig.sim.host().revisions.is_empty(),
+        "the driver was not called"
+    );
+
+    spec.sections = Default::default();
+    let command = crate::testkit::command("p2", prepare_op("r1", spec));
+    let r = rig.executor.execute(command).await;
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
 }
 
 #[tokio::test]

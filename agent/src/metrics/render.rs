@@ -19,7 +19,7 @@ pub struct Gauges {
     pub workloads: WorkloadCounts,
     pub version: &'static str,
     /// The driver's kind (`sim`, `docker`, …).
-    pub driver: &'static str,
+    pub driver: capstan_common::DriverKind,
 }
 
 /// A label value, escaped as the format asks (`\\`, `\"`, `\n`).
@@ -88,7 +88,10 @@ pub fn render(metrics: &Metrics, gauges: &Gauges) -> String {
     sample(
         o,
         "capstan_agent_build_info",
-        &[("version", gauges.version), ("driver", gauges.driver)],
+        &[
+            ("version", gauges.version),
+            ("driver", gauges.driver.as_str()),
+        ],
         1,
     );
     family(

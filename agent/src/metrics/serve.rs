@@ -48,7 +48,7 @@ impl Scrape {
             degraded: !log.healthy(),
             workloads: log.with_intent(super::workloads),
             version: env!("CARGO_PKG_VERSION"),
-            driver: self.executor.driver().kind().as_str(),
+            driver: self.executor.driver().kind(),
         }
     }
 }

@@ -17,7 +17,7 @@ fn gauges(rig: &Rig) -> Gauges {
         degraded: !log.healthy(),
         workloads: log.with_intent(workloads),
         version: "9.9.9",
-        driver: "sim",
+        driver: capstan_common::DriverKind::SIM,
     }
 }
 
@@ -292,7 +292,7 @@ fn the_text_has_help_and_type_for_every_family_and_escapes_label_values() {
         degraded: true,
         workloads: WorkloadCounts::default(),
         version: "1.2.3",
-        driver: "docker",
+        driver: capstan_common::DriverKind::DOCKER,
     };
     let text = render(&m, &g);
     assert!(text.contains(r#"owner="a\"b\\c\nd""#), "{text}");

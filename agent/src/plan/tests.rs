@@ -6,7 +6,7 @@ use crate::testkit::{activate_op, by, given, image, prepare_op, prepared, retire
 use crate::testkit::{spec_for, started, stopped};
 use capstan_common::Phase;
 
-const SIM: DriverKind = DriverKind::Sim;
+const SIM: DriverKind = DriverKind::SIM;
 
 fn web_running_r1() -> Intent {
     given(&running("r1", image("a")))
@@ -67,17 +67,17 @@ fn prepare_needs_a_namespace() {
 #[test]
 fn a_spec_for_another_driver_is_refused() {
     let intent = web_running_r1();
-    let docker = spec_for(DriverKind::Docker, Some("shop/web:2"));
+    let docker = spec_for(DriverKind::DOCKER, Some("shop/web:2"));
     let refusal = decide(&intent, SIM, &prepare_op("r2", docker.clone())).unwrap_err();
     assert_eq!(refusal.code, ErrorCode::DriverMismatch);
     assert_eq!(
         refusal.message,
         "revision r2 is for driver docker; this agent runs sim"
     );
-    assert!(decide(&intent, DriverKind::Docker, &prepare_op("r2", docker)).is_ok());
+    assert!(decide(&intent, DriverKind::DOCKER, &prepare_op("r2", docker)).is_ok());
     let refusal = decide(
         &Intent::default(),
-        DriverKind::Docker,
+        DriverKind::DOCKER,
         &prepare_op("r1", image("a")),
     )
     .unwrap_err();
@@ -92,7 +92,7 @@ fn a_spec_for_another_driver_is_refused() {
 fn a_revision_in_the_log_for_another_driver_is_neither_activated_nor_started() {
     // Given r1 prepared and running on a sim agent, when the agent now runs docker:
     let intent = web_running_r1();
-    let docker = DriverKind::Docker;
+    let docker = DriverKind::DOCKER;
     let start = Op::StartWorkload {
         namespace: "ns".into(),
         workload: "web".into(),

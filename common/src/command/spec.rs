@@ -1,53 +1,16 @@
 //! What a revision runs: [`Spec`] and its parts (the driver it is for, the activation
-//! [`Strategy`], the systemd and kube drivers' own settings, mounts and ports).
+//! [`Strategy`], mounts and ports; the drivers' own settings are [`Sections`]).
 
-use serde::{Deserialize, Serialize};
+use super::{DriverKind, Section, Sections};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// A driver's identity: which driver a revision is meant for (`spec.driver`), which
-/// one an agent runs (`driver` in its config), and what a driver says it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DriverKind {
-    #[default]
-    Sim,
-    Docker,
-    Systemd,
-    Kube,
-}
-
-impl DriverKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Sim => "sim",
-            Self::Docker => "docker",
-            Self::Systemd => "systemd",
-            Self::Kube => "kube",
-        }
-    }
-
-    pub const ALL: [DriverKind; 4] = [Self::Sim, Self::Docker, Self::Systemd, Self::Kube];
-}
-
-impl std::fmt::Display for DriverKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for DriverKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown driver {s:?} (sim, docker, systemd or kube)"))
-    }
-}
-
-/// What a revision runs. Drivers add their own optional fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What a revision runs. A driver adds its own settings as its section. The default is
+/// an empty `sim` spec (every field at its default), to build others from. Read by
+/// hand (below): each member straight into its field, any other into the sections.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Spec {
     pub driver: DriverKind,
     // Every field is serialised, empty ones too (no `skip_serializing_if`): the JSON
@@ -56,38 +19,106 @@ pub struct Spec {
     // `strategy`): each is left out while at its default, so specs written before it
     // keep their canonical JSON, and with it their hashes and the content their command
     // ids are bound to.
-    // A field added later must be `#[serde(default)]`: the agent's log stores a spec
-    // as its JSON, so records written before the field existed decode with the default.
-    #[serde(default)]
+    // A field added later is read with the others (`SpecVisitor`), its default when
+    // absent: the agent's log stores a spec as its JSON, so records written before the
+    // field existed decode with the default.
     pub image: Option<String>,
     /// argv; empty means the image's default.
-    #[serde(default)]
     pub command: Vec<String>,
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The working directory inside the workload (absolute); `None`: the image's.
-    #[serde(default)]
     pub working_dir: Option<String>,
     /// Host paths or named volumes mounted into the workload.
-    #[serde(default)]
     pub mounts: Vec<Mount>,
     /// Ports published on the host.
-    #[serde(default)]
     pub ports: Vec<PortMapping>,
-    /// Settings only the systemd driver reads. Absent when every setting has its
-    /// default, so specs that do not use it keep their canonical JSON (and hashes).
-    #[serde(default, skip_serializing_if = "SystemdSpec::is_default")]
-    pub systemd: SystemdSpec,
-    /// Settings only the kube driver reads; absent at its defaults, as `systemd`.
-    #[serde(default, skip_serializing_if = "KubeSpec::is_default")]
-    pub kube: KubeSpec,
+    /// Drivers' own settings, each under its driver's kind (`"systemd": {…}`); only
+    /// the spec's own driver's may be present, and that driver checks it. Left out
+    /// when empty, so specs without one keep their canonical JSON (and hashes).
+    #[serde(flatten)]
+    pub sections: Sections,
     /// What tells that a started revision serves; `None`: it is ready once started.
-    /// Absent when `None`, as `systemd`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Absent when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub readiness: Option<crate::Readiness>,
     /// How an activation replaces the revision that runs; absent at its default.
-    #[serde(default, skip_serializing_if = "Strategy::is_default")]
+    #[serde(skip_serializing_if = "Strategy::is_default")]
     pub strategy: Strategy,
+}
+
+impl Spec {
+    /// The section of the spec's own driver, if it carries one.
+    pub fn section(&self) -> Option<&Section> {
+        self.sections.get(self.driver)
+    }
+}
+
+// What `#[derive(Deserialize)]` with a flattened map would do — every field at its
+// default when absent, `driver` required, a field twice refused — without first
+// buffering the whole spec to find the members no field takes (which cost a spec read
+// from the log about 1.8 times the time).
+impl<'de> Deserialize<'de> for Spec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(SpecVisitor)
+    }
+}
+
+struct SpecVisitor;
+
+impl<'de> Visitor<'de> for SpecVisitor {
+    type Value = Spec;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a spec (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
+        let mut spec = Spec::default();
+        let mut driver = None;
+        // One bit a field, set when read.
+        let mut seen = 0u16;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let (bit, field) = match key.as_ref() {
+                "driver" => (0, "driver"),
+                "image" => (1, "image"),
+                "command" => (2, "command"),
+                "env" => (3, "env"),
+                "working_dir" => (4, "working_dir"),
+                "mounts" => (5, "mounts"),
+                "ports" => (6, "ports"),
+                "readiness" => (7, "readiness"),
+                "strategy" => (8, "strategy"),
+                _ => {
+                    let section: Section = map.next_value()?;
+                    if spec
+                        .sections
+                        .insert_named(key.into_owned(), section)
+                        .is_some()
+                    {
+                        return Err(de::Error::custom("a spec member appears twice"));
+                    }
+                    continue;
+                }
+            };
+            if seen & (1 << bit) != 0 {
+                return Err(de::Error::duplicate_field(field));
+            }
+            seen |= 1 << bit;
+            match bit {
+                0 => driver = Some(map.next_value()?),
+                1 => spec.image = map.next_value()?,
+                2 => spec.command = map.next_value()?,
+                3 => spec.env = map.next_value()?,
+                4 => spec.working_dir = map.next_value()?,
+                5 => spec.mounts = map.next_value()?,
+                6 => spec.ports = map.next_value()?,
+                7 => spec.readiness = map.next_value()?,
+                _ => spec.strategy = map.next_value()?,
+            }
+        }
+        spec.driver = driver.ok_or_else(|| de::Error::missing_field("driver"))?;
+        Ok(spec)
+    }
 }
 
 /// How `activate_revision` replaces the running revision of a workload.
@@ -107,74 +138,6 @@ pub enum Strategy {
 impl Strategy {
     pub fn is_default(&self) -> bool {
         *self == Strategy::default()
-    }
-}
-
-/// A systemd unit's own settings. Each one relaxes or bounds the hardened default the
-/// systemd driver writes (`docs/systemd.md`).
-// Fields added later are left out of the JSON while empty (`skip_serializing_if`), so
-// the canonical JSON — and the hash and id binding — of a spec written before them
-// stays what it was.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SystemdSpec {
-    /// `User=`: a user name or a numeric uid; `None`: the namespace's own dynamic
-    /// user (`DynamicUser=`), never root unless asked for.
-    #[serde(default)]
-    pub user: Option<String>,
-    /// `Group=`: a group name or a numeric gid.
-    #[serde(default)]
-    pub group: Option<String>,
-    /// Capabilities the unit holds (`CapabilityBoundingSet=` and
-    /// `AmbientCapabilities=`), from [`crate::validate::SYSTEMD_CAPABILITIES`]; empty:
-    /// none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub capabilities: Vec<String>,
-    /// System calls allowed besides `@system-service` (`SystemCallFilter=`): `@group`
-    /// names of systemd's sets or single syscall names.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub syscalls: Vec<String>,
-    /// Absolute paths the workload may write besides its namespace's state directory
-    /// (`ReadWritePaths=`; the rest of the file system is read-only).
-    #[serde(default)]
-    pub read_write_paths: Vec<String>,
-    /// `MemoryMax=` in bytes.
-    #[serde(default)]
-    pub memory_max_bytes: Option<u64>,
-    /// `CPUQuota=` in percent of one CPU (200 = two CPUs).
-    #[serde(default)]
-    pub cpu_quota_percent: Option<u32>,
-}
-
-impl SystemdSpec {
-    pub fn is_default(&self) -> bool {
-        *self == SystemdSpec::default()
-    }
-}
-
-/// A Kubernetes workload's own settings (`docs/kube.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KubeSpec {
-    /// The pods the Deployment runs when the workload runs (1 to 1000);
-    /// `start_workload` scales back to this.
-    #[serde(default = "one")]
-    pub replicas: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl Default for KubeSpec {
-    fn default() -> Self {
-        KubeSpec { replicas: one() }
-    }
-}
-
-impl KubeSpec {
-    pub fn is_default(&self) -> bool {
-        *self == KubeSpec::default()
     }
 }
 

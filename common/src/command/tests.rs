@@ -162,11 +162,95 @@ fn rejects_bad_env_and_spec() {
         ErrorCode::InvalidSpec
     );
     assert_eq!(
-        code(&prep(r#""spec":{"driver":"docker"}"#)),
+        code(&prep(r#""spec":{"driver":"Warp"}"#)),
+        ErrorCode::InvalidCommand
+    );
+    assert_eq!(
+        code(&prep(r#""spec":{"driver":"sim","systemd":{"user":"app"}}"#)),
+        ErrorCode::InvalidSpec
+    );
+    // A member that is no field, even empty: refused, not ignored.
+    assert_eq!(
+        code(&prep(r#""spec":{"driver":"sim","Image":{}}"#)),
         ErrorCode::InvalidSpec
     );
     assert_eq!(
-        code(&prep(r#""spec":{"driver":"warp"}"#)),
+        code(&prep(r#""spec":{"driver":"sim","imgae":"busybox"}"#)),
+        ErrorCode::InvalidSpec
+    );
+    // What a driver needs besides (docker an image, systemd an absolute program) is
+    // its own rule, checked by the agent that runs it; any kind is a kind.
+    Command::parse(&prep(r#""spec":{"driver":"docker"}"#)).unwrap();
+    Command::parse(&prep(r#""spec":{"driver":"warp","warp":{"factor":9}}"#)).unwrap();
+}
+
+/// Given specs read by hand (no derive), when parsed, then they behave as the derived
+/// reader did: `driver` required, a member twice refused, `null` for an optional field
+/// its default, and any spelling read back as it was written.
+#[test]
+fn a_spec_reads_as_the_derived_reader_did() {
+    let prep = |spec: &str| {
+        line(&format!(
+            r#""op":"prepare_revision","namespace":"n","workload":"w","revision":"r","spec":{spec}"#
+        ))
+    };
+    let rejected = |spec: &str| Command::parse(&prep(spec)).expect_err(spec);
+    let e = rejected(r#"{"image":"busybox"}"#);
+    assert_eq!(e.code, ErrorCode::InvalidCommand);
+    assert!(e.message.contains("missing field `driver`"), "{e:?}");
+    for (text, says) in [
+        (
+            r#"{"driver":"sim","image":null,"image":"busybox"}"#,
+            "duplicate field `image`",
+        ),
+        (
+            r#"{"driver":"sim","sim":{},"sim":{"a":1}}"#,
+            "appears twice",
+        ),
+    ] {
+        let e = serde_json::from_str::<Spec>(text).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+        let e = rejected(text);
+        assert_eq!(e.code, ErrorCode::InvalidCommand);
+        assert!(e.message.contains(says), "{e:?}");
+    }
+    assert_eq!(rejected(r#"["sim"]"#).code, ErrorCode::InvalidCommand);
+    assert_eq!(
+        rejected(r#"{"driver":"sim","env":[]}"#).code,
         ErrorCode::InvalidCommand
     );
+
+    let text = r#"{"driver":"sim","image":null,"command":[],"env":{},"working_dir":null,"mounts":[],"ports":[],"readiness":null}"#;
+    let spec: Spec = serde_json::from_str(text).unwrap();
+    assert_eq!(spec, Spec::default());
+    let c = Command::parse(&prep(text)).unwrap();
+    assert_eq!(
+        c.op,
+        super::Op::PrepareRevision {
+            namespace: "n".into(),
+            workload: "w".into(),
+            revision: "r".into(),
+            spec: Spec::default(),
+        }
+    );
+    let full = r#"{"driver":"sim","image":"busybox:1","command":["a"],"env":{"A":"b"},"working_dir":"/w","mounts":[{"source":"/s","target":"/t","read_only":true}],"ports":[{"container_port":80,"host_port":0,"host_ip":null,"protocol":"udp"}],"sim":{"z":1,"a":2},"readiness":{"check":{"tcp":{"port":80}},"interval_ms":1000,"timeout_ms":1000,"threshold":1,"deadline_ms":60000},"strategy":"stop-first"}"#;
+    let spec: Spec = serde_json::from_str(full).unwrap();
+    assert_eq!(serde_json::to_string(&spec).unwrap(), full);
+}
+
+/// Given a command an older coordinator signed, its `systemd` section spelt in the
+/// typed settings' field order (and one a client wrote in another order), when parsed,
+/// then its canonical JSON — what the signature covers — is the text as written.
+#[test]
+fn a_section_in_a_command_keeps_the_order_it_was_signed_in() {
+    for section in [
+        r#"{"user":"app","group":null,"read_write_paths":["/srv"],"memory_max_bytes":null,"cpu_quota_percent":150}"#,
+        r#"{"zeta":1,"alpha":{"y":[2,1],"b":"é"}}"#,
+    ] {
+        let text = line(&format!(
+            r#""op":"prepare_revision","namespace":"n","workload":"w","revision":"r","spec":{{"driver":"systemd","image":null,"command":["/bin/app"],"env":{{}},"working_dir":null,"mounts":[],"ports":[],"systemd":{section}}}"#
+        ));
+        let command = Command::parse(&text).unwrap();
+        assert_eq!(command.to_json(), text);
+    }
 }

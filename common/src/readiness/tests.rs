@@ -20,8 +20,8 @@ fn http(path: &str) -> Readiness {
     }
 }
 
-fn code(r: &Readiness, driver: DriverKind) -> Option<ErrorCode> {
-    validate(r, driver).err().map(|e| e.code)
+fn code(r: &Readiness) -> Option<ErrorCode> {
+    validate(r).err().map(|e| e.code)
 }
 
 #[test]
@@ -40,7 +40,7 @@ fn given_only_a_check_when_parsed_then_every_bound_has_its_documented_default() 
             deadline_ms: 60_000,
         }
     );
-    assert_eq!(validate(&r, DriverKind::Docker), Ok(()));
+    assert_eq!(validate(&r), Ok(()));
 }
 
 #[test]
@@ -67,16 +67,9 @@ fn given_a_path_that_could_change_the_request_line_when_validated_then_it_is_ref
         "/\u{85}",
         &format!("/{}", "a".repeat(MAX_PATH)),
     ] {
-        assert_eq!(
-            code(&http(path), DriverKind::Docker),
-            Some(ErrorCode::InvalidSpec),
-            "{path:?}"
-        );
+        assert_eq!(code(&http(path)), Some(ErrorCode::InvalidSpec), "{path:?}");
     }
-    assert_eq!(
-        code(&http("/healthz?full=1&x=%20"), DriverKind::Docker),
-        None
-    );
+    assert_eq!(code(&http("/healthz?full=1&x=%20")), None);
 }
 
 #[test]
@@ -119,43 +112,25 @@ fn given_a_bound_outside_its_range_when_validated_then_the_field_is_named() {
         ),
     ];
     for (field, r) in cases {
-        let e = validate(&r, DriverKind::Sim).unwrap_err();
+        let e = validate(&r).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidSpec);
         assert!(e.message.contains(field), "{field}: {}", e.message);
     }
-    assert_eq!(code(&tcp(0), DriverKind::Sim), Some(ErrorCode::InvalidSpec));
+    assert_eq!(code(&tcp(0)), Some(ErrorCode::InvalidSpec));
 }
 
 #[test]
-fn given_an_exec_check_when_validated_then_it_needs_a_program_without_nul_and_a_driver_that_execs()
-{
+fn given_an_exec_check_when_validated_then_it_needs_a_program_without_nul() {
     let exec = |command: &[&str]| Readiness {
         check: Check::Exec {
             command: command.iter().map(|s| s.to_string()).collect(),
         },
         ..tcp(1)
     };
+    assert_eq!(code(&exec(&[])), Some(ErrorCode::InvalidSpec));
     assert_eq!(
-        code(&exec(&[]), DriverKind::Docker),
+        code(&exec(&["test", "-f", "a\0b"])),
         Some(ErrorCode::InvalidSpec)
     );
-    assert_eq!(
-        code(&exec(&["test", "-f", "a\0b"]), DriverKind::Docker),
-        Some(ErrorCode::InvalidSpec)
-    );
-    assert_eq!(
-        code(&exec(&["test", "-f", "/ready"]), DriverKind::Docker),
-        None
-    );
-    assert_eq!(
-        code(&exec(&["test", "-f", "/ready"]), DriverKind::Systemd),
-        Some(ErrorCode::InvalidSpec)
-    );
-    assert_eq!(code(&tcp(80), DriverKind::Systemd), None);
-    // The kube driver writes every kind of check into its pod template.
-    assert_eq!(code(&tcp(80), DriverKind::Kube), None);
-    assert_eq!(
-        code(&exec(&["test", "-f", "/ready"]), DriverKind::Kube),
-        None
-    );
+    assert_eq!(code(&exec(&["test", "-f", "/ready"])), None);
 }

@@ -1,19 +1,11 @@
 use super::*;
 use proptest::prelude::*;
 
-fn systemd_spec(command: &[&str]) -> Spec {
+fn sim_spec(command: &[&str]) -> Spec {
     Spec {
-        driver: DriverKind::Systemd,
-        image: None,
+        driver: DriverKind::SIM,
         command: command.iter().map(|s| s.to_string()).collect(),
-        env: Default::default(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -23,144 +15,64 @@ fn invalid(spec: &Spec) -> String {
     e.message
 }
 
-#[test]
-fn a_systemd_spec_runs_an_absolute_program_with_settings_a_unit_can_hold() {
-    let mut ok = systemd_spec(&["/usr/bin/app", "--flag", "a b; $X %h"]);
-    ok.systemd.user = Some("app".into());
-    ok.systemd.group = Some("1001".into());
-    ok.systemd.read_write_paths = vec!["/srv/app data".into()];
-    ok.systemd.memory_max_bytes = Some(64 << 20);
-    ok.systemd.cpu_quota_percent = Some(150);
-    super::spec(&ok).unwrap();
-
-    assert!(invalid(&systemd_spec(&[])).contains("absolute"));
-    assert!(invalid(&systemd_spec(&["app"])).contains("absolute"));
-    assert!(invalid(&systemd_spec(&["-/bin/app"])).contains("absolute"));
-    let mut image = systemd_spec(&["/bin/app"]);
-    image.image = Some("busybox".into());
-    assert!(invalid(&image).contains("image"));
-    for user in ["Root", "a b", "x\ny", "", "-x", &"a".repeat(33)] {
-        let mut s = systemd_spec(&["/bin/app"]);
-        s.systemd.user = Some(user.into());
-        assert!(invalid(&s).contains("user"), "{user:?}");
-    }
-    let mut path = systemd_spec(&["/bin/app"]);
-    path.systemd.read_write_paths = vec!["relative".into()];
-    assert!(invalid(&path).contains("read_write_paths"));
-    let mut zero = systemd_spec(&["/bin/app"]);
-    zero.systemd.memory_max_bytes = Some(0);
-    assert!(invalid(&zero).contains("above 0"));
-}
-
-/// Given a systemd spec asking for more than the hardened default, when it is
-/// validated, then only names from the allow-lists and grammars pass.
-#[test]
-fn a_systemd_spec_may_ask_for_listed_capabilities_and_syscalls_only() {
-    let mut ok = systemd_spec(&["/bin/app"]);
-    ok.systemd.user = Some("0".into());
-    ok.systemd.capabilities = vec!["CAP_NET_BIND_SERVICE".into(), "CAP_IPC_LOCK".into()];
-    ok.systemd.syscalls = vec!["@privileged".into(), "ptrace".into(), "_llseek".into()];
-    super::spec(&ok).unwrap();
-
-    for cap in [
-        "CAP_SYS_ADMIN",
-        "cap_net_bind_service",
-        "NET_BIND_SERVICE",
-        "CAP_NET_BIND_SERVICE\nUser=root",
-        "CAP_NET_BIND_SERVICE CAP_SYS_ADMIN",
-        "",
-        "CAP_NËT",
-    ] {
-        let mut s = systemd_spec(&["/bin/app"]);
-        s.systemd.capabilities = vec!["CAP_CHOWN".into(), cap.into()];
-        assert!(invalid(&s).contains("systemd.capabilities"), "{cap:?}");
-    }
-    for call in [
-        "@nosuchgroup",
-        "~@privileged",
-        "Ptrace",
-        "ptrace\n[Service]",
-        "a b",
-        "",
-        "é",
-        &"a".repeat(65),
-    ] {
-        let mut s = systemd_spec(&["/bin/app"]);
-        s.systemd.syscalls = vec![call.into()];
-        assert!(invalid(&s).contains("systemd.syscalls"), "{call:?}");
-    }
-    let mut many = systemd_spec(&["/bin/app"]);
-    many.systemd.syscalls = vec!["read".into(); 129];
-    assert!(invalid(&many).contains("at most 128"));
-    let mut twice = systemd_spec(&["/bin/app"]);
-    twice.systemd.capabilities = vec!["CAP_CHOWN".into(), "CAP_LEASE".into(), "CAP_CHOWN".into()];
-    assert!(invalid(&twice).contains("twice"));
-}
-
-/// Given user and group names, when validated, then a unix account name or a
-/// usable numeric id passes, and nothing that could end a unit-file line does.
-#[test]
-fn systemd_user_and_group_names_are_account_names() {
-    for ok in [
-        "app",
-        "_svc",
-        "web-1",
-        "a_b-c",
-        "0",
-        "1001",
-        "4294967294",
-        &"a".repeat(32),
-    ] {
-        assert!(is_account_name(ok), "{ok:?}");
-    }
-    for bad in [
-        "",
-        "Root",
-        "1a",
-        "-x",
-        "a b",
-        "app\nUser=root",
-        "app\r",
-        "app;id",
-        "ápp",
-        "4294967295",
-        "65535",
-        "99999999999",
-        &"a".repeat(33),
-    ] {
-        assert!(!is_account_name(bad), "{bad:?}");
-        let mut s = systemd_spec(&["/bin/app"]);
-        s.systemd.group = Some(bad.into());
-        assert!(invalid(&s).contains("user`/`group"), "{bad:?}");
-    }
-}
-
-#[test]
-fn other_drivers_refuse_systemd_settings() {
-    let mut s = systemd_spec(&["/bin/app"]);
-    s.driver = DriverKind::Sim;
-    super::spec(&s).unwrap();
-    s.systemd.user = Some("app".into());
-    assert!(invalid(&s).contains("only for driver systemd"));
+/// `spec` with `sections` (a JSON object's members) as the JSON gives them.
+fn with_sections(spec: &Spec, sections: &str) -> Spec {
+    let json = serde_json::to_string(spec).unwrap();
+    let json = format!("{},{sections}}}", &json[..json.len() - 1]);
+    serde_json::from_str(&json).unwrap()
 }
 
 #[test]
 fn stop_first_is_written_out_and_every_driver_takes_it() {
-    let mut s = systemd_spec(&["/bin/app"]);
+    let mut s = sim_spec(&["/bin/app"]);
     s.strategy = crate::Strategy::StopFirst;
     super::spec(&s).unwrap();
     let json = serde_json::to_string(&s).unwrap();
     assert!(json.contains(r#""strategy":"stop-first""#), "{json}");
-    let default = serde_json::to_string(&systemd_spec(&["/bin/app"])).unwrap();
+    let default = serde_json::to_string(&sim_spec(&["/bin/app"])).unwrap();
     assert!(
         !default.contains("strategy"),
         "left out at its default: {default}"
     );
-    // The kube driver replaces a revision stop-first with a Recreate Deployment.
-    s.driver = DriverKind::Kube;
+    s.driver = DriverKind::KUBE;
     s.command = vec![];
     s.image = Some("shop/web:1".into());
     super::spec(&s).unwrap();
+}
+
+/// Given a spec with sections, when validated, then only its own driver's section,
+/// an object, passes: another built-in driver's settings, a misspelt field and a
+/// section that is not an object are `invalid_spec`, each saying which.
+#[test]
+fn a_spec_carries_its_own_drivers_section_only() {
+    let sim = sim_spec(&["/bin/app"]);
+    super::spec(&with_sections(&sim, r#""sim":{"anything":[1]}"#)).unwrap();
+    let other = with_sections(&sim, r#""systemd":{"user":"app"}"#);
+    assert_eq!(
+        invalid(&other),
+        "`systemd` settings are only for driver systemd; this spec is for sim"
+    );
+    let typo = with_sections(&sim, r#""imgae":"busybox""#);
+    assert_eq!(
+        invalid(&typo),
+        "`imgae` is not a field of a spec, nor the section of its driver sim"
+    );
+    let not_object = with_sections(&sim, r#""sim":[1]"#);
+    assert!(invalid(&not_object).contains("must be an object"));
+    let mut acme = with_sections(&sim, r#""acme":{"size":"xl"}"#);
+    assert!(invalid(&acme).contains("not a field of a spec"));
+    acme.driver = "acme".parse().unwrap();
+    super::spec(&acme).unwrap();
+    assert_eq!(acme.section().unwrap().json(), r#"{"size":"xl"}"#);
+    // Empty, another driver's section and a misspelt field are refused all the same;
+    // the spec's own driver's empty section is kept, as written.
+    let empty = with_sections(&sim, r#""kube":{}"#);
+    assert!(invalid(&empty).contains("only for driver kube"));
+    let empty = with_sections(&sim, r#""Imgae":{}"#);
+    assert!(invalid(&empty).contains("not a field of a spec"));
+    let own = with_sections(&sim, r#""sim":{}"#);
+    super::spec(&own).unwrap();
+    assert_eq!(own.section().unwrap().json(), "{}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use crate::guard::Bound;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use capstan_common::{signing, Command, ErrorCode, MAX_COMMAND_BYTES};
+use capstan_common::{signing, Command, ErrorCode, Op, MAX_COMMAND_BYTES};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -65,7 +65,13 @@ pub(super) fn signed_size(body: &Value) -> Option<usize> {
         .entry("issued_at")
         .or_insert(json!(ISSUED_AT_PLACEHOLDER));
     match Command::parse(&probe.to_string()) {
-        Ok(command) => Some(signing::signed_len(&command)),
+        Ok(mut command) => {
+            // As the fleet will publish it: a built-in driver's section canonical.
+            if let Op::PrepareRevision { spec, .. } = &mut command.op {
+                crate::spec_rules::admit(spec).ok()?;
+            }
+            Some(signing::signed_len(&command))
+        }
         // Over the limit before it is even canonical.
         Err(r) if r.code == ErrorCode::TooLarge => Some(MAX_COMMAND_BYTES + 1),
         Err(_) => None,

@@ -7,7 +7,7 @@ use async_nats::jetstream::{kv, stream};
 use async_nats::HeaderMap;
 use capstan_common::nats_layout;
 use capstan_common::published::Publication;
-use capstan_common::{validate, Command, ErrorCode, Rejection};
+use capstan_common::{validate, Command, ErrorCode, Op, Rejection};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -58,7 +58,10 @@ impl Fleet {
         object
             .entry("issued_at")
             .or_insert_with(|| json!(chrono::Utc::now()));
-        let command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
+        let mut command = Command::parse(&body.to_string()).map_err(FleetError::BadCommand)?;
+        if let Op::PrepareRevision { spec, .. } = &mut command.op {
+            crate::spec_rules::admit(spec).map_err(FleetError::BadCommand)?;
+        }
         if let Some(target) = command.op.cancels() {
             // A cancel is for a command submitted here, to the host it names.
             let bound = self.submission(target).await?;

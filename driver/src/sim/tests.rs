@@ -7,17 +7,8 @@ use capstan_common::DriverKind;
 
 pub(super) fn spec() -> Spec {
     Spec {
-        driver: DriverKind::Sim,
-        image: None,
-        command: vec![],
-        env: BTreeMap::new(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        driver: DriverKind::SIM,
+        ..Default::default()
     }
 }
 

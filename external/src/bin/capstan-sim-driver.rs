@@ -43,6 +43,9 @@ struct Cli {
     /// With `--hold`: carry on once this file exists (checked every 20 ms).
     #[arg(long, requires = "hold")]
     release: Option<PathBuf>,
+    /// The kind to announce (and run specs of): a driver of a new kind, simulated.
+    #[arg(long, default_value_t = capstan_common::DriverKind::SIM)]
+    kind: capstan_common::DriverKind,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,7 +61,8 @@ fn main() -> anyhow::Result<()> {
         reaps_orphans: cli.reaps_orphans,
     });
     let sim = SimDriver::open(&cli.state_dir, config)
-        .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?;
+        .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?
+        .answering_to(cli.kind);
     let sim = Arc::new(sim);
     let driver: Arc<dyn Driver> = Arc::new(Wrapped::new(
         Arc::clone(&sim) as Arc<dyn Driver>,

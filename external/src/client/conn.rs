@@ -49,8 +49,8 @@ pub enum ConnectError {
     Refused(ErrorBody),
     #[error("the driver chose protocol version {chosen}, which was not offered ({offered:?})")]
     BadVersion { chosen: u32, offered: Vec<u32> },
-    #[error("the driver announces kind {0:?}, which this build does not know (sim, docker, systemd or kube)")]
-    UnknownKind(String),
+    #[error("the driver announces a kind that is no kind's name")]
+    BadKind(#[source] capstan_common::BadKind),
     #[error("the driver announces kind `{have}`, expected `{want}`")]
     WrongKind { want: DriverKind, have: DriverKind },
 }
@@ -137,10 +137,10 @@ impl Drop for Conn {
     }
 }
 
-/// The kind a driver announced, if this build knows it.
+/// The kind a driver announced: any name in the kind grammar (a driver of a new kind
+/// runs the specs that name it).
 pub(super) fn kind_of(kind: &str) -> Result<DriverKind, ConnectError> {
-    kind.parse()
-        .map_err(|_| ConnectError::UnknownKind(kind.to_string()))
+    kind.parse().map_err(ConnectError::BadKind)
 }
 
 impl Conn {

@@ -149,10 +149,12 @@ impl KubeDriver {
     ) -> Result<(), DriverError> {
         let template = Template::from_spec(spec, launch_env)
             .map_err(|reason| DriverError::refused(op, rev, ErrorCode::InvalidSpec, reason))?;
+        let replicas = crate::spec::check(spec)
+            .map_err(|r| DriverError::refused(op, rev, r.code, r.message))?
+            .replicas;
         self.our_namespace(op, rev.namespace).await?;
         // Refuses a Deployment under our name that is not ours.
         self.deployment(op, rev).await?;
-        let replicas = spec.kube.replicas;
         if spec.readiness.is_some() {
             self.write(op, rev, &template, (replicas, replicas), None)
                 .await?;

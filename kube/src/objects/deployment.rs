@@ -2,9 +2,7 @@
 //! made from a spec and the accepted launch env or read back from the cluster, with the
 //! container's readinessProbe and the Deployment's update strategy.
 
-use super::{
-    deployment_name, CONTAINER, HOST, MANAGED, MAX_REPLICAS, REPLICAS, REVISION, WORKLOAD,
-};
+use super::{deployment_name, CONTAINER, HOST, MANAGED, REPLICAS, REVISION, WORKLOAD};
 use capstan_common::{Check, Protocol, Readiness, Spec, Strategy};
 use capstan_driver::{LaunchEnv, RevisionRef};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -115,15 +113,9 @@ impl Template {
     /// From a spec and the accepted launch environment. A spec the kube driver cannot
     /// run (no image, host mounts) is `invalid_spec`.
     pub fn from_spec(spec: &Spec, launch_env: &LaunchEnv) -> Result<Template, String> {
-        let image = spec.image.clone().ok_or("a kube workload needs an image")?;
-        if !spec.mounts.is_empty() {
-            return Err("the kube driver does not mount host paths".into());
-        }
-        if !(1..=MAX_REPLICAS).contains(&spec.kube.replicas) {
-            return Err(format!("kube.replicas must be 1 to {MAX_REPLICAS}"));
-        }
+        crate::spec::check(spec).map_err(|r| r.message)?;
         Ok(Template {
-            image,
+            image: spec.image.clone().unwrap_or_default(),
             args: spec.command.clone(),
             env: capstan_driver::merged_env(spec, launch_env),
             working_dir: spec.working_dir.clone(),

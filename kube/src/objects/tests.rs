@@ -14,22 +14,18 @@ fn rev(revision: &str) -> RevisionRef<'_> {
 
 fn spec() -> Spec {
     Spec {
-        driver: DriverKind::Kube,
+        driver: DriverKind::KUBE,
         image: Some("registry.example/web:1".into()),
         command: vec!["serve".into(), "--port=8080".into()],
         env: [("MODE".to_string(), "prod".to_string())].into(),
         working_dir: Some("/srv".into()),
-        mounts: vec![],
         ports: vec![PortMapping {
             container_port: 8080,
             host_port: 0,
             host_ip: None,
             protocol: Protocol::Tcp,
         }],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 

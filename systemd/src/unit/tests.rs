@@ -1,6 +1,8 @@
 use super::*;
 use crate::escape::decode::{self, hostile};
-use capstan_common::{DriverKind, ErrorCode, SystemdSpec};
+use crate::SystemdSpec;
+use capstan_common::Settings as _;
+use capstan_common::{DriverKind, ErrorCode};
 use capstan_driver::{merged_env, LaunchEnv};
 
 fn rev<'a>(namespace: &'a str, workload: &'a str, revision: &'a str) -> RevisionRef<'a> {
@@ -13,17 +15,10 @@ fn rev<'a>(namespace: &'a str, workload: &'a str, revision: &'a str) -> Revision
 
 fn spec() -> Spec {
     Spec {
-        driver: DriverKind::Systemd,
-        image: None,
+        driver: DriverKind::SYSTEMD,
         command: vec!["/usr/bin/sleep".into(), "infinity".into()],
         env: BTreeMap::from([("GREETING".into(), "hello world".into())]),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: SystemdSpec::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -72,7 +67,7 @@ fn given_a_rendered_service_when_its_markers_are_read_then_they_are_the_revision
 fn given_a_spec_with_settings_when_rendered_then_each_appears_once() {
     let mut s = spec();
     s.working_dir = Some("/srv/app".into());
-    s.systemd = SystemdSpec {
+    SystemdSpec {
         user: Some("svc".into()),
         group: Some("1000".into()),
         read_write_paths: vec!["/srv/data".into(), "/srv/with space".into()],
@@ -80,7 +75,8 @@ fn given_a_spec_with_settings_when_rendered_then_each_appears_once() {
         cpu_quota_percent: Some(150),
         capabilities: vec!["CAP_NET_BIND_SERVICE".into(), "CAP_IPC_LOCK".into()],
         syscalls: vec!["@mount".into(), "ptrace".into()],
-    };
+    }
+    .write_into(&mut s);
     let settings = UnitSettings {
         stop_timeout_secs: 45,
         start_limit_interval_secs: 120,
@@ -180,23 +176,30 @@ fn given_hardening_values_that_could_add_a_directive_when_rendered_then_refused(
     for (field, change) in [
         (
             "systemd.user",
-            (|s: &mut Spec| s.systemd.user = Some("app\nUser=root".into())) as fn(&mut Spec),
+            (|s: &mut Spec| SystemdSpec::edit(s, |c| c.user = Some("app\nUser=root".into())))
+                as fn(&mut Spec),
         ),
-        ("systemd.user", |s| s.systemd.user = Some("ápp".into())),
+        ("systemd.user", |s| {
+            SystemdSpec::edit(s, |c| c.user = Some("ápp".into()))
+        }),
         ("systemd.group", |s| {
-            s.systemd.group = Some("g\r[Service]".into())
+            SystemdSpec::edit(s, |c| c.group = Some("g\r[Service]".into()))
         }),
         ("systemd.capabilities[0]", |s| {
-            s.systemd.capabilities = vec!["CAP_CHOWN\nCapabilityBoundingSet=CAP_SYS_ADMIN".into()]
+            SystemdSpec::edit(s, |c| {
+                c.capabilities = vec!["CAP_CHOWN\nCapabilityBoundingSet=CAP_SYS_ADMIN".into()]
+            })
         }),
         ("systemd.capabilities[1]", |s| {
-            s.systemd.capabilities = vec!["CAP_CHOWN".into(), "CAP_SYS_ADMIN".into()]
+            SystemdSpec::edit(s, |c| {
+                c.capabilities = vec!["CAP_CHOWN".into(), "CAP_SYS_ADMIN".into()]
+            })
         }),
         ("systemd.syscalls[0]", |s| {
-            s.systemd.syscalls = vec!["read\nUser=root".into()]
+            SystemdSpec::edit(s, |c| c.syscalls = vec!["read\nUser=root".into()])
         }),
         ("systemd.syscalls[0]", |s| {
-            s.systemd.syscalls = vec!["réad".into()]
+            SystemdSpec::edit(s, |c| c.syscalls = vec!["réad".into()])
         }),
     ] {
         let mut s = spec();
@@ -272,7 +275,9 @@ fn given_hostile_arguments_when_rendered_then_one_line_a_directive_and_no_new_se
         .chain(["\nX-Capstan-Host=evil".into(), "\n[Install]".into()])
         .collect();
     s.working_dir = Some("/srv/%h/$HOME/\"x\";y".into());
-    s.systemd.read_write_paths = vec!["/srv/\"\\ ; %h".into()];
+    SystemdSpec::edit(&mut s, |c| {
+        c.read_write_paths = vec!["/srv/\"\\ ; %h".into()]
+    });
     let text = service("host-1", rev("ns", "web", "r1"), &s, &settings()).unwrap();
     assert_eq!(sections(&text), ["[Unit]", "[Service]", "[Install]"]);
     let exec = format!("ExecStart={}", the(&text, "ExecStart"));
@@ -320,13 +325,13 @@ fn given_a_hostile_environment_when_written_as_a_dropin_then_each_variable_is_on
 fn given_values_that_cannot_be_written_when_rendered_then_refused_with_their_field() {
     let r = rev("ns", "web", "r1");
     let mut s = spec();
-    s.systemd.user = Some("root\nUser=0".into());
+    SystemdSpec::edit(&mut s, |c| c.user = Some("root\nUser=0".into()));
     let err = service("h", r, &s, &settings()).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidSpec);
     assert!(err.to_string().starts_with("systemd.user: "), "{err}");
 
     let mut s = spec();
-    s.systemd.read_write_paths = vec!["relative".into()];
+    SystemdSpec::edit(&mut s, |c| c.read_write_paths = vec!["relative".into()]);
     let err = service("h", r, &s, &settings()).unwrap_err();
     assert!(
         err.to_string().starts_with("systemd.read_write_paths[0]: "),

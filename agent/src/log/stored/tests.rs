@@ -115,16 +115,45 @@ fn a_spec_field_added_later_decodes_from_older_records() {
         assert_eq!(later.ports, spec().ports);
         assert_eq!(later.mounts, spec().mounts);
     }
-    // And a record written by a build that has the field still decodes here.
+    // And a record written by a build that has the field still decodes here, the
+    // field kept, not dropped: among the spec's sections, as any name a spec does not
+    // know (written back after `ports`, where the sections go).
     let mut newer: v2::Record =
         from_bincode(&encode(3, 0, [0; 32], &prepared).unwrap()[1..]).unwrap();
+    let mut written = String::new();
     if let v2::Event::RevisionPrepared { spec, .. } = &mut newer.event {
-        *spec = spec.replacen('{', r#"{"cpu_millis":250,"#, 1);
+        *spec = spec.replacen(r#","ports":"#, r#","cpu_millis":250,"ports":"#, 1);
+        written = spec.clone();
     }
+    let Event::RevisionPrepared { spec: decoded, .. } =
+        decode(&encode_as(2, &newer).unwrap()).unwrap().event
+    else {
+        panic!("not a revision_prepared");
+    };
+    let Event::RevisionPrepared { spec: original, .. } = prepared else {
+        panic!("not a revision_prepared");
+    };
     assert_eq!(
-        decode(&encode_as(2, &newer).unwrap()).unwrap().event,
-        prepared
+        (&decoded.image, &decoded.ports),
+        (&original.image, &original.ports)
     );
+    let sections: Vec<(&str, &str)> = decoded
+        .sections
+        .iter()
+        .map(|(k, s)| (k, s.json()))
+        .collect();
+    assert_eq!(sections, [("cpu_millis", "250")]);
+    let again = serde_json::to_string(&decoded).unwrap();
+    let strip = |s: &str| {
+        s.replace(r#""cpu_millis":250,"#, "")
+            .replace(r#","cpu_millis":250"#, "")
+    };
+    assert_eq!(
+        strip(&again),
+        strip(&written),
+        "only the place of the field moves"
+    );
+    assert!(again.contains(r#""cpu_millis":250"#), "{again}");
 }
 
 #[test]

@@ -179,7 +179,7 @@ fn specs_the_driver_cannot_run_are_refused() {
     );
     for replicas in [0, MAX_REPLICAS + 1] {
         let mut s = spec();
-        s.kube.replicas = replicas;
+        capstan_common::Settings::write_into(&crate::KubeSpec { replicas }, &mut s);
         assert_eq!(
             Template::from_spec(&s, &launch()),
             Err(format!("kube.replicas must be 1 to {MAX_REPLICAS}")),

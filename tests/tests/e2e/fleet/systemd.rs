@@ -70,20 +70,13 @@ fn config(host: &str, nats: &str, public_key: &str) -> String {
 /// with two variables of its own.
 fn spec(workload: &str) -> Spec {
     Spec::from(capstan_common::Spec {
-        driver: DriverKind::Systemd,
-        image: None,
+        driver: DriverKind::SYSTEMD,
         command: vec!["/bin/sleep".into(), "infinity".into()],
         env: [("SITE", "fleet"), ("WORKLOAD", workload)]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     })
 }
 

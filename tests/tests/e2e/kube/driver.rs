@@ -4,10 +4,10 @@
 //! another field manager's field, an image that cannot be pulled, and objects under
 //! our names that are not ours.
 
-use capstan_common::{DriverKind, ErrorCode, Spec};
+use capstan_common::{DriverKind, ErrorCode, Settings as _, Spec};
 use capstan_driver::{BackendState, Driver, DriverError, LaunchEnv, RevisionRef};
 use capstan_kube::objects::{self, FIELD_MANAGER};
-use capstan_kube::{KubeConfig, KubeDriver};
+use capstan_kube::{KubeConfig, KubeDriver, KubeSpec};
 use capstan_tests::kube::KubeCluster;
 use capstan_tests::unique;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -33,17 +33,11 @@ pub(super) fn driver(cluster: &KubeCluster, role: &str, without: &[(&str, &str)]
 
 pub(super) fn spec(image: &str) -> Spec {
     Spec {
-        driver: DriverKind::Kube,
+        driver: DriverKind::KUBE,
         image: Some(image.into()),
         command: vec!["serve".into()],
         env: [("MODE".to_string(), "test".to_string())].into(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -71,7 +65,7 @@ fn the_command_sequence_leaves_the_objects_it_should() {
     let (r1, r2) = (rev(&ns, "r1"), rev(&ns, "r2"));
     // Two pods when it runs: start_workload scales back to the spec's replicas.
     let mut web1 = spec("capstan-test/web:1");
-    web1.kube.replicas = 2;
+    KubeSpec::edit(&mut web1, |c| c.replicas = 2);
     let admin = cluster.client();
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
     let staged: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);

@@ -6,9 +6,9 @@
 
 use super::driver::{connect, rev, up};
 use super::{dump, private_state, spec_running};
-use capstan_common::{ErrorCode, Spec};
+use capstan_common::{ErrorCode, Settings as _, Spec};
 use capstan_driver::{Driver, LaunchEnv, RevisionRef};
-use capstan_systemd::{naming, SystemdDriver};
+use capstan_systemd::{naming, SystemdDriver, SystemdSpec};
 use capstan_tests::agent::Agent;
 use capstan_tests::process::Exit;
 use capstan_tests::systemd::SystemdHost;
@@ -138,8 +138,10 @@ fn a_spec_gets_exactly_the_capabilities_and_system_calls_it_asks_for() {
     let host = SystemdHost::boot();
     let (rt, d) = connect(&host, |_| {});
     let mut spec = spec_running(&host, "ns", "web");
-    spec.systemd.capabilities = vec!["CAP_NET_BIND_SERVICE".into()];
-    spec.systemd.syscalls = vec!["@swap".into()];
+    SystemdSpec::edit(&mut spec, |c| {
+        c.capabilities = vec!["CAP_NET_BIND_SERVICE".into()]
+    });
+    SystemdSpec::edit(&mut spec, |c| c.syscalls = vec!["@swap".into()]);
     up(&rt, &d, rev("ns", "web", "r1"), &spec, &LaunchEnv::new());
     dump(&host, "ns", "web");
     let web = status(&host, &unit("ns", "web", "r1"));
@@ -161,7 +163,7 @@ fn a_spec_gets_exactly_the_capabilities_and_system_calls_it_asks_for() {
 
     // And a spec may ask for root explicitly, still without capabilities.
     let mut root = spec_running(&host, "ns", "root");
-    root.systemd.user = Some("root".into());
+    SystemdSpec::edit(&mut root, |c| c.user = Some("root".into()));
     up(&rt, &d, rev("ns", "root", "r1"), &root, &LaunchEnv::new());
     dump(&host, "ns", "root");
     let root = status(&host, &unit("ns", "root", "r1"));
@@ -218,7 +220,8 @@ fn values_that_could_add_a_unit_directive_are_refused_before_anything_is_written
     let (rt, d) = connect(&host, |_| {});
     for (name, systemd) in hostile {
         let mut spec: Spec = spec_running(&host, "ns", name);
-        spec.systemd = serde_json::from_value(systemd).expect("a systemd section");
+        let settings: SystemdSpec = serde_json::from_value(systemd).expect("a systemd section");
+        settings.write_into(&mut spec);
         let r = rev("ns", name, "r1");
         let err = rt
             .block_on(d.prepare(r, &spec))

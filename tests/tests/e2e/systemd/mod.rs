@@ -45,20 +45,12 @@ pub fn dump_file(host: &SystemdHost, ns: &str, workload: &str) -> PathBuf {
 /// [`dump_path`] and runs until stopped.
 pub fn spec_running(host: &SystemdHost, ns: &str, workload: &str) -> Spec {
     Spec {
-        driver: DriverKind::Systemd,
-        image: None,
+        driver: DriverKind::SYSTEMD,
         command: vec![
             host.envdump().to_string_lossy().into_owned(),
             dump_path(host, ns, workload).to_string_lossy().into_owned(),
         ],
-        env: Default::default(),
-        working_dir: None,
-        mounts: vec![],
-        ports: vec![],
-        systemd: Default::default(),
-        kube: Default::default(),
-        readiness: None,
-        strategy: Default::default(),
+        ..Default::default()
     }
 }
 

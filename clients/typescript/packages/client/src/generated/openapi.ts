@@ -284,10 +284,16 @@ export type components = {
             };
         };
         Name: string;
-        /** @description What a revision runs (docs/protocol.md, *Spec*; each driver's own fields: docs/docker.md, docs/systemd.md). As a record shows it (`revision_prepared`), every field but `systemd`, `kube`, `readiness` and `strategy` is spelt out, an absent optional one as null. */
+        /** @description What a revision runs (docs/protocol.md, *Spec*; each driver's own fields: docs/docker.md, docs/systemd.md, docs/kube.md). Any other member is a driver's section: an object named after the driver's kind, allowed only for the spec's own driver (`systemd`, `kube`, or an external driver's kind; 400 `invalid_spec` otherwise), kept as written (members in their order). As a record shows it (`revision_prepared`), every field but the sections, `readiness` and `strategy` is spelt out, an absent optional one as null. */
         Spec: {
-            /** @enum {string} */
-            driver: "sim" | "docker" | "systemd" | "kube";
+            /**
+             * @description The driver kind the spec is for: built in `sim`, `docker`, `systemd`, `kube`, or the kind an external driver announces. An agent running another kind fails the command `driver_mismatch`.
+             * @example sim
+             * @example docker
+             * @example systemd
+             * @example kube
+             */
+            driver: string;
             /** @description `[host[:port]/]path[:tag][@sha256:<64 hex>]`; required for docker and kube, refused for systemd. The pattern is the server's grammar (`validate::IMAGE_REF_PATTERN`). */
             image?: string | null;
             /** @description argv; for systemd required, its first item an absolute path */
@@ -308,6 +314,7 @@ export type components = {
                 /** @enum {string} */
                 protocol?: "tcp" | "udp";
             }[];
+            /** @description Driver systemd's section (docs/protocol.md, *Spec*); only for driver systemd. */
             systemd?: {
                 user?: string | null;
                 group?: string | null;
@@ -317,7 +324,7 @@ export type components = {
                 memory_max_bytes?: number | null;
                 cpu_quota_percent?: number | null;
             };
-            /** @description Only for driver kube (docs/kube.md). */
+            /** @description Driver kube's section (docs/kube.md); only for driver kube. */
             kube?: {
                 replicas?: number;
             };
@@ -352,8 +359,10 @@ export type components = {
                 /** @default 60000 */
                 deadline_ms?: number;
             } | null;
+        } & {
+            [key: string]: unknown;
         };
-        /** @description A lifecycle command (docs/protocol.md, *Command*): one of the ops, each with its fields. The coordinator fills `v`, `id` (`c-<16 hex>`) and `issued_at` when absent and signs it; `sig` is dropped. Unknown extra fields are ignored (forward compatibility). Rules beyond this description (the image grammar, what each driver needs in a spec) are checked too: 400 with the protocol code (`invalid_spec`, `invalid_env`). */
+        /** @description A lifecycle command (docs/protocol.md, *Command*): one of the ops, each with its fields. The coordinator fills `v`, `id` (`c-<16 hex>`) and `issued_at` when absent and signs it; `sig` is dropped. Unknown extra fields of a command are ignored (forward compatibility); in a spec, a member that is no field is a driver's section (see Spec). Rules beyond this description (the image grammar, what each built-in driver needs in a spec) are checked too: 400 with the protocol code (`invalid_spec`, `invalid_env`); an external driver's own rules are checked by its agent (the command is then `rejected`, `invalid_spec`). */
         Command: {
             /** @constant */
             v?: 1;

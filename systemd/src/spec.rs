@@ -1,21 +1,60 @@
-//! The systemd driver's own rules for a spec: an absolute program to run, and only
-//! settings it can write into a unit (accounts, allowed capabilities, system call
-//! groups and names).
+//! The systemd driver's own part of a spec: its section ([`SystemdSpec`], under
+//! `"systemd"`) and its rules (an absolute program to run, only settings it can write
+//! into a unit: accounts, allowed capabilities, system call groups and names; port
+//! readiness checks only).
 
-use super::{is_abs_path, truncate};
-use crate::{DriverKind, ErrorCode, Rejection, Spec};
+use capstan_common::validate::is_abs_path;
+use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Settings, Spec};
+use serde::{Deserialize, Serialize};
 
-/// The systemd driver's own rules: an absolute program to run, and settings it can
-/// write into a unit. Other drivers refuse a spec that carries systemd settings.
-pub(super) fn systemd(spec: &Spec) -> Result<(), Rejection> {
+#[cfg(test)]
+mod tests;
+
+/// A systemd unit's own settings, the spec's `"systemd"` section. Each one relaxes or
+/// bounds the hardened default the systemd driver writes (`docs/systemd.md`).
+// Fields added later are left out of the JSON while empty (`skip_serializing_if`), so
+// the canonical JSON — and the hash and id binding — of a spec written before them
+// stays what it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemdSpec {
+    /// `User=`: a user name or a numeric uid; `None`: the namespace's own dynamic
+    /// user (`DynamicUser=`), never root unless asked for.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// `Group=`: a group name or a numeric gid.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Capabilities the unit holds (`CapabilityBoundingSet=` and
+    /// `AmbientCapabilities=`), from [`SYSTEMD_CAPABILITIES`]; empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// System calls allowed besides `@system-service` (`SystemCallFilter=`): `@group`
+    /// names of systemd's sets or single syscall names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub syscalls: Vec<String>,
+    /// Absolute paths the workload may write besides its namespace's state directory
+    /// (`ReadWritePaths=`; the rest of the file system is read-only).
+    #[serde(default)]
+    pub read_write_paths: Vec<String>,
+    /// `MemoryMax=` in bytes.
+    #[serde(default)]
+    pub memory_max_bytes: Option<u64>,
+    /// `CPUQuota=` in percent of one CPU (200 = two CPUs).
+    #[serde(default)]
+    pub cpu_quota_percent: Option<u32>,
+}
+
+impl Settings for SystemdSpec {
+    const KIND: DriverKind = DriverKind::SYSTEMD;
+}
+
+/// The systemd driver's rules for a spec of its own: an absolute program to run,
+/// settings it can write into a unit, port readiness checks. Answers the settings.
+pub fn check(spec: &Spec) -> Result<SystemdSpec, Rejection> {
     let invalid = |m: &str| Err(Rejection::new(ErrorCode::InvalidSpec, m));
-    let s = &spec.systemd;
-    if spec.driver != DriverKind::Systemd {
-        if !s.is_default() {
-            return invalid("`systemd` settings are only for driver systemd");
-        }
-        return Ok(());
-    }
+    let s = SystemdSpec::read(spec)
+        .map_err(|e| Rejection::new(ErrorCode::InvalidSpec, format!("`systemd`: {e}")))?;
     match spec.command.first() {
         Some(program) if is_abs_path(program) => {}
         _ => return invalid("driver systemd needs `command` whose first item is an absolute path"),
@@ -26,6 +65,11 @@ pub(super) fn systemd(spec: &Spec) -> Result<(), Rejection> {
     if !spec.mounts.is_empty() || !spec.ports.is_empty() {
         return invalid(
             "driver systemd has no `mounts` or `ports`: use `systemd.read_write_paths`",
+        );
+    }
+    if let Some(Check::Exec { .. }) = spec.readiness.as_ref().map(|r| &r.check) {
+        return invalid(
+            "the systemd driver probes `http` and `tcp` readiness only: an `exec` check would run outside the unit's sandbox",
         );
     }
     for id in [&s.user, &s.group].into_iter().flatten() {
@@ -77,7 +121,12 @@ pub(super) fn systemd(spec: &Spec) -> Result<(), Rejection> {
     if s.memory_max_bytes == Some(0) || s.cpu_quota_percent == Some(0) {
         return invalid("`systemd.memory_max_bytes` and `cpu_quota_percent` must be above 0");
     }
-    Ok(())
+    Ok(s)
+}
+
+/// At most 64 characters of `s`, for a message.
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
 }
 
 /// The capabilities a systemd spec may ask for (`systemd.capabilities`). Left out on

@@ -176,6 +176,22 @@ pub fn is_volume_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-fn truncate(s: &str) -> String {
+/// At most 64 characters of `s`, to name a bad value in a message.
+pub fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
+}
+
+/// The rule of a driver with no settings of its own (sim, docker): a spec for it
+/// carries no section with any (`{}` is none).
+pub fn no_settings(spec: &Spec) -> Result<(), Rejection> {
+    match spec.section().filter(|s| !s.is_empty_object()) {
+        Some(_) => Err(Rejection::new(
+            ErrorCode::InvalidSpec,
+            format!(
+                "driver {kind} has no settings of its own: leave `{kind}` out",
+                kind = spec.driver
+            ),
+        )),
+        None => Ok(()),
+    }
 }

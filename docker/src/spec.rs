@@ -10,10 +10,7 @@ pub fn check_spec(spec: &Spec) -> Result<(), Rejection> {
     if spec.image.is_none() {
         return invalid("driver docker needs `image`");
     }
-    if spec.section().is_some_and(|s| !s.is_empty_object()) {
-        return invalid("driver docker has no settings of its own: leave `docker` out");
-    }
-    Ok(())
+    capstan_common::validate::no_settings(spec)
 }
 
 #[cfg(test)]

@@ -96,18 +96,9 @@ pub struct SimDriver {
 }
 
 /// The sim's own rule for a spec: it has no settings of its own, so a spec carrying
-/// its section is refused, as a real driver refuses settings it cannot apply.
+/// its section with any is refused, as a real driver refuses settings it cannot apply.
 pub fn check_spec(spec: &Spec) -> Result<(), Rejection> {
-    match spec.section().filter(|s| !s.is_empty_object()) {
-        Some(_) => Err(Rejection::new(
-            ErrorCode::InvalidSpec,
-            format!(
-                "driver {kind} (simulated) has no settings of its own: leave `{kind}` out",
-                kind = spec.driver
-            ),
-        )),
-        None => Ok(()),
-    }
+    capstan_common::validate::no_settings(spec)
 }
 
 impl SimDriver {
@@ -279,19 +270,8 @@ impl Driver for SimDriver {
         self.kind
     }
 
-    /// The sim has no settings of its own: a spec carrying its section is refused, as
-    /// a real driver refuses settings it cannot apply.
     fn check_spec(&self, spec: &Spec) -> Result<(), Rejection> {
-        match spec.section() {
-            Some(_) => Err(Rejection::new(
-                ErrorCode::InvalidSpec,
-                format!(
-                    "driver {} (simulated) has no settings of its own: leave `{}` out",
-                    self.kind, self.kind
-                ),
-            )),
-            None => Ok(()),
-        }
+        check_spec(spec)
     }
 
     fn capabilities(&self) -> Capabilities {

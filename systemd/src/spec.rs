@@ -3,7 +3,7 @@
 //! into a unit: accounts, allowed capabilities, system call groups and names; port
 //! readiness checks only).
 
-use capstan_common::validate::is_abs_path;
+use capstan_common::validate::{is_abs_path, truncate};
 use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Settings, Spec};
 use serde::{Deserialize, Serialize};
 
@@ -122,11 +122,6 @@ pub fn check(spec: &Spec) -> Result<SystemdSpec, Rejection> {
         return invalid("`systemd.memory_max_bytes` and `cpu_quota_percent` must be above 0");
     }
     Ok(s)
-}
-
-/// At most 64 characters of `s`, for a message.
-fn truncate(s: &str) -> String {
-    s.chars().take(64).collect()
 }
 
 /// The capabilities a systemd spec may ask for (`systemd.capabilities`). Left out on

@@ -108,7 +108,7 @@ pub trait Settings: Serialize + DeserializeOwned + Default + PartialEq {
 
 /// The sections of a spec, by the name they are under. Any key a spec does not know
 /// lands here (a spec's sections are flattened into it), so a misspelt field is
-/// refused by [`crate::validate::spec`] instead of ignored. Decoding keeps every one:
+/// refused by [`crate::validate::spec`] instead of ignored. Reading a spec keeps every one:
 /// a spec a later build wrote, with a field this build does not have, still decodes
 /// from the log (and is written back with it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -144,12 +144,6 @@ impl Sections {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-}
-
-impl<'de> Deserialize<'de> for Sections {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        BTreeMap::<String, Section>::deserialize(deserializer).map(Sections)
     }
 }
 
@@ -256,34 +250,36 @@ impl<'de> Visitor<'de> for Text<'_> {
 mod tests {
     use super::*;
 
+    /// A spec read through serde's buffering of flattened content, as a command's is.
     #[derive(Deserialize)]
     struct Holder {
         #[serde(flatten)]
-        sections: Sections,
+        spec: crate::Spec,
     }
 
     #[test]
     fn a_section_keeps_its_text_key_order_and_all_through_flattening() {
-        let text = r#"{"zeta":{"b":1,"a":[true,null,"é\n",-2,1.5,{"y":{},"x":[]}]},"alpha":{"k":"v"},"empty":{}}"#;
+        let text = r#"{"driver":"sim","zeta":{"b":1,"a":[true,null,"é\n",-2,1.5,{"y":{},"x":[]}]},"alpha":{"k":"v"},"empty":{}}"#;
         let held: Holder = serde_json::from_str(text).unwrap();
-        let zeta = held.sections.0.get("zeta").unwrap();
+        let zeta = held.spec.sections.0.get("zeta").unwrap();
         assert_eq!(
             zeta.json(),
             r#"{"b":1,"a":[true,null,"é\n",-2,1.5,{"y":{},"x":[]}]}"#
         );
-        assert_eq!(held.sections.0.get("empty").unwrap().json(), "{}");
+        assert_eq!(held.spec.sections.0.get("empty").unwrap().json(), "{}");
         assert_eq!(
-            serde_json::to_string(&held.sections).unwrap(),
+            serde_json::to_string(&held.spec.sections).unwrap(),
             r#"{"alpha":{"k":"v"},"empty":{},"zeta":{"b":1,"a":[true,null,"é\n",-2,1.5,{"y":{},"x":[]}]}}"#
         );
     }
 
     #[test]
     fn whitespace_is_dropped_and_strings_keep_their_escapes_meaning() {
-        let held: Holder =
-            serde_json::from_str("{ \"s\" : { \"q\" : \"a\\\"b\\u0001\" , \"n\" : [ 1 , 2 ] } }")
-                .unwrap();
-        let s = held.sections.0.get("s").unwrap();
+        let held: Holder = serde_json::from_str(
+            "{ \"driver\": \"sim\", \"s\" : { \"q\" : \"a\\\"b\\u0001\" , \"n\" : [ 1 , 2 ] } }",
+        )
+        .unwrap();
+        let s = held.spec.sections.0.get("s").unwrap();
         assert_eq!(s.json(), r#"{"q":"a\"b\u0001","n":[1,2]}"#);
         let back: serde_json::Value = s.parse().unwrap();
         assert_eq!(back["q"], "a\"b\u{1}");

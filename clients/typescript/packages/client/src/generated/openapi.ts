@@ -284,7 +284,7 @@ export type components = {
             };
         };
         Name: string;
-        /** @description What a revision runs (docs/protocol.md, *Spec*; each driver's own fields: docs/docker.md, docs/systemd.md, docs/kube.md). Any other member is a driver's section: an object named after the driver's kind, allowed only for the spec's own driver (`systemd`, `kube`, or an external driver's kind; 400 `invalid_spec` otherwise), kept as written (members in their order). As a record shows it (`revision_prepared`), every field but the sections, `readiness` and `strategy` is spelt out, an absent optional one as null. */
+        /** @description What a revision runs (docs/protocol.md, *Spec*; each driver's own fields: docs/docker.md, docs/systemd.md, docs/kube.md). Any other member is a driver's section: an object named after the driver's kind, allowed only for the spec's own driver (`systemd`, `kube`, or an external driver's kind; 400 `invalid_spec` otherwise), signed with its members in name order (a built-in driver's in that driver's own order, docs/protocol.md). As a record shows it (`revision_prepared`), every field but the sections, `readiness` and `strategy` is spelt out, an absent optional one as null. */
         Spec: {
             /**
              * @description The driver kind the spec is for: built in `sim`, `docker`, `systemd`, `kube`, or the kind an external driver announces. An agent running another kind fails the command `driver_mismatch`.

@@ -273,76 +273,9 @@ impl Event {
 }
 
 /// One entry of the log: an event with its place in the hash chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub seq: u64,
-    /// Unix time in milliseconds when it was appended.
-    pub at_ms: i64,
-    /// The hash of the previous record (all zeroes for seq 1).
-    pub prev_hash: [u8; 32],
-    pub event: Event,
-}
+pub type Record = capstan_log::Record<Event>;
 
-impl Record {
-    /// Whether this record is one a `log` request asks for: after its `since`, of its
-    /// command, namespace and workload when it names them, appended at or after its
-    /// `since_time` and before its `until_time` when it gives them.
-    pub fn matches(&self, request: &capstan_common::answers::LogRequest) -> bool {
-        let at = chrono::DateTime::from_timestamp_millis(self.at_ms);
-        self.seq > request.since
-            && request
-                .since_time
-                .is_none_or(|t| at.is_some_and(|at| at >= t))
-            && request
-                .until_time
-                .is_none_or(|t| at.is_some_and(|at| at < t))
-            && request
-                .namespace
-                .as_deref()
-                .is_none_or(|n| self.event.namespace() == Some(n))
-            && request
-                .workload
-                .as_deref()
-                .is_none_or(|w| self.event.workload() == Some(w))
-            && request
-                .command
-                .as_deref()
-                .is_none_or(|c| self.event.command_id() == Some(c))
-    }
-
-    /// The JSON form used by `capstan-agent log --json` and the event stream:
-    /// `seq`, `at`, `kind`, the ids it concerns, and the event's own fields.
-    pub fn to_json(&self) -> serde_json::Value {
-        let at = chrono::DateTime::from_timestamp_millis(self.at_ms)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            .unwrap_or_default();
-        let mut out = serde_json::json!({
-            "seq": self.seq,
-            "at": at,
-            "kind": self.event.kind(),
-            "prev_hash": hex(&self.prev_hash),
-        });
-        let fields = serde_json::to_value(&self.event).expect("events serialise");
-        if let Some(obj) = fields
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(|v| v.as_object())
-        {
-            for (k, v) in obj {
-                out[k] = v.clone();
-            }
-        }
-        if let Some(id) = self.event.command_id() {
-            out["command_id"] = id.into();
-        }
-        out
-    }
-}
-
-/// Lower-case hex of a byte string.
-pub fn hex(bytes: &[u8]) -> String {
-    capstan_common::signing::to_hex(bytes)
-}
+pub use capstan_log::hex;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 //! or from the log files when no agent runs.
 
 use anyhow::Context as _;
+use capstan_agent::event::Event;
 use capstan_agent::local_socket;
 use capstan_agent::log::export::{self, Chain};
 use capstan_agent::log::Log;
@@ -137,7 +138,7 @@ pub fn verify(source: &Source, files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     for file in files {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read {}", file.display()))?;
-        match Chain::verify(text.lines()) {
+        match Chain::verify::<Event>(text.lines()) {
             Ok(Some(chain)) => chains.push(chain),
             Ok(None) => {
                 println!("bad export {}: no records", file.display());
@@ -222,7 +223,7 @@ mod tests {
         let seqs = |since, until| {
             run(&source, since, until, Some(&out)).unwrap();
             let text = std::fs::read_to_string(&out).unwrap();
-            let chain = Chain::verify(text.lines()).unwrap();
+            let chain = Chain::verify::<Event>(text.lines()).unwrap();
             chain.map(|c| (c.first, c.last))
         };
         assert_eq!(seqs(None, None), Some((1, 4)));

@@ -196,7 +196,24 @@ async fn a_stop_with_nats_drains_the_outbox_and_returns() {
 async fn the_background_verification_degrades_a_log_with_a_forged_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let log_dir = dir.path().join("log");
-    crate::log::tests::hardening::log_with_a_forged_snapshot(&log_dir);
+    {
+        // 11 records, snapshots at 4 and 8; the one at 8 resealed over an intent
+        // without namespace `n0`: a valid hash, a valid anchor, a lie.
+        let log = crate::log::Log::open(&log_dir, crate::log::LogOptions::snapshot_every(4));
+        let log = log.unwrap();
+        for i in 0..11 {
+            let ready = crate::event::Event::NamespaceReady {
+                command_id: format!("c-n{i}"),
+                namespace: format!("n{i}"),
+            };
+            log.append(&[ready]).unwrap();
+        }
+        log.reseal_snapshot(8, |body| {
+            let namespaces = body["intent"]["namespaces"].as_object_mut().unwrap();
+            assert!(namespaces.remove("n0").is_some(), "{body}");
+        });
+        log.flush().unwrap();
+    }
     let options = crate::log::LogOptions::snapshot_every(1000);
     let log = Arc::new(crate::log::Log::open(&log_dir, options).unwrap());
     assert!(log.degraded().is_none(), "opening trusts the snapshot");

@@ -10,7 +10,7 @@
 //! builds before storage layout 2 are converted when opened (see [`super::layout`]);
 //! `log-v2-layout2.tar.gz` is the same history written in layout 2, opened as it is.
 
-use super::{key_seq, stored, Log, LogOptions};
+use super::{stored, Log, LogOptions};
 use crate::executor::Executor;
 use crate::intent::Intent;
 use capstan_common::{Command, Op, Outcome, Spec};
@@ -61,16 +61,17 @@ impl Fixture {
 
 /// The format version byte of every stored record, in seq order.
 fn versions(log: &Log) -> Vec<u8> {
-    log.records.range(0).map(|e| e.unwrap().1[0]).collect()
+    log.stored_records()
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v[0])
+        .collect()
 }
 
 /// The seq and format version of every stored snapshot.
 fn snapshots(log: &Log) -> Vec<(u64, u8)> {
-    log.snapshots
-        .iter()
-        .map(|e| e.unwrap())
-        .map(|(k, v)| (key_seq(&k).unwrap(), v[0]))
-        .collect()
+    let stored = log.stored_snapshots();
+    stored.iter().map(|(seq, v)| (*seq, v[0])).collect()
 }
 
 fn replay(log: &Log) -> Intent {
@@ -255,14 +256,10 @@ fn a_format_1_log_opens_reads_and_grows() {
     let kept = snapshots(&log);
     assert_eq!(kept.len(), 2);
     assert_eq!(kept[0].1, 1, "the newest format-1 snapshot, near 3072");
-    assert_eq!(kept[1], (3339, super::snapshot::VERSION));
+    assert_eq!(kept[1], (3339, capstan_log::SNAPSHOT_VERSION));
     drop(log);
     let log = fx.open();
-    assert_eq!(
-        log.tail.lock().unwrap().since_snapshot,
-        0,
-        "opened from 3339"
-    );
+    assert_eq!(log.since_snapshot(), 0, "opened from 3339");
     assert_eq!(as_written(&log.intent()), fx.intent);
 
     let after = takes_new_commands(&fx, log);
@@ -283,8 +280,8 @@ fn a_format_2_log_opens_reads_and_grows() {
     // Its own snapshots (format 2, before the grant ledger) are ignored: the replay
     // from seq 1 was long enough that open wrote a current snapshot where it ended.
     let newest = snapshots(&log).last().copied().unwrap();
-    assert_eq!(newest, (log.last_seq(), super::snapshot::VERSION));
-    assert_eq!(log.tail.lock().unwrap().since_snapshot, 0);
+    assert_eq!(newest, (log.last_seq(), capstan_log::SNAPSHOT_VERSION));
+    assert_eq!(log.since_snapshot(), 0);
     let after = takes_new_commands(&fx, log);
     let log = fx.open();
     assert_eq!(log.intent(), after);
@@ -296,17 +293,8 @@ fn a_layout_2_log_opens_as_it_is_reads_and_grows() {
     // log-v2's history, written by the first build with storage layout 2
     // (make-log-v2-layout2.sh).
     let fx = Fixture::unpack("log-v2-layout2.tar.gz");
-    {
-        let db = sled::Config::new()
-            .path(fx.data.join("log"))
-            .open()
-            .unwrap();
-        assert_eq!(
-            super::layout::found(&db).unwrap(),
-            super::layout::Found::Current
-        );
-    }
-    super::db_lock::wait_until_released(&fx.data.join("log/db"));
+    let layout = super::layout_of(&fx.data.join("log")).unwrap();
+    assert_eq!(layout.as_deref(), Some(super::current_layout()));
     let log = reads_as_written(&fx);
     assert!(versions(&log).iter().all(|v| *v == 2));
     let after = takes_new_commands(&fx, log);
@@ -355,7 +343,7 @@ fn a_pruned_format_2_log_opens_from_its_anchor_reads_and_grows() {
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap())
         .collect();
-    let chain = super::export::Chain::verify(text.lines())
+    let chain = super::export::Chain::verify::<crate::event::Event>(text.lines())
         .unwrap()
         .expect("exported records");
     assert_eq!((chain.first, chain.last), (1, anchor.seq));

@@ -1,430 +1,116 @@
-//! The durable, hash-chained event log: the agent's memory and the host's audit
-//! record. This module is the only one that names sled or bincode.
-//!
-//! Layout (one sled database under `<data-dir>/log`; layout 2, see [`layout`] for the
-//! earlier one and the conversion):
-//! - `record_chunks`: the sealed [`Record`]s (see [`codec`]), in the stored shape of
-//!   their format version (see [`stored`]), eight to a key (see [`records`]);
-//! - `command_index`, `workload_index`, `time_index`: posting lists (see
-//!   [`postings`]) of the seqs of every record by command id, by
-//!   `namespace/workload`, and by minute (with each record's time), for audit queries
-//!   (see [`query`]);
-//! - `snapshots`: seq → sealed snapshot of the folded intent (see [`snapshot`]), every
-//!   [`LogOptions::snapshot_every`] records (more on a host with many workloads: see
-//!   [`LogOptions::snapshot_per_workload`]), so opening replays only the tail;
-//! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
-//!   [`retention`]);
-//! - `pruned_ids`, `pruned_batches`: what is kept of the commands retention pruned,
-//!   so that they are answered as duplicates, never carried out again (see
-//!   [`pruned`]).
-//!
-//! A batch of records and their index entries are written as plain sled writes, then
-//! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
-//! (see [`tip`]). A due snapshot is written right after. [`Log::durable`] waits for
-//! the group-commit flusher.
-//!
-//! [`Log::open`] is in [`open`], the write path ([`Log::append`] and the wait for it
-//! to be durable) in [`append`].
+//! The agent's log: [`capstan_log`]'s durable, hash-chained log of [`Event`] records,
+//! folded into the [`Intent`]. This module says what the log needs of them — how an
+//! event is stored ([`stored`]: one shape per format version, upcast on read), the
+//! ids it is indexed by, the commands it receives and completes, and how the intent
+//! folds and weighs — and names the log's types for the agent. Everything about
+//! storage (sled, the chain, snapshots, retention) is `capstan_log`'s.
 
-pub mod anchor;
-mod append;
-mod codec;
-mod combine;
-mod db_lock;
-mod error;
-pub mod export;
-mod flusher;
-mod key_writes;
-mod layout;
-mod open;
-mod postings;
-mod pruned;
-mod query;
-mod reader;
-mod records;
-pub mod retention;
-mod snapshot;
 mod stored;
-mod tip;
-mod verify;
 
-/// Waits until no sled handle holds the database file `<dir>/db` (benchmarks that
-/// open a log's database raw).
-#[doc(hidden)]
-pub use db_lock::wait_until_released;
-pub use error::{Corruption, Defect, LogError};
-/// The storage layouts this build reads (`capstan-agent --version`), and this
-/// build's version as the log records it.
-pub use layout::{BUILD, READS as LAYOUTS};
-pub use pruned::PrunedCommand;
-pub use query::uses_index;
-pub use reader::LogReader;
-/// The sled tree that holds the records (benchmarks that read a log's database raw).
-#[doc(hidden)]
-pub use records::TREE as RECORDS_TREE;
+pub use capstan_log::{
+    anchor, current_layout, export, layout_of, retention, uses_index, wait_until_released,
+    write_future_layout, Corruption, Defect, LogError, LogOptions, Pace, PrunedCommand, BUILD,
+    LAYOUTS, RECORDS_TREE,
+};
+
 /// One event of every kind (tests of the events' JSON).
 #[cfg(test)]
 pub(crate) use stored::samples;
-pub use verify::Pace;
+
+use crate::event::{Event, Record};
+use crate::intent::Intent;
+use capstan_log::{CommandMark, StoredError};
+
+/// The agent's log: events, folded into the intent.
+pub type Log = capstan_log::Log<Intent>;
+/// The agent's log opened for reading only (`capstan-agent log` without a daemon).
+pub type LogReader = capstan_log::LogReader<Event>;
+
+impl capstan_log::Entry for Event {
+    fn encode(&self, seq: u64, at_ms: i64, prev_hash: [u8; 32]) -> Result<Vec<u8>, StoredError> {
+        stored::encode(seq, at_ms, prev_hash, self)
+    }
+
+    fn decode(content: &[u8]) -> Result<Record, StoredError> {
+        stored::decode(content)
+    }
+
+    fn kind(&self) -> &'static str {
+        Event::kind(self)
+    }
+
+    fn command_id(&self) -> Option<&str> {
+        Event::command_id(self)
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        Event::namespace(self)
+    }
+
+    fn workload(&self) -> Option<&str> {
+        Event::workload(self)
+    }
+
+    fn command_mark(&self) -> Option<CommandMark<'_>> {
+        match self {
+            Event::CommandReceived {
+                command_id,
+                command,
+                ..
+            } => Some(CommandMark::Received {
+                id: command_id,
+                command,
+            }),
+            Event::CommandCompleted {
+                command_id,
+                outcome,
+                code,
+                message,
+            } => Some(CommandMark::Completed {
+                id: command_id,
+                outcome: *outcome,
+                code: *code,
+                message: message.as_deref(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl capstan_log::Fold for Intent {
+    type Entry = Event;
+
+    fn apply(&mut self, seq: u64, event: &Event) {
+        Intent::apply(self, seq, event);
+    }
+
+    /// Its workloads: a snapshot costs as much as the intent is large.
+    fn weight(&self) -> u64 {
+        self.workloads.len() as u64
+    }
+
+    /// The oldest in-flight command's `command_received`: what recovery resumes it
+    /// from, and what a duplicate is told apart by.
+    fn oldest_needed(&self) -> Option<u64> {
+        self.in_flight.values().min().copied()
+    }
+}
 
 /// Decodes `content` (`[format version][body]`) as a stored record, as the log does
 /// once a record's hash checks out: the record, or the defect found. Never panics and
 /// never allocates what a length field claims, whatever the bytes (the fuzz target
 /// `record`, `fuzz/`, holds it to that).
-pub fn decode_record(seq: u64, content: &[u8]) -> Result<crate::event::Record, Corruption> {
-    let (stored, _) = codec::seal(content.to_vec());
-    codec::open_record(seq, &stored).map(|(record, _)| record)
-}
-
-#[cfg(test)]
-mod fixtures;
-
-use crate::event::{Event, Record};
-use crate::intent::Intent;
-use codec::Hash;
-use records::Records;
-use std::path::Path;
-use std::sync::Mutex;
-
-/// How the log behaves; the defaults suit production.
-#[derive(Debug, Clone, Copy)]
-pub struct LogOptions {
-    /// Write a snapshot of the intent after this many records at least…
-    pub snapshot_every: u64,
-    /// …and at least this many records for each workload the intent holds: a
-    /// snapshot costs as much as the intent is large, so on a host with many
-    /// workloads this keeps snapshots a bounded share of the appends (and the replay
-    /// they save no longer than loading one). 0: `snapshot_every` alone.
-    pub snapshot_per_workload: u64,
-    /// The storage's page cache, in bytes; `None`: sled's default (1 GiB, filled
-    /// only as pages are read). Many logs in one process (`sim-fleet`) want less.
-    pub cache_bytes: Option<u64>,
-}
-
-impl LogOptions {
-    /// The defaults, with a snapshot every `records` records exactly.
-    pub fn snapshot_every(records: u64) -> LogOptions {
-        LogOptions {
-            snapshot_every: records,
-            snapshot_per_workload: 0,
-            ..LogOptions::default()
-        }
-    }
-
-    /// Whether a snapshot is due after `since` records, with `intent` folded.
-    fn snapshot_due(&self, since: u64, intent: &Intent) -> bool {
-        let scaled = (intent.workloads.len() as u64).saturating_mul(self.snapshot_per_workload);
-        since >= self.snapshot_every.max(scaled)
-    }
-}
-
-impl Default for LogOptions {
-    fn default() -> Self {
-        LogOptions {
-            snapshot_every: 1024,
-            snapshot_per_workload: 1,
-            cache_bytes: None,
-        }
-    }
-}
-
-struct Tail {
-    next_seq: u64,
-    last_hash: Hash,
-    intent: Intent,
-    since_snapshot: u64,
-}
-
-/// An open log.
-pub struct Log {
-    db: sled::Db,
-    records: Records,
-    by_command: sled::Tree,
-    by_workload: sled::Tree,
-    by_time: sled::Tree,
-    snapshots: sled::Tree,
-    /// What is kept of pruned commands.
-    pruned: pruned::PrunedIds,
-    options: LogOptions,
-    tail: Mutex<Tail>,
-    flusher: flusher::Flusher,
-    combiner: combine::Combiner,
-    /// Test seam: a reason here makes every flush fail with it.
-    #[cfg(any(test, feature = "testing"))]
-    flush_fault: std::sync::Arc<Mutex<Option<String>>>,
-    /// The last appended seq, for tasks that follow the log (outbox, registry).
-    appended: tokio::sync::watch::Sender<u64>,
-    /// Set on open, or later by the background verification; never cleared.
-    degraded: std::sync::OnceLock<Corruption>,
-    /// The anchor's seq (0 before any prune): records at or below it are pruned, even
-    /// while a prune is still removing them, so reads start after it.
-    pruned_through: std::sync::atomic::AtomicU64,
-    /// Last: dropped after every sled handle above, it waits until sled has let go of
-    /// the database, so the log can be opened again as soon as this one is dropped.
-    _released: db_lock::Released,
-}
-
-fn seq_key(seq: u64) -> [u8; 8] {
-    seq.to_be_bytes()
-}
-
-fn key_seq(key: &[u8]) -> Option<u64> {
-    <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
-}
-
-impl Log {
-    /// Walks records after `after`, checking each one's hash, seq and link.
-    fn scan(
-        records: &Records,
-        after: u64,
-        mut expect_seq: u64,
-        mut prev: Hash,
-    ) -> impl Iterator<Item = Result<(Record, Hash), ScanError>> + '_ {
-        let mut failed = false;
-        records.range(after + 1).map_while(move |entry| {
-            if failed {
-                return None;
-            }
-            let result = (|| {
-                let (seq, value) = entry?;
-                let corrupt = |defect| ScanError::Corrupt(Corruption { seq, defect });
-                if seq != expect_seq {
-                    return Err(ScanError::Corrupt(Corruption {
-                        seq: expect_seq,
-                        defect: Defect::OutOfSequence,
-                    }));
-                }
-                let (record, hash) = codec::open_record(seq, &value).map_err(ScanError::Corrupt)?;
-                if record.seq != seq {
-                    return Err(corrupt(Defect::OutOfSequence));
-                }
-                if record.prev_hash != prev {
-                    return Err(corrupt(Defect::ChainBroken));
-                }
-                expect_seq += 1;
-                prev = hash;
-                Ok((record, hash))
-            })();
-            failed = result.is_err();
-            Some(result)
-        })
-    }
-
-    /// Why the log is read-only, if it is.
-    pub fn degraded(&self) -> Option<&Corruption> {
-        self.degraded.get()
-    }
-
-    /// Why the log could not be made durable, once a flush has failed. From then on
-    /// nothing is durable: appends fail (`log_failed`) until the agent restarts.
-    pub fn flush_failed(&self) -> Option<String> {
-        self.flusher.failed()
-    }
-
-    /// Whether the log takes writes: not degraded, and no flush has failed.
-    pub fn healthy(&self) -> bool {
-        self.degraded().is_none() && self.flush_failed().is_none()
-    }
-
-    /// Test support (feature `testing`): every flush from now on fails with
-    /// `reason`, as when the disk fails under a running agent.
-    #[cfg(any(test, feature = "testing"))]
-    pub fn inject_flush_failure(&self, reason: &str) {
-        *self.flush_fault.lock().expect("flush fault lock") = Some(reason.to_string());
-    }
-
-    /// A copy of the current folded intent (for work that spans awaits).
-    pub fn intent(&self) -> Intent {
-        self.with_intent(Intent::clone)
-    }
-
-    /// Reads the current intent in place, without copying it (the hot path: one
-    /// decision per command). `read` must not block: appends wait for it.
-    pub fn with_intent<R>(&self, read: impl FnOnce(&Intent) -> R) -> R {
-        read(&self.tail.lock().expect("log lock").intent)
-    }
-
-    /// Follows the log: the receiver sees the last appended seq change. Monotonic:
-    /// it never goes back, and it ends at [`Log::last_seq`].
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.appended.subscribe()
-    }
-
-    /// The seq of the last record.
-    pub fn last_seq(&self) -> u64 {
-        self.tail.lock().expect("log lock").next_seq - 1
-    }
-
-    /// One record by seq (none at or below the anchor).
-    pub fn get(&self, seq: u64) -> Result<Option<Record>, LogError> {
-        if seq <= self.pruned_through() {
-            return Ok(None);
-        }
-        get_record(&self.records, seq)
-    }
-
-    /// The anchor's seq, 0 before any prune: every record at or below it is pruned.
-    fn pruned_through(&self) -> u64 {
-        self.pruned_through
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Every record as stored (seq, sealed bytes), in order: what a benchmark writes
-    /// raw as its baseline.
-    #[doc(hidden)]
-    pub fn stored_records(&self) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
-        self.records
-            .range(0)
-            .map(|e| {
-                e.map(|(seq, sealed)| (seq, sealed.to_vec()))
-                    .map_err(LogError::from)
-            })
-            .collect()
-    }
-
-    /// Records with seq greater than `since`, in order. Each is checked against its
-    /// own hash; use [`Log::verify`] for the chain.
-    pub fn read_since(&self, since: u64) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
-        records_since(&self.records, since.max(self.pruned_through()))
-    }
-
-    /// Every record that carries command id `id`, in order.
-    pub fn for_command(&self, id: &str) -> Result<Vec<Record>, LogError> {
-        self.query(&capstan_common::answers::LogRequest {
-            command: Some(id.to_string()),
-            ..Default::default()
-        })
-    }
-
-    /// What is kept of command `id` once retention pruned its `command_received`
-    /// (kept `pruned_ids_max_age_secs`, see [`retention`]).
-    pub fn pruned_command(&self, id: &str) -> Result<Option<PrunedCommand>, LogError> {
-        self.pruned.get(id)
-    }
-
-    /// Whether the log has received command `id`: its `command_received` is in the
-    /// log, or was pruned and is kept (an unreadable entry counts: it is known).
-    pub fn knows_command(&self, id: &str) -> bool {
-        let received = self.for_command(id).is_ok_and(|records| {
-            records
-                .iter()
-                .any(|r| matches!(r.event, Event::CommandReceived { .. }))
-        });
-        received || !matches!(self.pruned.get(id), Ok(None))
-    }
-
-    /// Every record about `namespace/workload`, in order.
-    pub fn for_workload(&self, namespace: &str, workload: &str) -> Result<Vec<Record>, LogError> {
-        self.query(&capstan_common::answers::LogRequest {
-            namespace: Some(namespace.to_string()),
-            workload: Some(workload.to_string()),
-            ..Default::default()
-        })
-    }
-
-    /// Flushes everything written so far (used on orderly shutdown).
-    pub fn flush(&self) -> Result<(), LogError> {
-        self.db.flush().map(|_| ()).map_err(LogError::Storage)
-    }
-}
-
-/// The record `seq` in `records`, checked against its own hash.
-fn get_record(records: &Records, seq: u64) -> Result<Option<Record>, LogError> {
-    match records.get(seq)? {
-        Some(stored) => codec::open_record(seq, &stored)
-            .map(|(r, _)| Some(r))
-            .map_err(LogError::Corrupt),
-        None => Ok(None),
-    }
-}
-
-/// The records in `records` with seq greater than `since`, in order, each checked
-/// against its own hash.
-fn records_since(
-    records: &Records,
-    since: u64,
-) -> impl Iterator<Item = Result<Record, LogError>> + '_ {
-    records.range(since.saturating_add(1)).map(|entry| {
-        let (seq, value) = entry.map_err(LogError::from)?;
-        codec::open_record(seq, &value)
-            .map(|(r, _)| r)
-            .map_err(LogError::Corrupt)
-    })
-}
-
-/// Why reading the records stopped.
-#[derive(Debug)]
-enum ScanError {
-    Corrupt(Corruption),
-    Storage(sled::Error),
-}
-
-impl From<ScanError> for LogError {
-    fn from(e: ScanError) -> LogError {
-        match e {
-            ScanError::Corrupt(c) => LogError::Corrupt(c),
-            ScanError::Storage(e) => LogError::Storage(e),
-        }
-    }
-}
-
-/// The storage layout of the log in `dir` (`capstan-agent log layout`), read without
-/// converting or writing anything of the log: `Some("2")`, `Some("1")` for a log a
-/// build before layout 2 wrote, a newer build's marker as found (`Some("3")`), or
-/// `Some("unknown")` for data in no layout it can name; `None` when there is no log.
-/// Fails while another process holds the log (ask the running agent instead).
-pub fn layout_of(dir: &Path) -> Result<Option<String>, LogError> {
-    layout::of(dir)
-}
-
-/// The layout a running agent's log is in: this build's.
-pub fn current_layout() -> &'static str {
-    layout::current()
-}
-
-/// Test support: writes at `dir` (where no log is) the database a later build with
-/// storage layout `layout` might leave: its marker, `written_by` = `build`, and a
-/// tree of records this build has no name for.
-#[doc(hidden)]
-pub fn write_future_layout(dir: &Path, layout: &str, build: &str) -> Result<(), LogError> {
-    let db = layout::open_raw(dir)?;
-    let write = || -> Result<(), sled::Error> {
-        db.insert(b"layout", layout.as_bytes())?;
-        db.insert(b"written_by", build.as_bytes())?;
-        db.open_tree(format!("records_v{layout}"))?
-            .insert(1u64.to_be_bytes(), &b"a record"[..])?;
-        db.flush().map(drop)
-    };
-    write().map_err(LogError::Storage)?;
-    drop(db);
-    db_lock::wait_until_released(&dir.join("db"));
-    Ok(())
+pub fn decode_record(seq: u64, content: &[u8]) -> Result<Record, Corruption> {
+    capstan_log::decode_record(seq, content)
 }
 
 /// Test support (feature `testing`): flips one byte of a stored record in the log at
 /// `dir`, bypassing the chain, the way an attacker editing the database would. The log
 /// must not be open.
 #[cfg(any(test, feature = "testing"))]
-pub fn tamper_flip_byte(dir: &Path, seq: u64, offset: usize) -> Result<(), LogError> {
-    layout::prepare(dir)?;
-    let db = sled::Config::new()
-        .path(dir)
-        .open()
-        .map_err(|source| LogError::Open {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    let records = Records::new(db.open_tree(records::TREE).map_err(LogError::Storage)?);
-    let mut value = records.get(seq)?.map(|v| v.to_vec()).unwrap_or_default();
-    if let Some(byte) = value.get_mut(offset) {
-        *byte ^= 0x01;
-    }
-    records.put_raw(seq, &value)?;
-    db.flush().map_err(LogError::Storage)?;
-    drop((records, db));
-    db_lock::wait_until_released(&dir.join("db"));
-    Ok(())
+pub fn tamper_flip_byte(dir: &std::path::Path, seq: u64, offset: usize) -> Result<(), LogError> {
+    capstan_log::tamper_flip_byte::<Event>(dir, seq, offset)
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod fixtures;

@@ -223,7 +223,7 @@ impl Event {
                 namespace: s(namespace),
                 workload: s(workload),
                 revision: s(revision),
-                spec: serde_json::to_string(spec).map_err(StoredError::Spec)?,
+                spec: serde_json::to_string(spec).map_err(StoredError::Json)?,
             },
             D::WorkloadStarted {
                 cause,
@@ -407,7 +407,7 @@ impl Event {
                 namespace,
                 workload,
                 revision,
-                spec: serde_json::from_str(&spec).map_err(StoredError::Spec)?,
+                spec: serde_json::from_str(&spec).map_err(StoredError::Json)?,
             },
             Event::WorkloadStarted {
                 cause,

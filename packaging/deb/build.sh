@@ -80,6 +80,13 @@ EOF
   chmod 0644 "$pkg/usr/share/doc/$name/copyright"
   (cd "$pkg" && find usr etc -type f -print0 | sort -z | xargs -0 md5sum) >"$pkg/DEBIAN/md5sums"
   chmod 0644 "$pkg/DEBIAN/md5sums"
+  # Installed-Size in KiB, counted as dpkg-gencontrol does (each file's size rounded up
+  # to a KiB, 1 for each directory or link): from the sizes, not from the blocks `du`
+  # sees, which vary with how the filesystem placed the files (two builds side by side
+  # under load differed by an extent block).
+  local installed
+  installed=$(cd "$pkg" && find . -path ./DEBIAN -prune -o -mindepth 1 -printf '%y %s\n' |
+    awk '$1 == "f" { k += int(($2 + 1023) / 1024); next } { k += 1 } END { print k }')
   cat >"$pkg/DEBIAN/control" <<EOF
 Package: $name
 Version: $version
@@ -88,7 +95,7 @@ Maintainer: capstan developers <capstan@localhost>
 Section: admin
 Priority: optional
 Depends: libc6 (>= $libc), libgcc-s1, systemd, init-system-helpers
-${extra}Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
+${extra}Installed-Size: $installed
 Description: $summary
 $long
 EOF

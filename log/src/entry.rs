@@ -9,7 +9,7 @@ use capstan_common::{ErrorCode, Outcome};
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
-/// One entry of the log: an entry with its place in the hash chain.
+/// One record of the log: an entry with its place in the hash chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<E> {
     pub seq: u64,

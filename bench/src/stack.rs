@@ -1,7 +1,7 @@
 //! A control-path stack for the benchmarks: a private nats-server, a coordinator and
 //! sim agents (the release binaries next to `capstan-bench`, through the test
 //! harness), and the ways a benchmark talks to them: the HTTP API, or signed commands
-//! published straight to `CAPSTAN_CMD` with results followed in `capstan_results`.
+//! published straight to `CAPSTAN_COMMANDS` with results followed in `capstan_results`.
 
 use anyhow::Context as _;
 use capstan_common::signing::Signer;
@@ -141,7 +141,7 @@ impl Stack {
     }
 }
 
-/// Signed commands for `host`, published straight to `CAPSTAN_CMD`, their results
+/// Signed commands for `host`, published straight to `CAPSTAN_COMMANDS`, their results
 /// followed on `capstan_results`.
 pub struct Publisher {
     pub client: async_nats::Client,

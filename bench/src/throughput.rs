@@ -1,5 +1,5 @@
 //! `throughput`: commands per second to one sim agent over NATS, spread over 16
-//! namespaces — signed commands published straight to `CAPSTAN_CMD`, until every
+//! namespaces — signed commands published straight to `CAPSTAN_COMMANDS`, until every
 //! result is back in `capstan_results` — against the raw pipelined chain on the same
 //! nats-server, with the same bodies, at the same concurrency ([`crate::pipelined`]),
 //! measured in the same run; the CPU each process used a command on both sides; and,

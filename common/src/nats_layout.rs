@@ -3,8 +3,13 @@
 //! there is in `answers`, the connection code in `nats` (feature `nats`). Documented
 //! in `docs/nats.md`.
 
-/// The JetStream stream holding every host's commands (work-queue retention).
-pub const CMD_STREAM: &str = "CAPSTAN_CMD";
+/// The JetStream stream holding every host's commands (limits retention; nothing
+/// per host reads it through a consumer: `docs/nats.md`, *Delivery*).
+pub const CMD_STREAM: &str = "CAPSTAN_COMMANDS";
+/// The work-queue command stream of releases before [`CMD_STREAM`], each host's agent
+/// reading it through a durable consumer of its own. A coordinator moves what it
+/// still holds into [`CMD_STREAM`] and deletes it (`nats::migrate_commands`).
+pub const LEGACY_CMD_STREAM: &str = "CAPSTAN_CMD";
 /// The JetStream stream holding every host's log records: the central audit copy.
 pub const EVT_STREAM: &str = "CAPSTAN_EVT";
 /// The KV bucket of host heartbeats.
@@ -35,10 +40,21 @@ pub fn rpc_subject(host: &str, verb: &str) -> String {
     format!("capstan.v1.rpc.{host}.{verb}")
 }
 
-/// The durable consumer an agent reads its commands through.
+/// The durable consumer an agent of a release before [`CMD_STREAM`] read its commands
+/// through, on [`LEGACY_CMD_STREAM`].
 pub fn consumer_name(host: &str) -> String {
     format!("agent-{host}")
 }
+
+/// `capstan.v1.sync.<host>`: the host's request for its next commands, answered by
+/// the coordinators (a queue group) from [`CMD_STREAM`]. The host is the subject's,
+/// never the body's: on per-host accounts only host `host` can publish here.
+pub fn sync_subject(host: &str) -> String {
+    format!("capstan.v1.sync.{host}")
+}
+
+/// The queue group the coordinators answer [`sync_subject`] in.
+pub const SYNC_QUEUE: &str = "capstan-sync";
 
 /// The key of a command's entry in [`RESULTS_BUCKET`]: `<host>.<hex of the id>`, so
 /// that permissions can give each agent `$KV.capstan_results.<host>.>` and nothing else.

@@ -22,6 +22,7 @@ use tokio::sync::OnceCell;
 
 mod beats;
 mod commands;
+mod delivery;
 mod hosts;
 pub mod keys;
 mod position;
@@ -96,6 +97,8 @@ pub struct Fleet {
 }
 
 struct Layout {
+    /// The command stream (`CAPSTAN_COMMANDS`), read for hosts' sync requests.
+    commands_stream: stream::Stream,
     /// The hosts bucket's stream, read whole for its latest beats (with their
     /// signatures: [`beats::latest`]).
     hosts_stream: stream::Stream,
@@ -151,7 +154,9 @@ impl Fleet {
         self.layout
             .get_or_try_init(|| async {
                 let replicas = self.retention.replicas;
-                cnats::cmd_stream(&self.js, replicas).await?;
+                // An earlier release's work queue first: it holds the subjects.
+                cnats::migrate_commands(&self.js, replicas).await?;
+                let commands_stream = cnats::cmd_stream(&self.js, replicas).await?;
                 let bucket = |name, max_age| cnats::bucket(&self.js, name, max_age, replicas);
                 // The hosts bucket: its stream is read below.
                 bucket(nats_layout::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
@@ -174,6 +179,7 @@ impl Fleet {
                     .map_err(FleetError::nats)?;
                 let keys = keys::Registry::open(keys, self.trust.allow_unregistered).await?;
                 Ok::<_, FleetError>(Layout {
+                    commands_stream,
                     hosts_stream,
                     commands,
                     keys,

@@ -224,6 +224,11 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         tokens,
         limits: Limits::new(config.max_waits, config.max_stream_reads),
     });
+    // Hosts on per-host accounts ask the coordinators for their commands.
+    let sync = tokio::spawn({
+        let state = Arc::clone(&state);
+        async move { state.fleet.serve_sync().await }
+    });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -251,6 +256,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         })
         .await;
     watchdog.abort();
+    sync.abort();
     served?;
     Ok(())
 }

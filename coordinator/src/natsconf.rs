@@ -4,15 +4,19 @@
 //! - `CAPSTAN`: the coordinators (one nkey user). Holds the fleet's JetStream: the
 //!   command stream and the registry, binding and key buckets.
 //! - `HOST_<host>`: the host's agent (one nkey user). No JetStream of its own, and
-//!   nothing but what it imports: its own command consumer and acks, its own
-//!   heartbeat key (from `CAPSTAN`), its own record subject, event stream and
-//!   results (from `STORE_<host>`), each under exactly the subject it names, the
-//!   JetStream API ones under [`nats_layout::HOST_API_PREFIX`]. It exports its RPC subjects
-//!   and its result notices to `CAPSTAN`.
+//!   nothing but what it imports: from `CAPSTAN` its own command subject (a stream
+//!   import: it hears each command published for it, its bell), the coordinators'
+//!   answer to its sync requests (`capstan.v1.sync.<host>`) and its own heartbeat
+//!   key — no JetStream API of the fleet's, no consumer, no ack; from `STORE_<host>`
+//!   its own record subject, event stream and results, each under exactly the
+//!   subject it names, the JetStream API ones under [`nats_layout::HOST_API_PREFIX`].
+//!   It exports its RPC subjects and its result notices to `CAPSTAN`.
 //! - `STORE_<host>`: no users. The host's event stream and results bucket, bounded
-//!   by this account's quota (`--host-quota`). It exports what the host may use to
-//!   `HOST_<host>` and its whole JetStream API to `CAPSTAN`, which imports it under
-//!   [`nats_layout::store_api_prefix`].
+//!   by this account's file quota (`--host-quota`; no memory: it holds file streams
+//!   only, and memory quotas are reserved from the server's `max_memory_store` at
+//!   start, which thousands of hosts' would exhaust). It exports what the host may
+//!   use to `HOST_<host>` and its whole JetStream API to `CAPSTAN`, which imports it
+//!   under [`nats_layout::store_api_prefix`].
 //!
 //! Why accounts and not permissions: the server checks a client's permission on the
 //! subject it publishes to, not on the reply subject it names, and JetStream answers
@@ -117,43 +121,28 @@ fn store_account(host: &str) -> String {
     format!("\"STORE_{host}\"")
 }
 
-/// What host `host`'s agent may use of the fleet's JetStream (`CAPSTAN`): its
-/// command consumer (the JetStream API ones, imported under the host prefix), its
-/// acks, its heartbeat. `(subject, api, response_type)`.
-fn from_fleet(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
-    let consumer = nats_layout::consumer_name(host);
-    let stream = nats_layout::CMD_STREAM;
+/// What host `host`'s agent may use of the fleet's account (`CAPSTAN`): hear its
+/// command subject (a stream), ask for its commands (a service answered by the
+/// coordinators), put its heartbeat. `(subject, kind)`.
+fn from_fleet(host: &str) -> Vec<(String, Kind)> {
     vec![
-        (
-            format!(
-                "$JS.API.CONSUMER.CREATE.{stream}.{consumer}.{}",
-                nats_layout::cmd_subject(host)
-            ),
-            true,
-            None,
-        ),
-        (
-            format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
-            true,
-            None,
-        ),
-        (
-            format!("$JS.API.CONSUMER.DELETE.{stream}.{consumer}"),
-            true,
-            None,
-        ),
-        (
-            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
-            true,
-            Some("stream"),
-        ),
-        (format!("$JS.ACK.{stream}.{consumer}.>"), false, None),
+        (nats_layout::cmd_subject(host), Kind::Stream),
+        (nats_layout::sync_subject(host), Kind::Service),
         (
             format!("$KV.{}.{host}", nats_layout::HOSTS_BUCKET),
-            false,
-            None,
+            Kind::Service,
         ),
     ]
+}
+
+/// How a subject is shared between two accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Messages published in the exporting account reach the importer's subscribers.
+    Stream,
+    /// The importer's requests (or plain publishes) reach the exporting account;
+    /// their replies come back into the importer's own account.
+    Service,
 }
 
 /// What host `host`'s agent may use of its storage account: publish its records and
@@ -185,7 +174,15 @@ fn from_store(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
 }
 
 fn export(out: &mut String, subject: &str, to: &str, response: Option<&str>) {
-    let _ = write!(out, "      {{ service: \"{subject}\", accounts: [{to}]");
+    export_as(out, Kind::Service, subject, to, response);
+}
+
+fn export_as(out: &mut String, kind: Kind, subject: &str, to: &str, response: Option<&str>) {
+    let kind = match kind {
+        Kind::Stream => "stream",
+        Kind::Service => "service",
+    };
+    let _ = write!(out, "      {{ {kind}: \"{subject}\", accounts: [{to}]");
     if let Some(r) = response {
         let _ = write!(out, ", response_type: {r}");
     }
@@ -193,9 +190,17 @@ fn export(out: &mut String, subject: &str, to: &str, response: Option<&str>) {
 }
 
 fn import(out: &mut String, account: &str, subject: &str, api: bool) {
+    import_as(out, Kind::Service, account, subject, api);
+}
+
+fn import_as(out: &mut String, kind: Kind, account: &str, subject: &str, api: bool) {
+    let kind = match kind {
+        Kind::Stream => "stream",
+        Kind::Service => "service",
+    };
     let _ = write!(
         out,
-        "      {{ service: {{ account: {account}, subject: \"{subject}\" }}"
+        "      {{ {kind}: {{ account: {account}, subject: \"{subject}\" }}"
     );
     if api {
         let to = subject.replacen("$JS.API", nats_layout::HOST_API_PREFIX, 1);
@@ -230,10 +235,10 @@ pub fn render(accounts: &Accounts) -> String {
     for (host, _) in &accounts.hosts {
         let _ = writeln!(
             out,
-            "      # {host}: its command consumer, acks and heartbeat"
+            "      # {host}: its command bell, its sync requests, its heartbeat"
         );
-        for (subject, _, response) in from_fleet(host) {
-            export(&mut out, &subject, &host_account(host), response);
+        for (subject, kind) in from_fleet(host) {
+            export_as(&mut out, kind, &subject, &host_account(host), None);
         }
     }
     out.push_str("    ]\n    imports = [\n");
@@ -267,8 +272,8 @@ pub fn render(accounts: &Accounts) -> String {
             "\n  # host {host}\n  {} {{\n    users = [ {{ nkey: {nkey} }} ]\n    imports = [",
             host_account(host)
         );
-        for (subject, api, _) in from_fleet(host) {
-            import(&mut out, "CAPSTAN", &subject, api);
+        for (subject, kind) in from_fleet(host) {
+            import_as(&mut out, kind, "CAPSTAN", &subject, false);
         }
         for (subject, api, _) in from_store(host) {
             import(&mut out, &store_account(host), &subject, api);
@@ -280,7 +285,7 @@ pub fn render(accounts: &Accounts) -> String {
         );
         let _ = writeln!(
             out,
-            "  {} {{\n    jetstream {{ max_file: {}, max_mem: 1M }}\n    exports = [",
+            "  {} {{\n    jetstream {{ max_file: {}, max_mem: 0 }}\n    exports = [",
             store_account(host),
             accounts.host_quota
         );
@@ -410,8 +415,8 @@ mod tests {
             .unwrap();
         assert!(!h1.contains("web-2"), "{h1}");
         for wanted in [
-            "capstan.js.API.CONSUMER.MSG.NEXT.CAPSTAN_CMD.agent-h1\"",
-            "\"$JS.ACK.CAPSTAN_CMD.agent-h1.>\"",
+            "{ stream: { account: CAPSTAN, subject: \"capstan.v1.cmd.h1\" } }",
+            "{ service: { account: CAPSTAN, subject: \"capstan.v1.sync.h1\" } }",
             "\"$KV.capstan_hosts.h1\"",
             "\"capstan.v1.evt.h1\"",
             "\"$KV.capstan_results.h1.>\"",
@@ -422,15 +427,22 @@ mod tests {
         // Every export of the fleet's account names the one account it is for.
         let capstan = text.split("  CAPSTAN {").nth(1).unwrap();
         let exports = capstan.split("imports = [").next().unwrap();
-        for line in exports.lines().filter(|l| l.contains("service:")) {
-            let host = if line.contains("agent-h1") || line.contains(".h1\"") {
+        for line in exports
+            .lines()
+            .filter(|l| l.contains("service:") || l.contains("stream:"))
+        {
+            let host = if line.contains(".h1\"") {
                 "\"HOST_h1\""
             } else {
                 "\"HOST_web-2\""
             };
             assert!(line.contains(&format!("accounts: [{host}]")), "{line}");
         }
-        assert!(text.contains("\"STORE_web-2\" {\n    jetstream { max_file: 2G"));
+        assert!(text.contains("\"STORE_web-2\" {\n    jetstream { max_file: 2G, max_mem: 0 }"));
+        // Nothing of the fleet's JetStream for a host: no consumer, no ack, no API.
+        for denied in ["CONSUMER", "$JS.ACK", "CAPSTAN_CMD", "CAPSTAN_COMMANDS"] {
+            assert!(!h1.contains(denied), "{denied} in {h1}");
+        }
         assert!(text.contains("to: \"capstan.store.web-2.API.>\""));
         assert!(!text.contains("password"));
     }
@@ -460,7 +472,8 @@ mod tests {
     }
 
     /// `packaging/nats-server.conf` is this generator's output for h1 and h2 (with
-    /// example keys): regenerate it when the layout changes.
+    /// example keys): regenerate it when the layout changes
+    /// (`CAPSTAN_REGENERATE=1 cargo test -p capstan-coordinator shipped_example`).
     #[test]
     fn the_shipped_example_is_what_the_generator_writes() {
         let shipped = include_str!("../../packaging/nats-server.conf");
@@ -478,6 +491,11 @@ mod tests {
             host_quota: "2G".into(),
             fleet_quota: "8G".into(),
         };
+        if std::env::var_os("CAPSTAN_REGENERATE").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/nats-server.conf");
+            std::fs::write(path, render(&accounts)).expect("write the example");
+            return;
+        }
         assert_eq!(shipped, render(&accounts));
     }
 

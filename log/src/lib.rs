@@ -18,7 +18,8 @@
 //!   [`retention`]);
 //! - `pruned_ids`, `pruned_batches`: what is kept of the commands retention pruned,
 //!   so that they are answered as duplicates, never carried out again (see
-//!   `pruned`).
+//!   `pruned`);
+//! - `marks`: named positions the user keeps beside its records (see `marks`).
 //!
 //! A batch of records and their index entries are written as plain sled writes, then
 //! the batch's last seq as the tip: after a crash, open cuts the log back to the tip
@@ -39,6 +40,7 @@ pub mod export;
 mod flusher;
 mod key_writes;
 mod layout;
+mod marks;
 mod open;
 mod postings;
 mod pruned;
@@ -143,6 +145,8 @@ pub struct Log<F: Fold> {
     by_workload: sled::Tree,
     by_time: sled::Tree,
     snapshots: sled::Tree,
+    /// Named positions (see `marks`).
+    marks: sled::Tree,
     /// What is kept of pruned commands.
     pruned: pruned::PrunedIds,
     options: LogOptions,

@@ -27,6 +27,7 @@ impl<F: Fold> Log<F> {
         let (records, by_command, by_workload, by_time) =
             (Records::new(records?), by_command?, by_workload?, by_time?);
         let snapshots = tree("snapshots")?;
+        let marks = tree(super::marks::TREE)?;
         let pruned = pruned::PrunedIds::open(&db)?;
         // An append a crash cut short: back to the tip, before anything reads.
         if let Some(tip) = tip::read(&db)? {
@@ -123,6 +124,7 @@ impl<F: Fold> Log<F> {
             by_workload,
             by_time,
             snapshots,
+            marks,
             pruned,
             options,
             tail: Mutex::new(tail),

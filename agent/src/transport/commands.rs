@@ -1,49 +1,59 @@
-//! The command consumer: one durable pull consumer per host on `CAPSTAN_CMD`,
-//! filtered to `capstan.v1.cmd.<host>`, with up to `commands_in_flight` commands
-//! delivered and not yet acked.
+//! Taking commands: the host's commands sit in the fleet's command stream under
+//! `capstan.v1.cmd.<host>`, in publish order, and nothing there is the host's. The
+//! agent keeps its own [`position`] (in its log, mark [`position::MARK`]) and asks for
+//! the commands after it ([`Source`]): on per-host accounts from the coordinators
+//! (`capstan.v1.sync.<host>`), otherwise from the stream itself. It asks when it
+//! starts, when it hears a bell (every publish on its command subject reaches it),
+//! when it reconnects, and every [`SYNC_EVERY`] in case a bell was lost; up to
+//! `commands_in_flight` commands are taken and not yet finished.
 //!
-//! Order: commands for one namespace run one after another in the order they were
-//! published; commands for different namespaces run concurrently ([`lanes`]). A slow
-//! hook in namespace A does not delay namespace B.
+//! Order: commands for one namespace run one after another in stream order;
+//! commands for different namespaces run concurrently ([`lanes`]). A slow hook in
+//! namespace A does not delay namespace B.
 //!
-//! Ack point: a command is acked after the executor returns, i.e. after its
-//! `command_completed` (or `command_rejected`) record is durable — whatever happens
-//! before the ack (a crash, a lost ack, an outage), the command is redelivered and the
-//! executor answers it from the log or finishes it, never carries it out twice. A
-//! command delivered and waiting behind its namespace's earlier ones, or being carried
-//! out, keeps its delivery alive with progress acks.
-//!
-//! Order across a restart: JetStream redelivers an unacked command only after its
-//! ack wait, so a new process could be handed a namespace's later command before an
-//! earlier one that the last process held. So each process starts by deleting and
-//! re-creating the consumer: in a work-queue stream the messages still there are
-//! exactly the unacked ones, and a fresh consumer delivers them in stream order.
+//! The position moves past a command once the executor has returned, i.e. once its
+//! `command_completed` (or `command_rejected`) record is durable, and past every
+//! earlier one. Whatever happens before (a crash, an outage), the command is asked
+//! for again and the executor answers it from the log or finishes it, never carries
+//! it out twice. A stop leaves the commands still waiting in a lane unfinished: the
+//! next start asks for them again, first in their namespace.
 //!
 //! When the log cannot record a command, the command's lane retries it (with a
-//! pause) instead of handing it back, so nothing later in its namespace overtakes it.
+//! pause), so nothing later in its namespace overtakes it.
 
 use super::{auth, pause, Link};
 use crate::executor::Executor;
-use async_nats::jetstream::{self, consumer::pull, AckKind};
+use capstan_common::nats::SyncAnswer;
 use capstan_common::signing::Policy;
 use capstan_common::{nats_layout, CommandResult, ErrorCode};
 use futures::StreamExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 mod lanes;
+pub mod position;
+mod source;
 use lanes::{Lanes, Turn};
+use position::Position;
+use source::Source;
 
-/// How long the server waits for an ack (or a progress ack) before redelivering.
-const ACK_WAIT: Duration = Duration::from_secs(10);
 /// The default of `commands_in_flight` (agent.toml).
 pub const DEFAULT_IN_FLIGHT: usize = 32;
 /// The most `commands_in_flight` may be.
 pub const MAX_IN_FLIGHT: usize = 1024;
+/// How often the agent asks for its commands without a bell: a bell lost (core
+/// NATS delivers at most once) delays a command by at most this.
+pub const SYNC_EVERY: Duration = Duration::from_secs(60);
+/// How often the agent looks for a reconnect (its bells may have been lost while
+/// it was away): then it asks at once.
+const RECONNECT_CHECK: Duration = Duration::from_secs(1);
+/// A bell whose command is not found yet (its publish is still on its way into
+/// the stream) is chased this many times, 25 ms apart and doubling.
+const CHASE_TRIES: u32 = 8;
 /// Test-only fault (feature `testing`): after the result is durable and before the
-/// ack, say so on stderr and hang, so that a test can SIGKILL the agent at exactly
-/// that point.
+/// position moves past the command, say so on stderr and hang, so that a test can
+/// SIGKILL the agent at exactly that point.
 #[cfg(feature = "testing")]
 pub const FAULT_HOLD_BEFORE_ACK: &str = "CAPSTAN_FAULT_HOLD_BEFORE_ACK";
 
@@ -63,72 +73,24 @@ async fn hold_before_ack(result: &CommandResult) {
 #[cfg(not(feature = "testing"))]
 async fn hold_before_ack(_: &CommandResult) {}
 
-/// Gets the host's consumer; with `fresh`, deletes it first (see the module doc).
-/// On per-host accounts the stream is taken without reading its info: the host may
-/// not read the fleet's command stream (its info lists every host's subject).
-async fn consumer(
-    link: &Link,
-    host: &str,
-    in_flight: usize,
-    fresh: bool,
-) -> Result<jetstream::consumer::PullConsumer, String> {
-    if !link.host_accounts {
-        capstan_common::nats::cmd_stream(&link.js, link.replicas)
-            .await
-            .map_err(|e| capstan_common::report(&e))?;
-    }
-    let stream = link
-        .js
-        .get_stream_no_info(nats_layout::CMD_STREAM)
-        .await
-        .map_err(|e| format!("cannot reach {}: {e}", nats_layout::CMD_STREAM))?;
-    let name = nats_layout::consumer_name(host);
-    if fresh {
-        match stream.delete_consumer(&name).await {
-            Ok(_) => {}
-            Err(e) if not_found(&e) => {}
-            Err(e) => {
-                // Deleting is how a restart keeps each namespace in order: without it,
-                // commands are not taken (the shipped permissions allow it).
-                return Err(format!(
-                    "cannot re-create consumer {name} (needs $JS.API.CONSUMER.DELETE.{}.{name}): {e}",
-                    nats_layout::CMD_STREAM
-                ));
-            }
-        }
-    }
-    stream
-        .get_or_create_consumer(
-            &name,
-            pull::Config {
-                durable_name: Some(name.clone()),
-                filter_subject: nats_layout::cmd_subject(host),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: ACK_WAIT,
-                max_ack_pending: i64::try_from(in_flight).unwrap_or(1),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| format!("cannot get consumer {name}: {e}"))
-}
-
-fn not_found(e: &jetstream::stream::ConsumerError) -> bool {
-    matches!(e.kind(), jetstream::stream::ConsumerErrorKind::JetStream(e)
-        if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND)
-}
-
-/// What a lane needs to carry out a command.
+/// What a lane needs to carry out a command and report it finished.
 struct Handler {
     executor: Arc<Executor>,
     policy: Policy,
     stop: watch::Receiver<bool>,
+    position: Arc<Mutex<Position>>,
+    finished: Notify,
 }
 
-/// Reads commands until `stop` and hands each to its namespace's lane. Commands being
-/// carried out when `stop` arrives are finished (and acked) first; those still
-/// waiting in a lane are left unacked for the next start. `replicas`: for the command
-/// stream, if this agent is the first to need it.
+/// A bell whose command was not among those read yet: its id and the tries left.
+struct Chase {
+    id: String,
+    tries: u32,
+}
+
+/// Takes commands until `stop` and hands each to its namespace's lane. Commands being
+/// carried out when `stop` arrives are finished first; those still waiting in a lane
+/// are left for the next start.
 pub(crate) async fn run(
     link: Link,
     executor: Arc<Executor>,
@@ -138,19 +100,26 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let in_flight = in_flight.clamp(1, MAX_IN_FLIGHT);
+    let mark = executor.log().mark(position::MARK).unwrap_or_else(|e| {
+        tracing::error!(error = %capstan_common::report(&e), "cannot read the command position; asking from the start of the stream");
+        0
+    });
     let handler = Arc::new(Handler {
         executor,
         policy,
         stop: stop.clone(),
+        position: Arc::new(Mutex::new(Position::new(mark))),
+        finished: Notify::new(),
     });
+    let source = Source::new(&link, &host);
+    let client = link.js.client();
     let mut lanes = Lanes::new();
     let mut retry = Duration::from_millis(200);
-    let mut fresh = true;
     'setup: loop {
-        let consumer = match consumer(&link, &host, in_flight, fresh).await {
-            Ok(c) => c,
+        let mut bells = match client.subscribe(nats_layout::cmd_subject(&host)).await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "command consumer not ready; retrying");
+                tracing::warn!(error = %e, "cannot hear command bells; retrying");
                 if pause(&mut stop, retry).await {
                     break 'setup;
                 }
@@ -158,90 +127,158 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        // Later set-ups (after an outage) keep the consumer: this process still
-        // holds what it was delivered, in order.
-        fresh = false;
-        tracing::info!(subject = %nats_layout::cmd_subject(&host), in_flight, "taking commands");
-        retry = Duration::from_millis(200);
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(in_flight)
-            .heartbeat(Duration::from_secs(5))
-            .expires(Duration::from_secs(30))
-            .messages()
-            .await;
-        let mut messages = match messages {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot pull commands; reconnecting the consumer");
-                if pause(&mut stop, retry).await {
-                    break 'setup;
-                }
-                continue 'setup;
-            }
+        tracing::info!(
+            subject = %nats_layout::cmd_subject(&host),
+            position = handler.taken(),
+            in_flight,
+            "taking commands"
+        );
+        let mut ask = true;
+        let mut starved = false;
+        let mut chase: Option<Chase> = None;
+        let mut every = tokio::time::interval(SYNC_EVERY);
+        every.tick().await;
+        let mut check = tokio::time::interval(RECONNECT_CHECK);
+        let connects = || {
+            client
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::Relaxed)
         };
+        let mut seen_connects = connects();
         loop {
-            let next = tokio::select! {
-                m = messages.next() => m,
-                _ = stop.changed() => break 'setup,
-            };
-            match next {
-                Some(Ok(message)) => {
-                    let namespace = namespace_of(&message.payload);
-                    let handler = Arc::clone(&handler);
-                    lanes.push(namespace, move |turn| async move {
-                        handler.handle(message, turn).await
-                    });
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "pulling commands failed; reconnecting the consumer");
-                    if pause(&mut stop, retry).await {
-                        break 'setup;
+            if ask {
+                let room = in_flight.saturating_sub(handler.open());
+                if room == 0 {
+                    starved = true;
+                    ask = false;
+                } else {
+                    let after = handler.taken();
+                    match source.after(after, room).await {
+                        Ok(answer) => {
+                            retry = Duration::from_millis(200);
+                            ask = answer.more;
+                            let took = handler.take(answer, &mut lanes);
+                            if let Some(c) = &chase {
+                                if took.iter().any(|id| id == &c.id)
+                                    || handler.executor.log().knows_command(&c.id)
+                                {
+                                    chase = None;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, after, "cannot read the commands; asking again");
+                            if pause(&mut stop, retry).await {
+                                break 'setup;
+                            }
+                            retry = (retry * 2).min(Duration::from_secs(10));
+                            continue;
+                        }
                     }
-                    continue 'setup;
                 }
-                None => continue 'setup,
+            }
+            if ask {
+                continue;
+            }
+            let chase_after = chase.as_ref().map_or(Duration::MAX, |c| {
+                Duration::from_millis(25 << (CHASE_TRIES - c.tries).min(10))
+            });
+            tokio::select! {
+                bell = bells.next() => match bell {
+                    Some(bell) => {
+                        ask = true;
+                        chase = command_id(&bell.payload).map(|id| Chase { id, tries: CHASE_TRIES });
+                    }
+                    None => continue 'setup,
+                },
+                _ = handler.finished.notified() => {
+                    ask = std::mem::take(&mut starved);
+                }
+                _ = tokio::time::sleep(chase_after), if chase.is_some() => {
+                    ask = true;
+                    if let Some(c) = &mut chase {
+                        c.tries -= 1;
+                        if c.tries == 0 {
+                            chase = None;
+                        }
+                    }
+                }
+                _ = every.tick() => ask = true,
+                _ = check.tick() => {
+                    let now = connects();
+                    ask = now != seen_connects;
+                    seen_connects = now;
+                }
+                _ = stop.changed() => break 'setup,
             }
         }
     }
     lanes.finish().await;
 }
 
-/// The namespace a delivered command is for, read without admitting it: its lane.
-/// Input that names none (malformed) shares the lane `""`; admission rejects it.
-fn namespace_of(payload: &[u8]) -> String {
+/// The id a bell's command gives itself, read without admitting it.
+fn command_id(payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<String>,
+    }
+    serde_json::from_slice::<Head>(payload).ok()?.id
+}
+
+/// The namespace a command is for, read without admitting it: its lane. Input that
+/// names none (malformed) shares the lane `""`; admission rejects it.
+fn namespace_of(text: &str) -> String {
     #[derive(serde::Deserialize)]
     struct Head {
         namespace: Option<String>,
     }
-    serde_json::from_slice::<Head>(payload)
+    serde_json::from_str::<Head>(text)
         .ok()
         .and_then(|h| h.namespace)
         .unwrap_or_default()
 }
 
 impl Handler {
-    /// Waits for its turn in the namespace, admits and carries out one delivered
-    /// command, then acks it; or, when stopping before it began, leaves it unacked.
-    async fn handle(&self, message: jetstream::Message, turn: Turn) {
-        with_progress(&message, turn.wait()).await;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Position> {
+        self.position.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn taken(&self) -> u64 {
+        self.lock().taken()
+    }
+
+    fn open(&self) -> usize {
+        self.lock().open()
+    }
+
+    /// Takes the commands of `answer` into their lanes, in order; their ids.
+    fn take(self: &Arc<Self>, answer: SyncAnswer, lanes: &mut Lanes) -> Vec<String> {
+        let mut ids = Vec::with_capacity(answer.commands.len());
+        for queued in answer.commands {
+            if !self.lock().take(queued.seq) {
+                continue;
+            }
+            ids.extend(command_id(queued.command.as_bytes()));
+            let handler = Arc::clone(self);
+            lanes.push(namespace_of(&queued.command), move |turn| async move {
+                handler.handle(queued.seq, queued.command, turn).await
+            });
+        }
+        ids
+    }
+
+    /// Waits for its turn in the namespace, admits and carries out one command, then
+    /// moves the position; or, when stopping before it began, leaves it unfinished.
+    async fn handle(&self, seq: u64, text: String, turn: Turn) {
+        turn.wait().await;
         if *self.stop.borrow() {
             return;
         }
-        if let Ok(info) = message.info() {
-            if info.delivered > 1 {
-                tracing::info!(
-                    delivered = info.delivered,
-                    stream_seq = info.stream_sequence,
-                    "command redelivered"
-                );
-            }
-        }
-        let text = String::from_utf8_lossy(&message.payload).into_owned();
         let mut stop = self.stop.clone();
         let mut retry = Duration::from_millis(200);
         let result = loop {
-            let result = with_progress(&message, self.carry_out(&text)).await;
+            let result = self.carry_out(&text).await;
             if !not_recorded(&result) {
                 break result;
             }
@@ -249,19 +286,22 @@ impl Handler {
                 command_id = result.id.as_deref().unwrap_or("-"),
                 "the log could not record the command; retrying it"
             );
-            // Kept in its lane (nothing later in the namespace overtakes it), alive.
-            let waited = with_progress(&message, pause(&mut stop, retry)).await;
-            if waited {
-                // Stopping: unacked, it is the first of its namespace next start.
+            // Kept in its lane: nothing later in the namespace overtakes it.
+            if pause(&mut stop, retry).await {
+                // Stopping: unfinished, it is the first of its namespace next start.
                 return;
             }
             retry = (retry * 2).min(Duration::from_secs(5));
         };
         hold_before_ack(&result).await;
-        if let Err(e) = message.ack().await {
-            // The command is durably in the log: a redelivery is answered from there.
-            tracing::warn!(error = %e, "ack failed; the command will be redelivered and answered from the log");
+        let kept = self.lock().finish(seq);
+        if let Some(kept) = kept {
+            if let Err(e) = self.executor.log().advance_mark(position::MARK, kept) {
+                // The command is durably in the log: asked for again, it is answered there.
+                tracing::warn!(error = %capstan_common::report(&e), stream_seq = seq, "cannot keep the command position");
+            }
         }
+        self.finished.notify_one();
     }
 
     async fn carry_out(&self, text: &str) -> CommandResult {
@@ -274,33 +314,10 @@ impl Handler {
     }
 }
 
-/// True when the log did not take the command: do not ack.
+/// True when the log did not take the command: ask for it again.
 fn not_recorded(result: &CommandResult) -> bool {
     result
         .error
         .as_ref()
         .is_some_and(|e| matches!(e.code, ErrorCode::LogFailed | ErrorCode::LogDegraded))
-}
-
-/// Runs `work`, sending progress acks so that a long command is not redelivered
-/// while it is still being carried out.
-async fn with_progress<T>(
-    message: &jetstream::Message,
-    work: impl std::future::Future<Output = T>,
-) -> T {
-    let mut work = std::pin::pin!(work);
-    // The first tick one period from now: `interval`'s immediate first tick still
-    // waits for the timer wheel (about 1 ms), on every command.
-    let period = ACK_WAIT / 3;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            _ = tick.tick() => {
-                if let Err(e) = message.ack_with(AckKind::Progress).await {
-                    tracing::debug!(error = %e, "progress ack failed");
-                }
-            }
-        }
-    }
 }

@@ -2,8 +2,9 @@
 //!
 //! Five tasks share one connection, each retrying on its own so that a NATS outage
 //! (or a server that is down when the agent starts) only delays them:
-//! - [`commands`]: the host's durable pull consumer on `CAPSTAN_CMD`; each command is
-//!   admitted ([`auth`]), carried out by the executor, and acked only once the log
+//! - [`commands`]: the host's commands read from its position in the fleet's command
+//!   stream (kept in its log; no consumer of its own), on every bell; each command is
+//!   admitted ([`auth`]), carried out by the executor, and passed only once the log
 //!   holds its completion durably;
 //! - [`outbox`]: the log is the outbox: every durable record goes to
 //!   `capstan.v1.evt.<host>` in seq order, resuming from what JetStream acknowledged;
@@ -155,7 +156,7 @@ pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, delay: Duration) -> 
 
 impl Transport {
     /// Connects (in the background, retrying for ever) and starts the five tasks.
-    /// `in_flight`: how many commands may be delivered and not yet acked
+    /// `in_flight`: how many commands may be taken and not yet finished
     /// (`commands_in_flight`); `key`: the host's key, which signs what it publishes.
     pub async fn start(
         nats: &NatsConfig,

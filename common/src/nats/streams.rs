@@ -42,20 +42,15 @@ pub const EVT_MAX_BYTES: i64 = 4 << 30;
 /// The most records `CAPSTAN_EVT` keeps per host; beyond it that host's oldest go.
 /// One host flooding its subject rolls over its own history first.
 pub const EVT_MAX_PER_HOST: i64 = 1_000_000;
-/// The most bytes `CAPSTAN_CMD` keeps (pending commands).
+/// The most bytes [`nats_layout::CMD_STREAM`] keeps; beyond it the oldest commands
+/// (of any host) go: by then long carried out, or too old for their host to take
+/// (its agent refuses a command older than `[signing] max_age_secs`, 1 h by default).
 pub const CMD_MAX_BYTES: i64 = 1 << 30;
-/// The most commands `CAPSTAN_CMD` keeps pending for one host; more for that host
-/// are refused (discard new, per subject), other hosts' still go in.
+/// The most commands the stream keeps for one host; beyond it that host's oldest go.
 pub const CMD_MAX_PER_HOST: i64 = 10_000;
-/// The most consumers `CAPSTAN_CMD` takes: one a host (its agent's durable consumer),
-/// so the most hosts one fleet has. Set on the stream because nats-server 2.12 and
-/// later cap a stream that sets none at 1,000 consumers (`default_max_consumers`),
-/// which stopped the 1,001st host of a fleet from taking commands
-/// (`maximum consumers limit reached`, found by `capstan-bench --only fleet`).
-pub const CMD_MAX_CONSUMERS: i32 = 100_000;
-/// How long a command waits in `CAPSTAN_CMD` for its host at most: the coordinators'
-/// `commands_max_age` (its binding and result are gone by then; the agent would
-/// refuse it `expired` anyway, signatures are good for `max_age_secs`).
+/// How long a command stays in the stream: its host takes it when it comes back
+/// within that time (the coordinators' `commands_max_age`; the agent would refuse
+/// it `expired` before that unless its `max_age_secs` says otherwise).
 pub const CMD_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The largest value of a KV bucket entry (a heartbeat, a command binding).
 pub const MAX_VALUE_BYTES: i32 = 64 * 1024;
@@ -170,11 +165,6 @@ async fn migrate_streams(
             // update the stream on every call.
             wanted.allow_atomic_publish = current.allow_atomic_publish;
         }
-        if !max_consumers_changeable(js) {
-            // Before 2.12 a stream's consumer limit is fixed at its creation (and
-            // those servers set no default limit of their own).
-            wanted.max_consumers = current.max_consumers;
-        }
         if wanted != current {
             js.update_stream(&wanted)
                 .await
@@ -190,17 +180,16 @@ async fn migrate_streams(
     Ok(())
 }
 
-/// A full command stream refuses new commands (the coordinator answers 503) rather
-/// than dropping pending ones.
+/// Commands are kept by limits (nothing acks them away: each host's position is in
+/// its own log); past a limit the oldest go. Only the coordinators publish here.
 fn harden_cmd(c: &mut stream::Config) {
     c.max_bytes = CMD_MAX_BYTES;
-    c.discard = stream::DiscardPolicy::New;
+    c.discard = stream::DiscardPolicy::Old;
     c.max_messages_per_subject = CMD_MAX_PER_HOST;
-    c.discard_new_per_subject = true;
+    c.discard_new_per_subject = false;
     c.max_age = CMD_MAX_AGE;
     c.max_message_size = MAX_MESSAGE_BYTES;
-    c.allow_rollup = false;
-    c.max_consumers = CMD_MAX_CONSUMERS;
+    deny_removal(c);
 }
 
 /// No rollup (`Nats-Rollup: all` on any subject would purge every other one), no
@@ -213,13 +202,6 @@ fn deny_removal(c: &mut stream::Config) {
 
 /// Whether the server takes atomic batch publishes (nats-server 2.12 and later).
 pub fn atomic_publish_supported(js: &jetstream::Context) -> bool {
-    version_at_least(&js.client().server_info().version, (2, 12))
-}
-
-/// Whether the server lets an existing stream's `max_consumers` change (nats-server
-/// 2.12 and later; before, "stream configuration update can not change
-/// MaxConsumers").
-fn max_consumers_changeable(js: &jetstream::Context) -> bool {
     version_at_least(&js.client().server_info().version, (2, 12))
 }
 
@@ -267,7 +249,7 @@ fn harden_host_results(c: &mut stream::Config) {
     c.max_bytes = -1;
 }
 
-/// The command stream: work-queue retention, so a command stays until its host acks it.
+/// The command stream: limits retention, read by position (`delivery`).
 pub async fn cmd_stream(
     js: &jetstream::Context,
     replicas: usize,
@@ -275,7 +257,7 @@ pub async fn cmd_stream(
     let config = stream::Config {
         name: nats_layout::CMD_STREAM.into(),
         subjects: vec!["capstan.v1.cmd.*".into()],
-        retention: stream::RetentionPolicy::WorkQueue,
+        retention: stream::RetentionPolicy::Limits,
         storage: stream::StorageType::File,
         duplicate_window: Duration::from_secs(120),
         ..Default::default()

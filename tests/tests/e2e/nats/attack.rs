@@ -146,7 +146,8 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
             format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
             format!("{prefix}.STREAM.INFO.KV_capstan_results"),
-            format!("{prefix}.CONSUMER.INFO.CAPSTAN_CMD.agent-h1"),
+            // Its sync request: the coordinators answer it.
+            nats_layout::sync_subject("h1"),
         ];
         let targets = [
             "capstan.v1.evt.h2".to_string(),
@@ -159,9 +160,10 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             "capstan.v1.cmd.madeup".into(),
             format!("$KV.capstan_commands.{}", hex("forged")),
             "capstan.v1.rpc.h2.status".into(),
-            "$JS.API.STREAM.PURGE.CAPSTAN_CMD".into(),
+            "capstan.v1.sync.h2".into(),
+            "$JS.API.STREAM.PURGE.CAPSTAN_COMMANDS".into(),
             "$JS.API.STREAM.DELETE.KV_capstan_hosts".into(),
-            "$JS.API.CONSUMER.DELETE.CAPSTAN_CMD.agent-h2".into(),
+            "$JS.API.CONSUMER.DELETE.CAPSTAN_COMMANDS.agent-h2".into(),
             "capstan.store.h2.API.STREAM.PURGE.CAPSTAN_EVT".into(),
             "capstan.store.h2.API.STREAM.DELETE.KV_capstan_results".into(),
             "$JS.API.STREAM.CREATE.EVIL".into(),
@@ -183,10 +185,10 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
                 .await
                 .expect("h1's own requests are answered");
         }
-        // The fleet's account: the command stream holds no forged subject, the
-        // registry only the two hosts, no binding was written, h2's consumer and
-        // every stream are there.
-        let cmd = subjects(&fleet_js, "CAPSTAN_CMD").await;
+        // The fleet's account: the command stream holds no forged subject and has
+        // no consumer, the registry only the two hosts, no binding was written,
+        // every stream is there.
+        let cmd = subjects(&fleet_js, "CAPSTAN_COMMANDS").await;
         assert!(
             cmd.iter()
                 .all(|s| s == "capstan.v1.cmd.h1" || s == "capstan.v1.cmd.h2"),
@@ -201,11 +203,16 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             subjects(&fleet_js, "KV_capstan_commands").await,
             commands_before
         );
-        let cmd_stream = fleet_js.get_stream("CAPSTAN_CMD").await.expect("stream");
-        cmd_stream
-            .consumer_info("agent-h2")
+        let cmd_stream = fleet_js
+            .get_stream("CAPSTAN_COMMANDS")
             .await
-            .expect("h2's consumer is there");
+            .expect("stream");
+        let consumers: Vec<String> = cmd_stream
+            .consumer_names()
+            .map(|n| n.expect("a consumer name"))
+            .collect()
+            .await;
+        assert_eq!(consumers, Vec::<String>::new(), "no consumer on the command stream");
         let evil = fleet_js.get_stream("EVIL").await.map(|_| ());
         assert!(
             matches!(
@@ -251,6 +258,8 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
             format!("$KV.capstan_results.h2.{theirs}"),
             "capstan.v1.cmd.h2".into(),
             "capstan.v1.cmd.madeup".into(),
+            "capstan.v1.sync.h2".into(),
+            "capstan.v1.sync.madeup".into(),
             format!("$KV.capstan_commands.{}", hex("forged")),
             "capstan.v1.rpc.h2.intent".into(),
         ] {
@@ -268,18 +277,26 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
         // The fleet's and h2's streams cannot be listed or read: no responders for
         // what is not imported, "not enabled" for h1's own account's API.
         for (subject, body) in [
-            ("capstan.js.API.STREAM.INFO.CAPSTAN_CMD", r#"{"subjects_filter":">"}"#),
+            ("capstan.js.API.STREAM.INFO.CAPSTAN_COMMANDS", r#"{"subjects_filter":">"}"#),
             ("capstan.js.API.STREAM.INFO.KV_capstan_hosts", r#"{"subjects_filter":">"}"#),
             ("capstan.js.API.STREAM.LIST", "{}"),
             ("capstan.store.h2.API.STREAM.INFO.CAPSTAN_EVT", "{}"),
             ("capstan.js.API.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h2", ""),
             (
-                "capstan.js.API.CONSUMER.CREATE.CAPSTAN_CMD.steal.capstan.v1.cmd.h2",
-                r#"{"stream_name":"CAPSTAN_CMD","config":{"durable_name":"steal","filter_subject":"capstan.v1.cmd.h2"}}"#,
+                "capstan.js.API.CONSUMER.CREATE.CAPSTAN_COMMANDS.steal.capstan.v1.cmd.h2",
+                r#"{"stream_name":"CAPSTAN_COMMANDS","config":{"durable_name":"steal","filter_subject":"capstan.v1.cmd.h2"}}"#,
             ),
-            ("capstan.js.API.CONSUMER.MSG.NEXT.CAPSTAN_CMD.agent-h2", r#"{"batch":1}"#),
-            ("$JS.API.CONSUMER.MSG.NEXT.CAPSTAN_CMD.agent-h2", r#"{"batch":1}"#),
-            ("$JS.API.STREAM.INFO.CAPSTAN_CMD", r#"{"subjects_filter":">"}"#),
+            // Not even a consumer on its own subject, of any kind (a push consumer
+            // aimed at another host's inbox was how one host starved another).
+            (
+                "capstan.js.API.CONSUMER.CREATE.CAPSTAN_COMMANDS.agent-h1.capstan.v1.cmd.h1",
+                r#"{"stream_name":"CAPSTAN_COMMANDS","config":{"durable_name":"agent-h1","filter_subject":"capstan.v1.cmd.h1","deliver_subject":"_INBOX_h2.x"}}"#,
+            ),
+            ("capstan.js.API.CONSUMER.MSG.NEXT.CAPSTAN_COMMANDS.agent-h2", r#"{"batch":1}"#),
+            ("capstan.js.API.DIRECT.GET.CAPSTAN_COMMANDS", r#"{"next_by_subj":"capstan.v1.cmd.h2"}"#),
+            ("capstan.js.API.STREAM.MSG.GET.CAPSTAN_COMMANDS", r#"{"next_by_subj":"capstan.v1.cmd.h2"}"#),
+            ("$JS.API.CONSUMER.MSG.NEXT.CAPSTAN_COMMANDS.agent-h2", r#"{"batch":1}"#),
+            ("$JS.API.STREAM.INFO.CAPSTAN_COMMANDS", r#"{"subjects_filter":">"}"#),
             ("$JS.API.STREAM.NAMES", "{}"),
         ] {
             // Nothing answers (at once, or ever: the server's own "not enabled"
@@ -320,6 +337,7 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
         let mut heard = Vec::new();
         for subject in [
             "capstan.v1.cmd.h2",
+            "capstan.v1.sync.>",
             "capstan.v1.rpc.h2.*",
             "capstan.v1.res.h2.>",
             "capstan.v1.evt.h2",
@@ -526,5 +544,84 @@ fn h1s_own_subject_takes_a_record_only_right_after_its_last() {
         }
     });
     v.h2_is_unaffected("after-stale-publishes");
+    v.stop();
+}
+
+/// With h2's agent down and three commands queued for it, h1's credentials ack,
+/// delete and consume with everything a host could reach on earlier releases (its
+/// acks carried any stream sequence, and the command stream was a work queue: an ack
+/// removed another host's command) and ring h2's bell; none of it reaches the
+/// command stream, and h2, back, carries out all three.
+#[test]
+fn h1_can_neither_ack_nor_delete_nor_take_the_commands_queued_for_h2() {
+    let mut v = victim("64M");
+    // h2 down; three commands wait for it.
+    let h2_daemon = v.daemons.remove(1);
+    h2_daemon.stop();
+    let c = &v.fleet.coordinator;
+    let ids: Vec<String> = ["q-1", "q-2", "q-3"]
+        .iter()
+        .map(|id| c.submit(&v.h2.commands("shop").ensure_namespace(id)))
+        .collect();
+    runtime().block_on(async {
+        let fleet_js = jetstream::new(v.connect("coordinator").await);
+        let mut stream = fleet_js
+            .get_stream("CAPSTAN_COMMANDS")
+            .await
+            .expect("stream");
+        let before = stream.info().await.expect("info").state;
+        let attacker = v.connect("h1").await;
+        for seq in 1..=before.last_sequence + 5 {
+            for stream in ["CAPSTAN_COMMANDS", "CAPSTAN_CMD"] {
+                for consumer in ["agent-h1", "agent-h2"] {
+                    for prefix in ["$JS.ACK", "capstan.js.ACK"] {
+                        let ack = format!("{prefix}.{stream}.{consumer}.1.{seq}.{seq}.0.0");
+                        attacker.publish(ack, "".into()).await.expect("publish");
+                    }
+                }
+            }
+            for api in ["capstan.js.API", "$JS.API"] {
+                let delete = format!("{api}.STREAM.MSG.DELETE.CAPSTAN_COMMANDS");
+                let body = format!(r#"{{"seq":{seq}}}"#);
+                attacker
+                    .publish(delete, body.into())
+                    .await
+                    .expect("publish");
+            }
+        }
+        // h2's bell, rung by h1: it stays in h1's own account.
+        attacker
+            .publish("capstan.v1.cmd.h2", "{}".into())
+            .await
+            .expect("publish");
+        attacker.flush().await.expect("flush");
+        // Answered in order after the publishes above: h1's own sync request.
+        let own = attacker
+            .request(
+                nats_layout::sync_subject("h1"),
+                r#"{"after":0,"max":64}"#.into(),
+            )
+            .await
+            .expect("h1's sync request is answered");
+        let own: capstan_common::nats::SyncAnswer =
+            serde_json::from_slice(&own.payload).expect("a sync answer");
+        assert!(
+            own.commands.iter().all(|q| !q.command.contains("\"h2\"")),
+            "h1 is given only its own commands: {own:?}"
+        );
+        let after = stream.info().await.expect("info").state;
+        assert_eq!(
+            (after.messages, after.last_sequence),
+            (before.messages, before.last_sequence),
+            "nothing left the command stream"
+        );
+    });
+    let h2_daemon = v.h2.run();
+    for id in &ids {
+        let done = c.cli_json(&["wait", id, "--timeout", "60s"], 0);
+        assert_eq!(done["status"], "succeeded", "{done}");
+    }
+    v.daemons.push(h2_daemon);
+    v.h2_is_unaffected("after-acks");
     v.stop();
 }

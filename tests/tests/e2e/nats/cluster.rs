@@ -5,7 +5,7 @@
 //!
 //! Two victims: the JetStream meta leader (the cluster's API: stream and consumer
 //! create/info, placement), whatever streams it leads too; and the leader of
-//! `CAPSTAN_CMD` (which stores and delivers commands and takes the agents' acks),
+//! `CAPSTAN_COMMANDS` (which stores the commands the agents read by position),
 //! moved first to a node that is not the meta leader, so that only the data path
 //! fails over. (In a fresh cluster the meta leader usually leads some streams as
 //! well, so the first is the harsher test and the second the one that isolates the
@@ -40,7 +40,7 @@ fn a_rollout_survives_the_loss_of_the_meta_leader() {
 
 #[test]
 fn a_rollout_survives_the_loss_of_the_command_stream_leader() {
-    rollout_losing(Victim::StreamLeader("CAPSTAN_CMD"));
+    rollout_losing(Victim::StreamLeader("CAPSTAN_COMMANDS"));
 }
 
 /// The commands of `host`, in order: its namespace, then `web` r1 and r2 prepared and
@@ -101,10 +101,10 @@ fn rollout_losing(victim: Victim) {
         Victim::MetaLeader => meta,
         Victim::StreamLeader(stream) => cluster.lead_stream_elsewhere(stream, meta),
     };
-    let cmd_leader = cluster.stream_leader("CAPSTAN_CMD");
+    let cmd_leader = cluster.stream_leader("CAPSTAN_COMMANDS");
     let evt_leader = cluster.stream_leader("CAPSTAN_EVT");
     eprintln!(
-        "cluster: meta leader {}, CAPSTAN_CMD leader {}, CAPSTAN_EVT leader {}; killing {} ({victim:?})",
+        "cluster: meta leader {}, CAPSTAN_COMMANDS leader {}, CAPSTAN_EVT leader {}; killing {} ({victim:?})",
         cluster.name(meta),
         cluster.name(cmd_leader),
         cluster.name(evt_leader),
@@ -222,7 +222,7 @@ fn rollout_losing(victim: Victim) {
 
 /// The streams and buckets (their streams) of the layout.
 const LAYOUT: [&str; 4] = [
-    "CAPSTAN_CMD",
+    "CAPSTAN_COMMANDS",
     "CAPSTAN_EVT",
     "KV_capstan_hosts",
     "KV_capstan_commands",

@@ -1,12 +1,13 @@
 //! Commands over NATS: a private nats-server, coordinators, agents and the `capstan` CLI.
 
+mod accounts;
 mod api;
 mod attack;
 mod auth;
 mod cancel;
 mod cluster;
 mod cluster_fleet;
-mod consumers;
+mod legacy;
 pub(crate) mod crash;
 mod flow;
 mod follow;

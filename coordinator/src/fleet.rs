@@ -52,6 +52,8 @@ pub enum FleetError {
     NoHostAccount(String),
     #[error("host {0} has no such key registered")]
     KeyNotFound(String),
+    #[error("the key {key} is registered for host {host}: a key is one host's; unregister it there first")]
+    KeyConflict { key: String, host: String },
     #[error("{what} of host {host} is refused: {why}")]
     Unverified {
         host: String,

@@ -335,6 +335,10 @@ fn user_key(path: &Path) -> Result<String, NatsConfError> {
     }
 }
 
+/// Names no host may have: `coordinator.nk` holds the coordinators' seed next to the
+/// hosts' `<host>.nk` (`capstan install` would hand a host so named that seed).
+pub const RESERVED_HOSTS: &[&str] = &["coordinator"];
+
 /// The credentials directory of an output directory: `<host>.nk` and
 /// `coordinator.nk`, nkey seeds (mode 0600).
 pub fn credentials_dir(out: &Path) -> PathBuf {
@@ -358,8 +362,7 @@ pub fn generate(
     }
     let mut seen = std::collections::BTreeSet::new();
     for h in hosts {
-        // "coordinator" would share the coordinators' seed file.
-        if !capstan_common::validate::is_dns_label(h) || h == "coordinator" {
+        if !capstan_common::validate::is_dns_label(h) || RESERVED_HOSTS.contains(&h.as_str()) {
             return Err(NatsConfError::Host(h.clone()));
         }
         if !seen.insert(h) {

@@ -38,6 +38,8 @@ pub enum ApiCode {
     HostNotFound,
     /// The host has no such registered key.
     KeyNotFound,
+    /// The key is registered for another host.
+    KeyConflict,
     /// The id was used for a command with different content.
     IdConflict,
     /// Every permit of a bound is taken (`Retry-After`).
@@ -63,7 +65,7 @@ pub enum ApiCode {
 
 impl ApiCode {
     /// Every code, in declaration order (kept complete by a test against the enum).
-    pub const ALL: [ApiCode; 21] = [
+    pub const ALL: [ApiCode; 22] = [
         ApiCode::InvalidRequest,
         ApiCode::InvalidJson,
         ApiCode::TooLarge,
@@ -75,6 +77,7 @@ impl ApiCode {
         ApiCode::CommandNotFound,
         ApiCode::HostNotFound,
         ApiCode::KeyNotFound,
+        ApiCode::KeyConflict,
         ApiCode::IdConflict,
         ApiCode::Busy,
         ApiCode::NatsUnavailable,
@@ -100,6 +103,7 @@ impl ApiCode {
             ApiCode::CommandNotFound => "command_not_found",
             ApiCode::HostNotFound => "host_not_found",
             ApiCode::KeyNotFound => "key_not_found",
+            ApiCode::KeyConflict => "key_conflict",
             ApiCode::IdConflict => "id_conflict",
             ApiCode::Busy => "busy",
             ApiCode::NatsUnavailable => "nats_unavailable",
@@ -213,6 +217,7 @@ impl From<FleetError> for ApiError {
             FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, ApiCode::HostTimeout),
             FleetError::NoHostAccount(_) => (StatusCode::NOT_FOUND, ApiCode::HostNotFound),
             FleetError::KeyNotFound(_) => (StatusCode::NOT_FOUND, ApiCode::KeyNotFound),
+            FleetError::KeyConflict { .. } => (StatusCode::CONFLICT, ApiCode::KeyConflict),
             FleetError::Unverified { .. } => (StatusCode::BAD_GATEWAY, ApiCode::Unverified),
             FleetError::Unreadable(_) => (StatusCode::BAD_GATEWAY, ApiCode::ResultUnreadable),
             FleetError::Nats(_) | FleetError::Setup(_) => {

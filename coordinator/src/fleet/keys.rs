@@ -81,6 +81,34 @@ pub(super) struct Registry {
     _watch: tokio::task::JoinHandle<()>,
 }
 
+/// The key `key` (64 hex digits) as `host`'s registration stores it (lower-case), or
+/// why it may not be registered for `host` given the registry `copy`: not a key, a
+/// weak one (a point of small order, such as all zeros: no signature proves anything
+/// with it, and `verify_strict` would refuse every one), or one registered for
+/// another host (a key is one host's: with it, that host could publish as this one).
+fn admit(copy: &BTreeMap<String, HostKeys>, host: &str, key: &str) -> Result<String, FleetError> {
+    let parsed =
+        public_key(key).map_err(|e| FleetError::BadRequest(format!("`public_key`: {e}")))?;
+    if parsed.is_weak() {
+        return Err(FleetError::BadRequest(
+            "`public_key`: a weak ed25519 key (a point of small order, such as all zeros): \
+             nothing signed with it proves anything"
+                .to_string(),
+        ));
+    }
+    let key = key.trim().to_ascii_lowercase();
+    if let Some(other) = copy
+        .iter()
+        .find(|(h, keys)| h.as_str() != host && keys.keys.contains(&parsed))
+    {
+        return Err(FleetError::KeyConflict {
+            key,
+            host: other.0.clone(),
+        });
+    }
+    Ok(key)
+}
+
 fn parse(host: &str, bytes: &[u8]) -> Option<HostKeys> {
     let entry: Entry = serde_json::from_slice(bytes).ok()?;
     if entry.host != host {
@@ -193,10 +221,13 @@ impl Registry {
 
     /// Adds `key` (64 hex digits) to `host`'s keys; a key already there changes
     /// nothing. Compare-and-set on the entry's revision, so two coordinators adding
-    /// at once both land.
+    /// at once both land. A weak key, or one registered for another host (in this
+    /// coordinator's copy), is refused ([`admit`]).
     pub(super) async fn add(&self, host: &str, key: &str) -> Result<Entry, FleetError> {
-        public_key(key).map_err(|e| FleetError::BadRequest(format!("`public_key`: {e}")))?;
-        let key = key.trim().to_ascii_lowercase();
+        let key = {
+            let copy = self.copy.read().unwrap_or_else(|e| e.into_inner());
+            admit(&copy, host, key)?
+        };
         self.update(host, |keys| {
             if !keys.contains(&key) {
                 if keys.len() >= MAX_KEYS {
@@ -269,5 +300,54 @@ impl Registry {
         Err(FleetError::Nats(format!(
             "the key entry of {host} kept changing under this update; try again"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_common::signing::Signer;
+
+    fn registry(entries: &[(&str, &str)]) -> BTreeMap<String, HostKeys> {
+        entries
+            .iter()
+            .map(|(h, k)| ((*h).to_string(), HostKeys::from_hex(h, [*k]).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_key_registered_for_another_host_is_refused_naming_it() {
+        let a = Signer::generate().unwrap().public_hex();
+        let b = Signer::generate().unwrap().public_hex();
+        let copy = registry(&[("web-1", &a)]);
+        assert_eq!(admit(&copy, "web-1", &a).unwrap(), a, "its own again");
+        assert_eq!(admit(&copy, "web-2", &b).unwrap(), b);
+        let err = admit(&copy, "web-2", &a.to_ascii_uppercase()).unwrap_err();
+        assert!(
+            matches!(&err, FleetError::KeyConflict { key, host } if *key == a && host == "web-1"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("the key {a} is registered for host web-1: a key is one host's; unregister it there first")
+        );
+    }
+
+    #[test]
+    fn weak_keys_are_refused() {
+        // All zeros (a point of order 4), the identity (1, 0…) and a point of order 8.
+        let order8 = "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a";
+        let identity = format!("01{}", "0".repeat(62));
+        for weak in ["0".repeat(64), identity, order8.to_string()] {
+            let err = admit(&BTreeMap::new(), "web-1", &weak).unwrap_err();
+            assert!(
+                matches!(&err, FleetError::BadRequest(m) if m.contains("weak")),
+                "{weak}: {err:?}"
+            );
+        }
+        assert!(matches!(
+            admit(&BTreeMap::new(), "web-1", "zz"),
+            Err(FleetError::BadRequest(_))
+        ));
     }
 }

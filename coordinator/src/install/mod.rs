@@ -8,6 +8,8 @@
 //! ([`plan`], pure), carry them out, and wait for `alive`. Many hosts run at once,
 //! `concurrency` at a time; each one's result is its own.
 
+pub mod known_hosts;
+pub mod name;
 mod on_host;
 pub mod plan;
 mod probe;
@@ -67,6 +69,8 @@ pub enum InstallError {
     Probe { host: String, output: String },
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
+    #[error(transparent)]
+    Name(#[from] name::NameError),
     #[error("the config is not TOML")]
     Config(#[source] toml::de::Error),
     #[error(
@@ -115,27 +119,40 @@ pub struct Install {
     pub timeout: Duration,
 }
 
-/// One host and the config it gets.
+/// One host, the config it gets and its name ([`name`]).
+#[derive(Debug)]
 pub struct Job {
     pub target: Target,
     pub config: Vec<u8>,
+    pub name: name::Name,
+}
+
+impl Job {
+    /// The job of `target` with `config`: the config must be TOML, and the name it
+    /// gives the host a good one.
+    pub fn new(target: Target, config: Vec<u8>) -> Result<Job, InstallError> {
+        let table: toml::Table =
+            toml::from_str(&String::from_utf8_lossy(&config)).map_err(InstallError::Config)?;
+        let name = name::of(&table, &target.host)?;
+        Ok(Job {
+            target,
+            config,
+            name,
+        })
+    }
+}
+
+/// Checks that no two jobs name their hosts alike.
+pub fn check_names(jobs: &[Job]) -> Result<(), name::NameError> {
+    name::distinct(
+        jobs.iter()
+            .map(|j| (j.target.host.as_str(), j.name.name.as_str())),
+    )
 }
 
 /// The lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     capstan_common::signing::to_hex(&Sha256::digest(bytes))
-}
-
-/// The name the agent registers under: the config's `host`, else the host's hostname
-/// (the agent's own default).
-pub fn registry_name(config: &[u8], hostname: &str) -> Result<String, InstallError> {
-    let text = String::from_utf8_lossy(config);
-    let value: toml::Table = toml::from_str(&text).map_err(InstallError::Config)?;
-    Ok(value
-        .get("host")
-        .and_then(toml::Value::as_str)
-        .unwrap_or(hostname)
-        .to_string())
 }
 
 /// Progress lines on stderr, prefixed by the host.
@@ -215,17 +232,42 @@ pub async fn wait_alive(
 mod tests {
     use super::*;
 
+    fn target(host: &str) -> Target {
+        format!("root@{host}").parse().unwrap()
+    }
+
     #[test]
-    fn the_registry_name_is_the_configs_host_else_the_hostname() {
-        assert_eq!(
-            registry_name(b"host = \"web-1\"\ndriver = \"sim\"\n", "h").unwrap(),
-            "web-1"
-        );
-        assert_eq!(registry_name(b"driver = \"sim\"\n", "h").unwrap(), "h");
+    fn a_job_names_its_host_from_the_config_else_the_target_never_the_host() {
+        let job = Job::new(target("10.0.0.5"), b"host = \"web-1\"\n".to_vec()).unwrap();
+        assert_eq!(job.name.name, "web-1");
+        let job = Job::new(target("web-2"), b"driver = \"sim\"\n".to_vec()).unwrap();
+        assert_eq!(job.name.name, "web-2");
         assert!(matches!(
-            registry_name(b"host = ", "h"),
+            Job::new(target("web-2"), b"host = ".to_vec()),
             Err(InstallError::Config(_))
         ));
+        for (host, config) in [("coordinator", ""), ("10.0.0.5", "host = \"coordinator\"")] {
+            let err = Job::new(target(host), config.as_bytes().to_vec()).unwrap_err();
+            assert!(
+                matches!(err, InstallError::Name(name::NameError::Reserved { .. })),
+                "{err}"
+            );
+        }
+        let err = Job::new(target("10.0.0.5"), Vec::new()).unwrap_err();
+        assert!(
+            matches!(err, InstallError::Name(name::NameError::NotALabel { .. })),
+            "{err}"
+        );
+        let shared = b"host = \"web\"\n".to_vec();
+        let jobs = [
+            Job::new(target("10.0.0.4"), shared.clone()).unwrap(),
+            Job::new(target("10.0.0.5"), shared).unwrap(),
+        ];
+        assert!(matches!(
+            check_names(&jobs),
+            Err(name::NameError::Shared { .. })
+        ));
+        assert_eq!(check_names(&jobs[..1]), Ok(()));
     }
 
     #[test]

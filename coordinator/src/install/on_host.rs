@@ -1,12 +1,13 @@
 //! One host's install over its SSH session: connect, probe, upload, plan, carry the
 //! plan out, register the host's key and wait for `alive`.
 
+use super::name;
 use super::plan::{self, Outcome, Package, Plan, Start, Wanted};
 use super::probe::{Probe, PROBE};
 use super::ssh::Session;
 use super::{
-    progress, registry_name, sha256_hex, wait_alive, Install, InstallError, Job, CONFIG_PATH,
-    LAYOUTS_FIELD, NKEY_PATH, UNIT,
+    progress, sha256_hex, wait_alive, Install, InstallError, Job, CONFIG_PATH, LAYOUTS_FIELD,
+    NKEY_PATH, UNIT,
 };
 use crate::client::Client;
 
@@ -85,8 +86,10 @@ impl OnHost<'_> {
                 uid: probe.uid,
             });
         }
-        let name = registry_name(&self.job.config, &probe.hostname)?;
-        let credentials = self.credentials(&name).await?;
+        // The name is the operator's; the host's own only has to agree with it.
+        name::agrees(&self.job.name, &probe.hostname)?;
+        let name = self.job.name.name.as_str();
+        let credentials = self.credentials(name).await?;
         let remote = self.upload().await?;
         let result = self.apply(&probe, &remote).await;
         // Best effort: a leftover in /tmp is harmless, and the result is what matters.
@@ -103,11 +106,11 @@ impl OnHost<'_> {
             .await?;
             outcome = Outcome::Reconfigured;
         }
-        self.register(client, &name).await?;
+        self.register(client, name).await?;
         self.progress(&format!(
             "{outcome}; waiting for {name} to be alive in the registry"
         ));
-        wait_alive(client, &name, self.install.timeout).await?;
+        wait_alive(client, name, self.install.timeout).await?;
         self.progress(&format!("{name} is alive"));
         Ok(outcome)
     }

@@ -2,12 +2,15 @@
 //! OpenSSH known_hosts file, ed25519 public key authentication, and commands run over
 //! exec channels with their stdin streamed.
 //!
-//! Host keys: the keys recorded for `host` (or `[host]:port`), plain or hashed
-//! (`|1|…`) entries, are read with russh's known_hosts reader. The presented key is
-//! trusted when one of them is equal; when the host has recorded keys and none is
-//! equal, the connection is refused naming both fingerprints; an unknown host is
-//! refused too unless `accept_new` (trust on first use), which appends its key.
+//! Host keys: what the known_hosts file says of `host` (or `[host]:port`) is read by
+//! [`super::known_hosts`]. A key `@revoked` for the host is refused, whatever else
+//! the file says; the presented key is trusted when one of the host's recorded keys
+//! is equal; when the host has recorded keys and none is equal, the connection is
+//! refused naming both fingerprints; a host known only through a `@cert-authority`
+//! line is refused (no host certificates here); an unknown host is refused too unless
+//! `accept_new` (trust on first use), which appends its key.
 
+use super::known_hosts::{self, KnownHostsError, Verdict};
 use russh::client;
 use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey};
 use std::path::{Path, PathBuf};
@@ -29,6 +32,26 @@ pub enum SshError {
         path: PathBuf,
         #[source]
         source: russh::keys::Error,
+    },
+    #[error("the known_hosts file {path}")]
+    KnownHostsFile {
+        path: PathBuf,
+        #[source]
+        source: KnownHostsError,
+    },
+    #[error("HOST KEY REVOKED for {host}: it presented {presented}, marked @revoked in the known_hosts file {path} (line {line})")]
+    Revoked {
+        host: String,
+        presented: String,
+        path: PathBuf,
+        line: usize,
+    },
+    #[error("{host} is known only by a @cert-authority line of the known_hosts file {path} (line {line}): capstan install uses no host certificates; record the host's own key (its key is {presented})")]
+    OnlyAuthority {
+        host: String,
+        presented: String,
+        path: PathBuf,
+        line: usize,
     },
     #[error("HOST KEY MISMATCH for {host}: it presented {presented}, the known_hosts file {path} holds {recorded}")]
     Mismatch {
@@ -76,40 +99,6 @@ pub fn fingerprint(key: &PublicKey) -> String {
     key.fingerprint(HashAlg::Sha256).to_string()
 }
 
-/// What the recorded keys say of a presented one.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Trusted,
-    /// The host has recorded keys; none is the presented one (their fingerprints).
-    Mismatch(Vec<String>),
-    Unknown,
-}
-
-/// The verdict on `presented` given the keys recorded for its host (pure).
-pub fn verdict(recorded: &[PublicKey], presented: &PublicKey) -> Verdict {
-    if recorded
-        .iter()
-        .any(|k| k.key_data() == presented.key_data())
-    {
-        Verdict::Trusted
-    } else if recorded.is_empty() {
-        Verdict::Unknown
-    } else {
-        Verdict::Mismatch(recorded.iter().map(fingerprint).collect())
-    }
-}
-
-/// The keys `path` records for `host` on `port` (`[host]:port` entries unless 22).
-/// A missing file records nothing.
-pub fn recorded_keys(path: &Path, host: &str, port: u16) -> Result<Vec<PublicKey>, SshError> {
-    russh::keys::known_hosts::known_host_keys_path(host, port, path)
-        .map(|keys| keys.into_iter().map(|(_, k)| k).collect())
-        .map_err(|source| SshError::KnownHosts {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
 /// How to check host keys.
 #[derive(Clone, Debug)]
 pub struct HostKeys {
@@ -144,9 +133,26 @@ struct Checker {
 impl Checker {
     fn check(&self, presented: &PublicKey) -> Result<(), SshError> {
         let path = &self.keys.known_hosts;
-        let recorded = recorded_keys(path, &self.host, self.port)?;
-        match verdict(&recorded, presented) {
+        let known = known_hosts::read(path, &self.host, self.port).map_err(|source| {
+            SshError::KnownHostsFile {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        match known_hosts::verdict(&known, presented) {
             Verdict::Trusted => Ok(()),
+            Verdict::Revoked(line) => Err(SshError::Revoked {
+                host: self.host.clone(),
+                presented: fingerprint(presented),
+                path: path.clone(),
+                line,
+            }),
+            Verdict::OnlyAuthority(line) => Err(SshError::OnlyAuthority {
+                host: self.host.clone(),
+                presented: fingerprint(presented),
+                path: path.clone(),
+                line,
+            }),
             Verdict::Mismatch(recorded) => Err(SshError::Mismatch {
                 host: self.host.clone(),
                 presented: fingerprint(presented),
@@ -352,6 +358,19 @@ mod tests {
         PublicKey::from_openssh(text).expect("a public key")
     }
 
+    /// The plain keys `path` records for `host` on `port`.
+    fn recorded_keys(
+        path: &Path,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<PublicKey>, KnownHostsError> {
+        Ok(known_hosts::read(path, host, port)?
+            .keys
+            .into_iter()
+            .map(|(_, k)| k)
+            .collect())
+    }
+
     #[test]
     fn fingerprints_are_sha256_base64_without_padding() {
         let f = fingerprint(&key(A));
@@ -363,10 +382,15 @@ mod tests {
 
     #[test]
     fn the_verdict_trusts_an_equal_key_and_names_every_other() {
-        assert_eq!(verdict(&[key(B), key(A)], &key(A)), Verdict::Trusted);
-        assert_eq!(verdict(&[], &key(A)), Verdict::Unknown);
+        let recorded = |keys: &[&str]| known_hosts::ForHost {
+            keys: keys.iter().map(|k| (1, key(k))).collect(),
+            ..Default::default()
+        };
+        let verdict = known_hosts::verdict;
+        assert_eq!(verdict(&recorded(&[B, A]), &key(A)), Verdict::Trusted);
+        assert_eq!(verdict(&recorded(&[]), &key(A)), Verdict::Unknown);
         assert_eq!(
-            verdict(&[key(B)], &key(A)),
+            verdict(&recorded(&[B]), &key(A)),
             Verdict::Mismatch(vec![fingerprint(&key(B))])
         );
     }
@@ -457,5 +481,52 @@ mod tests {
         };
         let err = strict.check(&key(A)).unwrap_err();
         assert!(matches!(err, SshError::Unknown { .. }), "{err}");
+    }
+
+    #[test]
+    fn given_accept_new_a_revoked_key_or_a_host_known_by_its_ca_is_refused_and_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("known_hosts");
+        let a = A.rsplit_once(' ').unwrap().0;
+        let b = B.rsplit_once(' ').unwrap().0;
+        let text = format!("@revoked * {a}\n@cert-authority *.example.com {b}\n");
+        std::fs::write(&path, &text).unwrap();
+        let checker = |host: &str| Checker {
+            host: host.into(),
+            port: 22,
+            keys: HostKeys {
+                known_hosts: path.clone(),
+                accept_new: true,
+            },
+            refused: Arc::default(),
+        };
+        let err = checker("web-1").check(&key(A)).unwrap_err();
+        assert!(matches!(err, SshError::Revoked { line: 1, .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "HOST KEY REVOKED for web-1: it presented {}, marked @revoked in the \
+                 known_hosts file {} (line 1)",
+                fingerprint(&key(A)),
+                path.display()
+            )
+        );
+        let err = checker("db.example.com").check(&key(B)).unwrap_err();
+        assert!(
+            matches!(err, SshError::OnlyAuthority { line: 2, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("uses no host certificates"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "nothing was recorded"
+        );
+        // Another key on first use is recorded as before.
+        checker("web-1").check(&key(B)).unwrap();
+        assert_eq!(recorded_keys(&path, "web-1", 22).unwrap().len(), 1);
     }
 }

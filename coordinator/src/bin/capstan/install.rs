@@ -29,7 +29,8 @@ pub(crate) struct InstallArgs {
     /// (default file: ~/.ssh/known_hosts). A changed key is refused all the same.
     #[arg(long)]
     accept_new: bool,
-    /// The agent.toml every host gets.
+    /// The agent.toml every host gets (without `host`, each host is named as its
+    /// target is written).
     #[arg(long)]
     config: Option<PathBuf>,
     /// A directory with `<host>.toml` for each host (`host` as written in the target).
@@ -40,7 +41,8 @@ pub(crate) struct InstallArgs {
     #[arg(long)]
     upgrade: bool,
     /// The output directory of `capstan-coordinator nats-config`: each host's nkey
-    /// seed (`credentials/<host>.nk`) is written to /etc/capstan/nats.nk, which the
+    /// seed (`credentials/<name>.nk`, the host's name: the config's `host`, else the
+    /// target's host) is written to /etc/capstan/nats.nk, which the
     /// config's `[nats] nkey_seed_file` must name (with `host_accounts = true`).
     #[arg(long, value_name = "DIR")]
     nats_credentials: Option<PathBuf>,
@@ -100,11 +102,13 @@ pub(crate) async fn install(
                 path.display()
             )
         })?;
-        // A config that is not TOML is a usage error, found before any host is touched.
-        toml::from_str::<toml::Table>(&String::from_utf8_lossy(&config))
-            .with_context(|| format!("the config {} is not TOML", path.display()))?;
-        jobs.push(install::Job { target, config });
+        // A config that is not TOML, or a name that is not a host's (`install::name`),
+        // is a usage error, found before any host is touched.
+        let label = format!("{} ({})", target.host, path.display());
+        let job = install::Job::new(target, config).with_context(|| label)?;
+        jobs.push(job);
     }
+    install::check_names(&jobs)?;
     let package_bytes = std::fs::read(&args.package)
         .with_context(|| format!("cannot read the package {}", args.package.display()))?;
     let spec = install::Install {

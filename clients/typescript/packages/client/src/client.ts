@@ -251,7 +251,8 @@ export class CapstanClient {
   }
 
   /** Registers a host's public key (`capstan-agent host-key`): a key already there
-   * changes nothing. */
+   * changes nothing; a key registered for another host is refused (`key_conflict`),
+   * as is a weak one (`invalid_request`). */
   async registerKey(host: string, publicKey: string, options: CallOptions = {}): Promise<HostKeys> {
     return this.call(options, (signal) =>
       this.raw.PUT("/v1/hosts/{host}/keys", {

@@ -238,7 +238,7 @@ export type paths = {
         };
         /** The public keys registered for the host. */
         get: operations["getHostKeys"];
-        /** Registers a public key for the host (role `submit`): from then on everything the host publishes must be signed by one of its keys. A key already registered changes nothing; at most 8 keys a host. */
+        /** Registers a public key for the host (role `submit`): from then on everything the host publishes must be signed by one of its keys. A key already registered for the host changes nothing; at most 8 keys a host. A key is one host's: a key registered for another host is refused (409 `key_conflict`), as is a weak key (400: a point of small order, such as all zeros). */
         put: operations["registerHostKey"];
         post?: never;
         delete?: never;
@@ -279,7 +279,7 @@ export type components = {
                  * @description One of the protocol's codes (a command refused: `ErrorCode`) or one of this API's own; each response lists the codes it may carry.
                  * @enum {string}
                  */
-                code: "too_large" | "invalid_json" | "unsupported_version" | "unknown_op" | "invalid_command" | "invalid_id" | "invalid_name" | "invalid_timestamp" | "invalid_env" | "invalid_spec" | "wrong_host" | "namespace_not_found" | "namespace_not_empty" | "workload_not_found" | "revision_not_found" | "revision_conflict" | "revision_retired" | "no_active_revision" | "driver_failed" | "backend_missing" | "image_not_found" | "log_degraded" | "log_failed" | "hook_failed" | "launch_env_rejected" | "cancelled" | "interrupted" | "unsigned" | "bad_signature" | "expired" | "issued_in_future" | "backend_failed" | "driver_mismatch" | "id_conflict" | "not_owned" | "hook_timeout" | "hook_invalid_reply" | "driver_unavailable" | "forbidden" | "field_conflict" | "rollout_timeout" | "not_ready" | "invalid_request" | "unsupported_media_type" | "unauthorized" | "forbidden_host" | "not_found" | "command_not_found" | "host_not_found" | "key_not_found" | "busy" | "nats_unavailable" | "nats_error" | "host_unreachable" | "host_timeout" | "unverified" | "result_unreadable" | "log_unreadable" | "host_error";
+                code: "too_large" | "invalid_json" | "unsupported_version" | "unknown_op" | "invalid_command" | "invalid_id" | "invalid_name" | "invalid_timestamp" | "invalid_env" | "invalid_spec" | "wrong_host" | "namespace_not_found" | "namespace_not_empty" | "workload_not_found" | "revision_not_found" | "revision_conflict" | "revision_retired" | "no_active_revision" | "driver_failed" | "backend_missing" | "image_not_found" | "log_degraded" | "log_failed" | "hook_failed" | "launch_env_rejected" | "cancelled" | "interrupted" | "unsigned" | "bad_signature" | "expired" | "issued_in_future" | "backend_failed" | "driver_mismatch" | "id_conflict" | "not_owned" | "hook_timeout" | "hook_invalid_reply" | "driver_unavailable" | "forbidden" | "field_conflict" | "rollout_timeout" | "not_ready" | "invalid_request" | "unsupported_media_type" | "unauthorized" | "forbidden_host" | "not_found" | "command_not_found" | "host_not_found" | "key_not_found" | "key_conflict" | "busy" | "nats_unavailable" | "nats_error" | "host_unreachable" | "host_timeout" | "unverified" | "result_unreadable" | "log_unreadable" | "host_error";
                 message: string;
             };
         };
@@ -1831,7 +1831,7 @@ export interface operations {
                     "application/json": components["schemas"]["HostKeys"];
                 };
             };
-            /** @description The host name, the body or the key is not valid, or the host has 8 keys already. Codes: `invalid_name`, `invalid_request`. */
+            /** @description The host name, the body or the key is not valid (a weak key too: a point of small order, such as all zeros), or the host has 8 keys already. Codes: `invalid_name`, `invalid_request`. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1860,6 +1860,15 @@ export interface operations {
             };
             /** @description The host has no account on the NATS server (per-host accounts: `capstan-coordinator nats-config`). Codes: `host_not_found`. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiError"];
+                };
+            };
+            /** @description The key is registered for another host (the message names it): a key is one host's; unregister it there first. Codes: `key_conflict`. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -201,8 +201,20 @@ pub(super) fn sibling(dir: &Path, what: &str) -> PathBuf {
     dir.with_file_name(name)
 }
 
-/// Opens the sled database in `dir` as it is, sled's own periodic flush off.
+/// Makes `dir`, or makes it the owner's alone: `0700`, whatever the umask. sled
+/// makes its files (`db`, `conf`, `snap.*`, `blobs/`) with the umask's mode and no
+/// way to ask for another; inside this directory nobody else can reach them.
+pub(super) fn private(dir: &Path) -> Result<(), LogError> {
+    capstan_common::files::private_dir(dir).map_err(|source| LogError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Opens the sled database in `dir` (made [`private`] first) as it is, sled's own
+/// periodic flush off.
 pub(super) fn open_raw(dir: &Path) -> Result<sled::Db, LogError> {
+    private(dir)?;
     sled::Config::new()
         .path(dir)
         .flush_every_ms(None)

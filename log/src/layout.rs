@@ -33,8 +33,8 @@
 //!
 //! What changes the layout number: anything an older build of the same layout would
 //! misread or take for missing (records or indexes moved or re-encoded). Trees added
-//! beside the others (`pruned_ids`, `pruned_batches`) are ignored by the builds that
-//! do not know them, so they are not a new layout.
+//! beside the others (`pruned_ids`, `pruned_batches`, `pruned_expiry`) are ignored by
+//! the builds that do not know them, so they are not a new layout.
 
 use super::records::{self, PER_CHUNK};
 use super::{codec, db_lock, key_seq, postings, query, Entry, LogError};

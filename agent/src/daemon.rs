@@ -26,6 +26,7 @@ use crate::log::{Log, LogError, LogOptions, Pace};
 use crate::metrics::{self, Metrics};
 use crate::supervise::{Backoff, Supervisor};
 use crate::transport::{HostInfo, Transport};
+use capstan_common::files;
 use capstan_common::nats::{NatsConfig, NatsError};
 use capstan_common::signing::Policy;
 use std::path::{Path, PathBuf};
@@ -138,10 +139,14 @@ pub struct HostSetup<'a> {
 impl HostSetup<'_> {
     /// Opens the log and the driver.
     pub async fn open(&self) -> Result<Executor, DaemonError> {
+        // A data dir made here is `0700` (the log, the host key, the local socket, the
+        // drivers' state: the agent's alone); one already there is the operator's.
         let dir = self.data_dir.join("log");
-        std::fs::create_dir_all(&dir).map_err(|source| DaemonError::DataDir {
-            path: dir.clone(),
-            source,
+        files::create_dir_all(self.data_dir, files::PRIVATE_DIR).map_err(|source| {
+            DaemonError::DataDir {
+                path: self.data_dir.to_path_buf(),
+                source,
+            }
         })?;
         let log = Arc::new(Log::open(&dir, self.log)?);
         let metrics = Arc::new(Metrics::new());

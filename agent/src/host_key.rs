@@ -1,13 +1,13 @@
 //! The host's own ed25519 key: it signs everything the agent publishes on NATS (each
 //! record, heartbeat, result and RPC answer, [`capstan_common::published`]), so the
 //! coordinator can refuse what this host did not write. Kept in `host_key_file`
-//! (default `<data_dir>/host.key`): the 32-byte seed as 64 hex digits, mode 0600,
-//! made on first use (`capstan-agent host-key` prints its public half, for
+//! (default `<data_dir>/host.key`): the 32-byte seed as 64 hex digits, mode 0600
+//! (and the directories made for it 0700) whatever the umask, made on first use (`capstan-agent host-key` prints its public half, for
 //! `capstan register`). Never sent anywhere.
 
+use capstan_common::files;
 use capstan_common::signing::{KeyError, Signer};
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 /// The key file's name in the data dir when `host_key_file` is not set.
@@ -60,18 +60,14 @@ fn create(path: &Path) -> Result<Signer, HostKeyError> {
         source,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(write)?;
+        files::create_dir_all(dir, files::PRIVATE_DIR).map_err(write)?;
     }
     // Written whole to a temporary file (0600 from the start), synced, then linked
     // into place: a crash leaves either no key or a whole one, and of two agents
     // racing only one link wins (the other reads the winner's key).
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut file = files::create_new(&tmp, files::PRIVATE_FILE)?;
         writeln!(file, "{}", key.secret_hex())?;
         file.sync_all()?;
         std::fs::hard_link(&tmp, path)

@@ -162,7 +162,10 @@ pub async fn run<S>(
                 lines.push_str(&format!("{name} {}\n", key.public_hex()));
             }
         }
-        if let Err(source) = std::fs::write(&path, lines) {
+        // Public keys, for the operator: 0644 whatever the umask.
+        let written = capstan_common::files::create(&path, capstan_common::files::PUBLIC_FILE)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, lines.as_bytes()));
+        if let Err(source) = written {
             stop_all(daemons).await;
             return Err(FleetError::Keys { path, source });
         }

@@ -154,7 +154,8 @@ fn costs(
     let mut i = 0;
     let write = time(&mut || {
         i += 1;
-        capstan_systemd::files::write_if_changed(&scratch, &format!("{i}\n"))?;
+        use capstan_systemd::files;
+        files::write_if_changed(&scratch, &format!("{i}\n"), files::UNIT)?;
         Ok(())
     })?;
     std::fs::remove_file(&scratch)?;

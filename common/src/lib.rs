@@ -9,6 +9,7 @@
 pub mod answers;
 mod command;
 mod error;
+pub mod files;
 #[cfg(feature = "nats")]
 pub mod nats;
 pub mod nats_layout;

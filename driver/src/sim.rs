@@ -102,9 +102,12 @@ pub fn check_spec(spec: &Spec) -> Result<(), Rejection> {
 }
 
 impl SimDriver {
-    /// Opens the simulated host in `dir`, creating it empty if absent.
+    /// Opens the simulated host in `dir`, creating it empty if absent (`0700`, its
+    /// files `0600`, whatever the umask: the specs it holds may carry secrets in their
+    /// env).
     pub fn open(dir: &Path, config: SimConfig) -> std::io::Result<SimDriver> {
-        std::fs::create_dir_all(dir)?;
+        use capstan_common::files;
+        files::create_dir_all(dir, files::PRIVATE_DIR)?;
         let (journal, host) = Journal::open(dir)?;
         Ok(SimDriver {
             config,

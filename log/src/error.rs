@@ -68,6 +68,13 @@ pub enum LogError {
         #[source]
         source: sled::Error,
     },
+    /// The log's directory could not be made, or made the owner's alone (`0700`).
+    #[error("cannot make the log's directory {path} (mode 0700)")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The database holds records but not an index every log has: not a log this
     /// build wrote.
     #[error("the log at {path} has records but no {tree} index")]

@@ -120,15 +120,20 @@ pub fn file_name(dir: &Path, first: u64, last: u64) -> PathBuf {
 
 /// Writes `lines` to `path` durably: to a temporary file, fsync'd, renamed into
 /// place, and the directory fsync'd. Rewriting the same records gives the same file.
+/// The file is `0600` (the log's records: the owner's alone, as the log is) and the
+/// directories made for it `0700`, whatever the umask; a directory already there is
+/// left as it is (the operator's `export_dir`).
 pub fn write_durably(path: &Path, lines: &[Value]) -> Result<(), ExportError> {
+    use capstan_common::files;
     let error = |source| ExportError::Write {
         path: path.to_path_buf(),
         source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(error)?;
+    files::create_dir_all(dir, files::PRIVATE_DIR).map_err(error)?;
     let tmp = path.with_extension("jsonl.tmp");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(error)?);
+    let file = files::create(&tmp, files::PRIVATE_FILE).map_err(error)?;
+    let mut file = std::io::BufWriter::new(file);
     for json in lines {
         serde_json::to_writer(&mut file, json).map_err(|e| error(e.into()))?;
         file.write_all(b"\n").map_err(error)?;

@@ -33,8 +33,8 @@
 //!
 //! What changes the layout number: anything an older build of the same layout would
 //! misread or take for missing (records or indexes moved or re-encoded). Trees added
-//! beside the others (`pruned_ids`, `pruned_batches`) are ignored by the builds that
-//! do not know them, so they are not a new layout.
+//! beside the others (`pruned_ids`, `pruned_batches`, `pruned_expiry`) are ignored by
+//! the builds that do not know them, so they are not a new layout.
 
 use super::records::{self, PER_CHUNK};
 use super::{codec, db_lock, key_seq, postings, query, Entry, LogError};
@@ -201,8 +201,20 @@ pub(super) fn sibling(dir: &Path, what: &str) -> PathBuf {
     dir.with_file_name(name)
 }
 
-/// Opens the sled database in `dir` as it is, sled's own periodic flush off.
+/// Makes `dir`, or makes it the owner's alone: `0700`, whatever the umask. sled
+/// makes its files (`db`, `conf`, `snap.*`, `blobs/`) with the umask's mode and no
+/// way to ask for another; inside this directory nobody else can reach them.
+pub(super) fn private(dir: &Path) -> Result<(), LogError> {
+    capstan_common::files::private_dir(dir).map_err(|source| LogError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Opens the sled database in `dir` (made [`private`] first) as it is, sled's own
+/// periodic flush off.
 pub(super) fn open_raw(dir: &Path) -> Result<sled::Db, LogError> {
+    private(dir)?;
     sled::Config::new()
         .path(dir)
         .flush_every_ms(None)

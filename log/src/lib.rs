@@ -16,9 +16,10 @@
 //!   [`LogOptions::snapshot_per_workload`]), so opening replays only the tail;
 //! - `anchor`: after retention pruned records, where the chain starts (see [`anchor`],
 //!   [`retention`]);
-//! - `pruned_ids`, `pruned_batches`: what is kept of the commands retention pruned,
-//!   so that they are answered as duplicates, never carried out again (see
-//!   `pruned`);
+//! - `pruned_ids`, `pruned_expiry` (and the default tree's `retention_clock`): what
+//!   is kept of the commands retention pruned, so that they are answered as
+//!   duplicates, never carried out again, and when it expires (see `pruned`;
+//!   `pruned_batches` is where earlier builds kept their expiry);
 //! - `marks`: named positions the user keeps beside its records (see `marks`).
 //!
 //! A batch of records and their index entries are written as plain sled writes, then
@@ -345,6 +346,13 @@ impl<F: Fold> Log<F> {
     /// (kept `pruned_ids_max_age_secs`, see [`retention`]).
     pub fn pruned_command(&self, id: &str) -> Result<Option<PrunedCommand>, LogError> {
         self.pruned.get(id)
+    }
+
+    /// Test seam: the retention clock (what kept pruned commands expire by, see
+    /// `pruned`) goes `by` further at once, as if the agent had run that much longer.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn advance_retention_clock(&self, by: std::time::Duration) {
+        self.pruned.clock.advance(by);
     }
 
     /// Whether the log has received command `id`: its `command_received` is in the

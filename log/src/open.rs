@@ -8,11 +8,13 @@ use std::path::Path;
 use std::sync::Mutex;
 
 impl<F: Fold> Log<F> {
-    /// Opens (or creates) the log in `dir`, rebuilds the intent from the newest
-    /// snapshot plus the records after it, and verifies that tail. A bad record
-    /// leaves the log open but degraded: readable, and refusing appends.
+    /// Opens (or creates) the log in `dir` (made `0700`, see [`layout::private`]),
+    /// rebuilds the intent from the newest snapshot plus the records after it, and
+    /// verifies that tail. A bad record leaves the log open but degraded: readable,
+    /// and refusing appends.
     pub fn open(dir: &Path, options: LogOptions) -> Result<Log<F>, LogError> {
         layout::prepare::<F::Entry>(dir)?;
+        layout::private(dir)?;
         let mut config = sled::Config::new().path(dir).flush_every_ms(None);
         if let Some(bytes) = options.cache_bytes {
             config = config.cache_capacity(bytes);

@@ -23,7 +23,8 @@
 //! lines) or removes (another last seq); a crash after it leaves records at or below
 //! the anchor, which opening, reading and verification ignore and the next prune
 //! removes. Nothing is lost, nothing exported twice. Each prune also expires the
-//! pruned commands kept longer than `pruned_ids_max_age_secs`.
+//! pruned commands kept longer than `pruned_ids_max_age_secs` by the retention clock
+//! (the agent's running time, monotonic: see [`super::pruned`]).
 
 use super::anchor::{self, Anchor};
 use super::export::{self, ExportError};
@@ -179,7 +180,9 @@ impl<F: Fold> Log<F> {
     }
 
     /// Prunes once under `policy` (see the module), `published` being the last seq
-    /// the outbox had acknowledged, at `now_ms`: what went where, or `None` when
+    /// the outbox had acknowledged, at `now_ms` (the wall clock: what `max_age` is
+    /// measured by, and the kept commands' `pruned_at_ms`; they expire by the
+    /// retention clock, see [`super::pruned`]): what went where, or `None` when
     /// nothing may be pruned now.
     pub fn prune(
         &self,
@@ -212,8 +215,10 @@ impl<F: Fold> Log<F> {
             aged,
             in_flight,
         };
-        let ids_cutoff = now_ms.saturating_sub(millis(policy.pruned_ids_max_age));
-        self.pruned.expire(ids_cutoff)?;
+        // Kept ids expire by the retention clock, which a clock jump cannot move
+        // (`pruned`), not by `now_ms`.
+        let clock = self.pruned.tick()?;
+        self.pruned.expire(clock, policy.pruned_ids_max_age)?;
         let Some(upto) = prunable(policy.max_records, &bounds) else {
             return Ok(None);
         };
@@ -251,7 +256,7 @@ impl<F: Fold> Log<F> {
             Ok(records.into_iter().filter(|r| r.seq > upto).collect())
         };
         let entries = commands.finish(now_ms, later)?;
-        self.pruned.write(&entries, now_ms, upto)?;
+        self.pruned.write(&entries, clock, first, upto)?;
         let pruned = old.as_ref().map_or(0, |a| a.pruned) + count;
         anchor::write(
             &anchors,

@@ -149,6 +149,7 @@ impl Driver for SystemdDriver {
             &self.unit_path(&slice),
             &unit::slice(&self.host, namespace)
                 .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?,
+            files::UNIT,
         )
         .map_err(io(op, &slice))?;
         self.reload(op, changed || removed).await

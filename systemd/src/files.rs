@@ -1,21 +1,39 @@
 //! The unit files on disk: written atomically (a temporary file, fsync, rename, fsync
 //! of the directory) and only when their content changes, so an unchanged rollout
 //! costs no reload and no restart.
+//!
+//! Their modes are the code's, whatever the agent's umask ([`capstan_common::files`]):
+//! units and slices [`UNIT`] (`0644`, as systemd's own), env drop-ins [`ENV_DROPIN`]
+//! (`0600`: a launch environment may hold a grant's credentials; systemd reads them
+//! as root), the drop-in directories made for them `0755`.
 
+use capstan_common::files;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-/// Writes `content` to `path` unless it already holds exactly that. True when it wrote.
-pub fn write_if_changed(path: &Path, content: &str) -> std::io::Result<bool> {
+/// The mode of unit files (services, slices).
+pub const UNIT: u32 = files::PUBLIC_FILE;
+/// The mode of env drop-ins.
+pub const ENV_DROPIN: u32 = files::PRIVATE_FILE;
+
+/// Writes `content` to `path`, mode `mode`, unless it already holds exactly that
+/// (then only its mode is set, if it differs). True when it wrote.
+pub fn write_if_changed(path: &Path, content: &str, mode: u32) -> std::io::Result<bool> {
     match std::fs::read(path) {
-        Ok(existing) if existing == content.as_bytes() => return Ok(false),
+        Ok(existing) if existing == content.as_bytes() => {
+            if std::fs::metadata(path)?.permissions().mode() & 0o7777 != mode {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+            }
+            return Ok(false);
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile_in(dir, path)?;
+    files::create_dir_all(dir, files::PUBLIC_DIR)?;
+    let mut tmp = tempfile_in(dir, path, mode)?;
     tmp.1.write_all(content.as_bytes())?;
     tmp.1.sync_all()?;
     std::fs::rename(&tmp.0, path)?;
@@ -64,18 +82,18 @@ pub fn remove_temporaries(dir: &Path, prefix: &str) -> std::io::Result<usize> {
 
 /// A new file beside `path` (same file system, so the rename is atomic). The name
 /// starts with `.` so systemd never reads it as a unit.
-fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+fn tempfile_in(
+    dir: &Path,
+    path: &Path,
+    mode: u32,
+) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
     let base = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     for attempt in 0u32.. {
         let tmp = dir.join(format!(".{base}.{}.{attempt}.tmp", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-        {
+        match files::create_new(&tmp, mode) {
             Ok(file) => return Ok((tmp, file)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => continue,
             Err(e) => return Err(e),
@@ -96,9 +114,9 @@ mod tests {
     fn writes_only_changes_and_leaves_no_temporary_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.service");
-        assert!(write_if_changed(&path, "one").unwrap());
-        assert!(!write_if_changed(&path, "one").unwrap());
-        assert!(write_if_changed(&path, "two").unwrap());
+        assert!(write_if_changed(&path, "one", UNIT).unwrap());
+        assert!(!write_if_changed(&path, "one", UNIT).unwrap());
+        assert!(write_if_changed(&path, "two", UNIT).unwrap());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -135,7 +153,7 @@ mod tests {
     fn creates_the_directory_of_a_drop_in() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.service.d").join("50-env.conf");
-        assert!(write_if_changed(&path, "[Service]\n").unwrap());
+        assert!(write_if_changed(&path, "[Service]\n", ENV_DROPIN).unwrap());
         assert!(remove_dir(&dir.path().join("x.service.d")).unwrap());
     }
 }

@@ -6,6 +6,7 @@ use capstan_agent::config::AgentConfig;
 use capstan_agent::daemon::{self, DaemonError, HostSetup};
 use capstan_agent::executor::Executor;
 use capstan_agent::log::{Log, LogError, LogOptions};
+use capstan_common::files;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +22,9 @@ pub(crate) struct Context {
 
 pub(crate) fn open_log(ctx: &Context) -> anyhow::Result<Arc<Log>> {
     let dir = ctx.data_dir.join("log");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // As `run` makes them: a new data dir `0700`, the log's directory `0700`.
+    files::create_dir_all(&ctx.data_dir, files::PRIVATE_DIR)
+        .with_context(|| format!("cannot create {}", ctx.data_dir.display()))?;
     let log = Log::open(&dir, LogOptions::default()).map_err(|e| explain(e.into()))?;
     Ok(Arc::new(log))
 }

@@ -8,6 +8,7 @@ use capstan_agent::local_socket;
 use capstan_agent::log::export::{self, Chain};
 use capstan_agent::log::Log;
 use capstan_common::answers::{AnchorSummary, ExportAnswer, ExportRequest, Verb};
+use capstan_common::files;
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -99,7 +100,8 @@ pub fn run(
     };
     let mut out: Box<dyn Write> = match output {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
+            // The log's records: the owner's alone, as the log is, whatever the umask.
+            files::create(path, files::PRIVATE_FILE)
                 .with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None => Box::new(std::io::stdout().lock()),

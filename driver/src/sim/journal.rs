@@ -275,8 +275,9 @@ fn start(dir: &Path, generation: u64, host: &SimHost) -> std::io::Result<File> {
 
 /// Replaces `dir/name` with `bytes` atomically (write, then rename).
 fn replace(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use capstan_common::files;
     let tmp = dir.join(format!("{name}.tmp"));
-    std::fs::write(&tmp, bytes)?;
+    std::io::Write::write_all(&mut files::create(&tmp, files::PRIVATE_FILE)?, bytes)?;
     std::fs::rename(tmp, dir.join(name))
 }
 

@@ -10,6 +10,7 @@ use crate::LogOptions;
 use std::time::Duration;
 
 const DAY_MS: i64 = 86_400_000;
+const DAY: Duration = Duration::from_secs(86_400);
 /// The agent's clock in these tests.
 const T0: i64 = 1_800_000_000_000;
 
@@ -153,11 +154,13 @@ fn kept_commands_expire_after_the_window_at_a_later_prune() {
     let p = policy(dir.path());
     log.prune(&p, 4, T0).unwrap().unwrap();
     assert!(log.knows_command("a") && log.knows_command("b"));
-    // 29 days on: still kept.
+    // 29 days of the agent running on: still kept.
+    log.advance_retention_clock(29 * DAY);
     log.prune(&p, 6, T0 + 29 * DAY_MS).unwrap().unwrap();
     assert!(log.knows_command("a"));
     assert_eq!(log.pruned.batches.len(), 2);
     // Past 30 days, the next prune (even one with nothing to prune) expires them.
+    log.advance_retention_clock(DAY + Duration::from_millis(1));
     assert_eq!(log.prune(&p, 6, T0 + 30 * DAY_MS + 1).unwrap(), None);
     assert!(!log.knows_command("a") && !log.knows_command("b"));
     assert!(
@@ -165,6 +168,69 @@ fn kept_commands_expire_after_the_window_at_a_later_prune() {
         "pruned later"
     );
     assert_eq!((log.pruned.len(), log.pruned.batches.len()), (2, 1));
+}
+
+/// The wall clock set a year forward (a bad NTP server, a wrong RTC), a prune, the
+/// clock put right: nothing kept was forgotten, so a re-post is still a duplicate.
+#[test]
+fn a_clock_jump_does_not_expire_kept_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = given(dir.path());
+    let p = policy(dir.path());
+    log.prune(&p, 4, T0).unwrap().unwrap();
+    assert_eq!(log.prune(&p, 4, T0 + 365 * DAY_MS).unwrap(), None);
+    assert!(log.knows_command("a") && log.knows_command("b"));
+    assert_eq!(log.prune(&p, 4, T0 + DAY_MS).unwrap(), None);
+    assert!(log.knows_command("a") && log.knows_command("b"));
+    // The retention clock goes on through a reopen (stored at each prune), and
+    // expires them once the agent has run the window.
+    drop(log);
+    let log = Log::open(&dir.path().join("log"), LogOptions::snapshot_every(4)).unwrap();
+    log.advance_retention_clock(30 * DAY + Duration::from_millis(1));
+    assert_eq!(log.prune(&p, 4, T0 + DAY_MS).unwrap(), None);
+    assert!(!log.knows_command("a") && !log.knows_command("b"));
+}
+
+#[test]
+fn the_retention_clock_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = given(dir.path());
+    let p = policy(dir.path());
+    log.prune(&p, 4, T0).unwrap().unwrap();
+    log.advance_retention_clock(20 * DAY);
+    log.prune(&p, 4, T0).unwrap();
+    drop(log);
+    let log = Log::open(&dir.path().join("log"), LogOptions::snapshot_every(4)).unwrap();
+    assert!(log.pruned.clock.now() >= 20 * DAY);
+    log.advance_retention_clock(10 * DAY + Duration::from_millis(1));
+    log.prune(&p, 4, T0).unwrap();
+    assert!(!log.knows_command("a"), "20 + 10 days of running");
+}
+
+/// Batches an earlier build kept by the wall clock (`pruned_batches`) are read: moved
+/// to the retention clock at the first prune, a whole window from then.
+#[test]
+fn batches_an_earlier_build_kept_expire_a_window_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = given(dir.path());
+    let p = policy(dir.path());
+    log.prune(&p, 4, T0).unwrap().unwrap();
+    // As a build before the retention clock left it: the batch under its wall time.
+    let (key, batch) = log.pruned.batches.pop_min().unwrap().unwrap();
+    let mut old_key = [0u8; 16];
+    old_key[..8].copy_from_slice(&((T0 as u64) ^ (1 << 63)).to_be_bytes());
+    old_key[8..].copy_from_slice(&key[8..]);
+    log.pruned.old_batches.insert(old_key, batch).unwrap();
+    log.advance_retention_clock(29 * DAY);
+    assert_eq!(log.prune(&p, 4, T0 + 40 * DAY_MS).unwrap(), None);
+    assert!(log.knows_command("a") && log.knows_command("b"));
+    assert_eq!(
+        (log.pruned.old_batches.len(), log.pruned.batches.len()),
+        (0, 1)
+    );
+    log.advance_retention_clock(30 * DAY + Duration::from_millis(1));
+    assert_eq!(log.prune(&p, 4, T0 + 40 * DAY_MS).unwrap(), None);
+    assert!(!log.knows_command("a") && !log.knows_command("b"));
 }
 
 #[test]
@@ -179,17 +245,25 @@ fn a_prune_done_again_after_a_crash_keeps_its_commands_for_the_whole_window() {
     }
     let entries = interrupted.finish::<Event>(T0, |_| Ok(Vec::new())).unwrap();
     assert_eq!(entries.len(), 2);
-    log.pruned.write(&entries, T0, 4).unwrap();
+    log.pruned
+        .write(&entries, log.pruned.tick().unwrap(), 1, 4)
+        .unwrap();
     assert_eq!(log.for_command("a").unwrap().len(), 2, "not pruned");
+    log.advance_retention_clock(10 * DAY);
     let redo = T0 + 10 * DAY_MS;
     log.prune(&policy(dir.path()), 4, redo).unwrap().unwrap();
-    // The interrupted prune's batch expires; its entries, written again, stay.
+    assert_eq!(log.pruned.batches.len(), 1, "the redo took the batch over");
+    // The interrupted prune's window is over; the redo's is not.
+    log.advance_retention_clock(21 * DAY);
     assert_eq!(
         log.prune(&policy(dir.path()), 4, T0 + 31 * DAY_MS).unwrap(),
         None
     );
     assert_eq!(log.pruned_command("a").unwrap().unwrap().pruned_at_ms, redo);
     assert_eq!(log.pruned.batches.len(), 1);
+    log.advance_retention_clock(10 * DAY);
+    log.prune(&policy(dir.path()), 4, T0).unwrap();
+    assert!(!log.knows_command("a"));
 }
 
 #[test]
@@ -244,7 +318,8 @@ fn kept_commands_are_compact() {
         let entries: Vec<_> = (prune * 2_000..(prune + 1) * 2_000)
             .map(|i| (id(i), entry.clone()))
             .collect();
-        kept.write(&entries, T0 + i64::from(prune), u64::from(prune))
+        let last = u64::from(prune);
+        kept.write(&entries, Duration::from_millis(last), last, last)
             .unwrap();
         db.flush().unwrap();
     }

@@ -147,7 +147,7 @@ impl SystemdDriver {
         let (unit, path, _) = self.cleanup_file(op, namespace)?;
         let text = unit::cleanup(&self.host, namespace, &self.namespace_dir(namespace))
             .map_err(|e| DriverError::refused(op, namespace, e.code(), e.to_string()))?;
-        let changed = files::write_if_changed(&path, &text).map_err(io(op, &unit))?;
+        let changed = files::write_if_changed(&path, &text, files::UNIT).map_err(io(op, &unit))?;
         self.reload(op, changed).await?;
         let ran = self.bus.start(&unit).await;
         let removed = files::remove(&path).map_err(io(op, &unit))?;

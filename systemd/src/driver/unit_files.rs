@@ -133,7 +133,7 @@ impl SystemdDriver {
                 ));
             }
         }
-        files::write_if_changed(&self.unit_path(&name), &text).map_err(io(op, &name))
+        files::write_if_changed(&self.unit_path(&name), &text, files::UNIT).map_err(io(op, &name))
     }
 
     /// Writes the launch environment drop-in (when it differs); true when it changed.
@@ -147,7 +147,8 @@ impl SystemdDriver {
         let name = naming::unit_name(rev);
         let text = unit::env_dropin(&merged_env(spec, launch_env))
             .map_err(|e| DriverError::refused(op, rev, e.code(), e.to_string()))?;
-        files::write_if_changed(&self.env_path(&name), &text).map_err(io(op, &name))
+        files::write_if_changed(&self.env_path(&name), &text, files::ENV_DROPIN)
+            .map_err(io(op, &name))
     }
 
     /// refused when a file of that name is not this host's cleanup unit.

@@ -80,13 +80,29 @@ pub struct EventsAnswer {
 }
 
 /// What [`crate::rollout::run`] returns and `capstan --json rollout` prints: every
-/// host's result, sorted by host. A host the API refused the command for is
+/// host's result, sorted by host. A host the API refused a command for is
 /// `unsubmitted`, one whose wait failed `unknown` (both `done: false`, with `error`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutSummary {
+    /// Hosts.
     pub total: usize,
+    /// Hosts that succeeded at every command.
     pub succeeded: usize,
-    pub results: Vec<CommandStatus>,
+    /// Commands in the rollout, each run on every host in turn.
+    pub commands: usize,
+    pub results: Vec<HostResult>,
+}
+
+/// One host's result in a rollout: the status of the last command it got to, and
+/// which command that is. A host that did not succeed stopped at it: the commands
+/// after it were not submitted to that host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostResult {
+    /// Which command of the rollout `status` is of, from 1; equal to
+    /// [`RolloutSummary::commands`] with `succeeded` when the host ran them all.
+    pub step: usize,
+    #[serde(flatten)]
+    pub status: CommandStatus,
 }
 
 #[cfg(test)]

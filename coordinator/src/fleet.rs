@@ -28,7 +28,8 @@ pub mod keys;
 mod position;
 mod read;
 mod storage;
-pub use commands::{cancel_id, MAX_TRUNCATED_RECORDS};
+pub use commands::{cancel_id, MAX_TRUNCATED_READ_BYTES};
+pub use hosts::UnknownHost;
 use read::read_subject;
 
 /// What can go wrong serving a request; each maps to one HTTP status and code.
@@ -50,6 +51,8 @@ pub enum FleetError {
     HostTimeout(String),
     #[error("host {0} has no account on the NATS server (capstan-coordinator nats-config)")]
     NoHostAccount(String),
+    #[error("host {0} is unknown: no key is registered for it (`capstan register`); a command for a host not installed yet is queued only when asked to (`?unknown_host=queue`)")]
+    UnknownHost(String),
     #[error("host {0} has no such key registered")]
     KeyNotFound(String),
     #[error("the key {key} is registered for host {host}: a key is one host's; unregister it there first")]

@@ -4,7 +4,8 @@
 mod common;
 
 use capstan_common::published::Publication;
-use common::{api, beat_body, code, ns, publish_signed, registered, signed, two_tokens};
+use common::two_tokens;
+use common::{api, beat_body, code, ns, publish_signed, registered, registered_as, signed};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use std::sync::Arc;
 async fn tokens_and_roles_guard_every_v1_endpoint() {
     let (submit, read, tokens) = two_tokens();
     let api = api(Some(tokens)).await;
+    registered_as(&api, "h1", Some(&submit)).await;
     let command = ns("c1", "h1", "shop");
 
     for token in [None, Some("capstan_wrong"), Some("")] {
@@ -80,6 +82,7 @@ async fn tokens_and_roles_guard_every_v1_endpoint() {
 async fn only_json_bodies_are_accepted() {
     let (submit, _, tokens) = two_tokens();
     let api = api(Some(tokens)).await;
+    registered_as(&api, "h1", Some(&submit)).await;
     let body = ns("c1", "h1", "shop").to_string();
     for content_type in [
         Some("text/plain"),
@@ -124,6 +127,7 @@ async fn only_json_bodies_are_accepted() {
 #[tokio::test]
 async fn without_tokens_a_loopback_api_is_open_but_still_json_only() {
     let api = api(None).await;
+    registered(&api, "h1").await;
     let (status, body) = api.get("/v1/hosts", None).await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = api
@@ -144,6 +148,9 @@ async fn without_tokens_a_loopback_api_is_open_but_still_json_only() {
 async fn an_id_is_bound_to_its_content() {
     let (submit, _, tokens) = two_tokens();
     let api = api(Some(tokens)).await;
+    for host in ["h1", "h2"] {
+        registered_as(&api, host, Some(&submit)).await;
+    }
     let token = Some(submit.as_str());
     let first = ns("c1", "h1", "shop");
     assert_eq!(api.post(token, &first).await.0, 202);
@@ -183,6 +190,7 @@ async fn the_client_says_plainly_when_the_token_is_missing_or_too_weak() {
     use capstan_coordinator::client::{Client, ClientError};
     let (submit, read, tokens) = two_tokens();
     let api = api(Some(tokens)).await;
+    registered_as(&api, "h1", Some(&submit)).await;
     let command = ns("c1", "h1", "shop");
 
     let err = Client::new(&api.base, None)
@@ -418,6 +426,9 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
 #[tokio::test]
 async fn one_hosts_pending_commands_are_bounded_and_other_hosts_still_get_theirs() {
     let api = api(None).await;
+    for host in ["offline", "h2"] {
+        registered(&api, host).await;
+    }
     let (status, body) = api.post(None, &ns("first", "offline", "a")).await;
     assert_eq!(status, 202, "{body}");
     // The rest straight onto its subject (as fast as JetStream takes them).
@@ -514,4 +525,107 @@ async fn records_signed_by_an_unregistered_key_are_refused_even_when_checked_bef
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// A command for a host nobody registered (a misspelt name) is refused at once, not
+/// queued for days; asked to, it is queued for a host being provisioned; once the
+/// host's key is registered, its commands are taken.
+#[tokio::test]
+async fn a_command_for_a_host_nobody_registered_is_refused_unless_queued() {
+    let api = api(None).await;
+    let (status, body) = api.post(None, &ns("c1", "ghost", "shop")).await;
+    assert_eq!((status, code(&body)), (404, "host_not_found"), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ghost") && message.contains("unknown_host=queue"),
+        "{message}"
+    );
+    let (status, body) = api.get("/v1/commands/c1", None).await;
+    assert_eq!(
+        (status, code(&body)),
+        (404, "command_not_found"),
+        "nothing was recorded: {body}"
+    );
+
+    let json = Some("application/json");
+    let body = ns("c1", "ghost", "shop").to_string();
+    let post = |query: &'static str| {
+        let (api, body) = (&api, body.clone());
+        async move {
+            let path = format!("/v1/commands{query}");
+            api.send(reqwest::Method::POST, &path, None, json, &body)
+                .await
+        }
+    };
+    let (status, body) = post("?unknown_host=maybe").await;
+    assert_eq!((status, code(&body)), (400, "invalid_request"), "{body}");
+    let (status, body) = post("?unknown_host=refuse").await;
+    assert_eq!((status, code(&body)), (404, "host_not_found"), "{body}");
+    let (status, body) = post("?unknown_host=queue").await;
+    assert_eq!((status, body["id"].as_str()), (202, Some("c1")), "{body}");
+    let (status, body) = api.get("/v1/commands/c1", None).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("pending")));
+
+    registered(&api, "ghost").await;
+    let (status, body) = api.post(None, &ns("c2", "ghost", "shop")).await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// A result that left its events out (`events_truncated`) is answered with every one
+/// of its records read from the host's stream (in bounded pages), or not at all: a
+/// result whose records are not all there any more is 502 `result_unreadable`, never
+/// 200 with the ones found.
+#[tokio::test]
+async fn a_truncated_result_is_answered_whole_or_refused_never_in_part() {
+    const RECORDS: u64 = 300;
+    let api = api(None).await;
+    let key = registered(&api, "h1").await;
+    let (status, body) = api.post(None, &ns("big", "h1", "shop")).await;
+    assert_eq!(status, 202, "{body}");
+    let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
+    let subject = capstan_common::nats_layout::evt_subject("h1");
+    for seq in 1..=RECORDS {
+        // Every other record is another command's: read, not kept.
+        let id = if seq % 2 == 0 { "big" } else { "other" };
+        let record = json!({"seq": seq, "kind": "namespace_ready", "command_id": id,
+            "pad": "x".repeat(2000)});
+        let body = record.to_string().into_bytes();
+        publish_signed(&js, subject.clone(), &key, Publication::Record, body).await;
+    }
+    let result = |last: u64| {
+        json!({"id": "big", "host": "h1", "status": "succeeded", "done": true,
+            "error": null, "events": [], "events_truncated": true,
+            "first_seq": 1, "last_seq": last})
+        .to_string()
+        .into_bytes()
+    };
+    let entry = capstan_common::nats_layout::result_subject("h1", "big");
+    publish_signed(
+        &js,
+        entry.clone(),
+        &key,
+        Publication::Result,
+        result(RECORDS),
+    )
+    .await;
+    let (status, body) = api.get("/v1/commands/big", None).await;
+    assert_eq!(status, 200, "{body:.300}");
+    let seqs: Vec<u64> = body["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(seqs, (2..=RECORDS).step_by(2).collect::<Vec<_>>());
+    assert!(body.get("events_truncated").is_none(), "{body:.300}");
+
+    // Records 301..=400 are not in the stream (aged out, say): what is there is not
+    // the whole.
+    publish_signed(&js, entry, &key, Publication::Result, result(RECORDS + 100)).await;
+    let (status, body) = api.get("/v1/commands/big", None).await;
+    assert_eq!(
+        (status, code(&body)),
+        (502, "result_unreadable"),
+        "{body:.300}"
+    );
 }

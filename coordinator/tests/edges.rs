@@ -7,7 +7,7 @@ mod common;
 use capstan_coordinator::client::Client;
 use capstan_coordinator::guard::{Bound, Limits};
 use capstan_coordinator::metrics::Metrics;
-use common::{api, api_with, code, ns, two_tokens, Api};
+use common::{api, api_with, code, ns, registered, two_tokens, Api};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +47,7 @@ async fn published_to_h1(api: &Api) -> u64 {
 #[tokio::test]
 async fn a_body_whose_signed_form_is_over_the_limit_is_refused_at_submit() {
     let api = api(None).await;
+    registered(&api, "h1").await;
     // One command first, so the streams exist to count in.
     assert_eq!(api.post(None, &ns("c0", "h1", "ns")).await.0, 202);
     let limit = capstan_common::MAX_COMMAND_BYTES;
@@ -221,6 +222,7 @@ fn unavailable(api: &Api) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_its_bound_a_wait_or_a_stream_read_is_refused_busy_until_one_ends() {
     let api = Arc::new(api_with(None, Limits::new(2, 1), Metrics::default()).await);
+    registered(&api, "h1").await;
     assert_eq!(api.post(None, &ns("c1", "h1", "ns")).await.0, 202);
     // Two waits on a command no agent will answer, held open.
     let held: Vec<_> = (0..2)

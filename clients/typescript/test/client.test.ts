@@ -274,6 +274,22 @@ describe("errors: every documented code, as a CapstanError", () => {
     await rejectsWith(client().keys("nobody"), "key_not_found", 404);
   });
 
+  test("404 host_not_found: a command for a host nobody registered, unless queued", async () => {
+    const c = client();
+    const command: Command = {
+      op: "ensure_namespace",
+      host: "misspelt-host",
+      namespace: "n",
+      id: "ts-unknown-1",
+    };
+    const error = await rejectsWith(c.submit(command), "host_not_found", 404);
+    assert.equal(error.retryable, false);
+    await rejectsWith(c.status("ts-unknown-1"), "command_not_found", 404);
+    const queued = await c.submit(command, { unknownHost: "queue" });
+    assert.equal(queued.id, "ts-unknown-1");
+    assert.equal((await c.status("ts-unknown-1")).status, "pending");
+  });
+
   test("409 id_conflict: an id re-used for other content", async () => {
     const c = client();
     const host = stack.fleetHosts[7]!;

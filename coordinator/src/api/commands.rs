@@ -3,6 +3,7 @@
 
 use super::{ok, permit, require_json, ApiCode, ApiError, ApiResult, Shared, MAX_WAIT};
 use crate::answers::{Accepted, CancelAnswer};
+use crate::fleet::UnknownHost;
 use crate::guard::Bound;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -12,12 +13,27 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// `POST /v1/commands[?unknown_host=queue]`: 202 once the command is on its way; a
+/// command for a host nobody knows is 404 `host_not_found` unless the query asks to
+/// queue it (a host being provisioned).
 pub(super) async fn submit(
     State(state): Shared,
+    Query(query): Query<HashMap<String, String>>,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     require_json(&headers)?;
+    let unknown = match query.get("unknown_host").map(String::as_str) {
+        None | Some("refuse") => UnknownHost::Refuse,
+        Some("queue") => UnknownHost::Queue,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ApiCode::InvalidRequest,
+                format!("unknown_host is `refuse` (the default) or `queue`, not {other:?}"),
+            ))
+        }
+    };
     if body.len() > MAX_COMMAND_BYTES {
         return Err(ApiError::too_large(format!(
             "the body is {} bytes; the limit is {MAX_COMMAND_BYTES}",
@@ -38,7 +54,7 @@ pub(super) async fn submit(
             )));
         }
     }
-    let (id, host) = state.fleet.submit(value).await?;
+    let (id, host) = state.fleet.submit(value, unknown).await?;
     state.metrics.submitted();
     ok(StatusCode::ACCEPTED, Accepted { id, host })
 }

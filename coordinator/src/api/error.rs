@@ -34,7 +34,8 @@ pub enum ApiCode {
     NotFound,
     /// No command under that id.
     CommandNotFound,
-    /// The host has no account on the NATS server.
+    /// The host has no account on the NATS server, or (a command submitted for it)
+    /// no registered key.
     HostNotFound,
     /// The host has no such registered key.
     KeyNotFound,
@@ -215,7 +216,9 @@ impl From<FleetError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, ApiCode::HostUnreachable)
             }
             FleetError::HostTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, ApiCode::HostTimeout),
-            FleetError::NoHostAccount(_) => (StatusCode::NOT_FOUND, ApiCode::HostNotFound),
+            FleetError::NoHostAccount(_) | FleetError::UnknownHost(_) => {
+                (StatusCode::NOT_FOUND, ApiCode::HostNotFound)
+            }
             FleetError::KeyNotFound(_) => (StatusCode::NOT_FOUND, ApiCode::KeyNotFound),
             FleetError::KeyConflict { .. } => (StatusCode::CONFLICT, ApiCode::KeyConflict),
             FleetError::Unverified { .. } => (StatusCode::BAD_GATEWAY, ApiCode::Unverified),

@@ -2,7 +2,7 @@
 //! `capstan_commands`), cancelling it, and reading or waiting for its status from its
 //! host's result entry.
 
-use super::{position, read_subject, CommandStatus, Fleet, FleetError};
+use super::{position, read, read_subject, CommandStatus, Fleet, FleetError, UnknownHost};
 use async_nats::jetstream::{kv, stream};
 use async_nats::HeaderMap;
 use capstan_common::nats_layout;
@@ -13,9 +13,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// The most records the coordinator reads for one result whose host left its events
-/// out (`events_truncated`): a host's `first_seq`/`last_seq` bound no read beyond it.
-pub const MAX_TRUNCATED_RECORDS: u64 = 10_000;
+/// The most bytes of records the coordinator reads from `CAPSTAN_EVT` for one result
+/// whose host left its events out (`events_truncated`): the host's records
+/// `first_seq`..=`last_seq`, other commands' among them. A result whose records take
+/// more is answered [`FleetError::Unreadable`] (502 `result_unreadable`), never in
+/// part.
+pub const MAX_TRUNCATED_READ_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Where a command went (`capstan_commands`, key = hex of the id).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,8 +46,14 @@ impl Fleet {
     /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
     /// Idempotent by id: re-posting the same command (any `issued_at`) re-publishes it,
     /// and the agent answers it from its log; re-posting the id with other content is
-    /// [`FleetError::IdConflict`] and publishes nothing.
-    pub async fn submit(&self, mut body: Value) -> Result<(String, String), FleetError> {
+    /// [`FleetError::IdConflict`] and publishes nothing. A command for a host
+    /// nobody knows is refused unless `unknown` says to queue it
+    /// ([`Fleet::known_host`]).
+    pub async fn submit(
+        &self,
+        mut body: Value,
+        unknown: UnknownHost,
+    ) -> Result<(String, String), FleetError> {
         let object = body
             .as_object_mut()
             .ok_or_else(|| FleetError::BadRequest("a command is a JSON object".into()))?;
@@ -76,11 +85,7 @@ impl Fleet {
             }
         }
         let layout = self.layout().await?;
-        if self.trust.host_accounts {
-            // The host needs its stream and bucket to report; a host the server has
-            // no account for could never take the command.
-            self.stores.of(&command.host).await?;
-        }
+        self.known_host(&command.host, unknown).await?;
         let submission = Submission {
             id: command.id.clone(),
             host: command.host.clone(),
@@ -148,7 +153,8 @@ impl Fleet {
             "op": "cancel_command",
             "target": id,
         });
-        let (cancel, _) = self.submit(cancel).await?;
+        // The command was taken for its host: so is the cancel.
+        let (cancel, _) = self.submit(cancel, UnknownHost::Queue).await?;
         Ok((Some(cancel), status))
     }
 
@@ -191,8 +197,10 @@ impl Fleet {
     }
 
     /// A result entry as an answer: checked against the submission (the host wrote
-    /// it), with its events read from `CAPSTAN_EVT` when the entry left them out
-    /// (at most [`MAX_TRUNCATED_RECORDS`], each signed by the host).
+    /// it), with its events read from `CAPSTAN_EVT` when the entry left them out:
+    /// every record of the host from `first_seq` to `last_seq`, each signed by the
+    /// host, within [`MAX_TRUNCATED_READ_BYTES`] ([`read::read_all`]: bounded pages,
+    /// none lost on the way). A read that cannot get them all is an error.
     async fn whole(&self, s: &Submission, bytes: &[u8]) -> Result<CommandStatus, FleetError> {
         let mut status: CommandStatus = serde_json::from_slice(bytes).map_err(|e| {
             FleetError::Nats(format!("the result entry of {} is not a status: {e}", s.id))
@@ -205,26 +213,45 @@ impl Fleet {
         }
         if status.events_truncated {
             let (first, last) = (status.first_seq, status.last_seq);
-            if first == 0 || last < first || last - first >= MAX_TRUNCATED_RECORDS {
+            if first == 0 || last < first {
                 return Err(FleetError::Unreadable(format!(
                     "the result of {} says its events are records {first}..={last} of host {}: \
-                     more than the {MAX_TRUNCATED_RECORDS} records a result may span",
+                     no such range",
                     s.id, s.host
                 )));
             }
             let storage = self.stores.of(&s.host).await?;
             let subject = nats_layout::evt_subject(&s.host);
             let from = position::start_of(&storage.evt, &subject, first - 1).await?;
-            status.events = read_subject(
+            let bounds = read::Bounds {
+                records: usize::MAX,
+                bytes: Some(MAX_TRUNCATED_READ_BYTES),
+            };
+            let (events, end) = read_subject(
                 &storage.evt,
                 &subject,
                 from,
                 |e| e["command_id"].as_str() == Some(s.id.as_str()),
                 |e| e["seq"].as_u64().is_none_or(|seq| seq >= last),
-                usize::try_from(MAX_TRUNCATED_RECORDS).unwrap_or(usize::MAX),
+                bounds,
                 self.record_check(&s.host).await?,
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                FleetError::Unreadable(why) => FleetError::Unreadable(format!(
+                    "the events of {} (records {first}..={last} of host {}) cannot be read whole: {why}",
+                    s.id, s.host
+                )),
+                other => other,
+            })?;
+            if end != read::End::Last {
+                return Err(FleetError::Unreadable(format!(
+                    "the events of {} are records {first}..={last} of host {}, but its records \
+                     in CAPSTAN_EVT end before {last}: they cannot be read whole",
+                    s.id, s.host
+                )));
+            }
+            status.events = events;
             status.events_truncated = false;
         }
         Ok(status)

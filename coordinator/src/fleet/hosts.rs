@@ -1,8 +1,11 @@
 //! The fleet's hosts: the registry of their beats, their registered keys, asking
 //! their agents (RPC), and their records in `CAPSTAN_EVT`.
 
-use super::{beat_status, beats, check_host, keys, position, read_subject, Fleet, FleetError};
+use super::{
+    beat_status, beats, check_host, keys, position, read, read_subject, Fleet, FleetError,
+};
 use super::{HostState, HostStatus};
+use async_nats::jetstream::stream::DirectGetErrorKind;
 use capstan_common::answers::{HostBeat, Verb};
 use capstan_common::nats_layout;
 use capstan_common::published::Publication;
@@ -10,7 +13,57 @@ use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 
+/// What [`Fleet::submit`] does with a command for a host it does not know
+/// ([`Fleet::known_host`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownHost {
+    /// Refuse it: [`FleetError::UnknownHost`] (404 `host_not_found`).
+    #[default]
+    Refuse,
+    /// Queue it all the same (`?unknown_host=queue`): a host being provisioned, whose
+    /// key is registered later, takes it from `CAPSTAN_CMD` once its agent runs.
+    Queue,
+}
+
 impl Fleet {
+    /// Checks that a command for `host` can reach it: on per-host accounts the host
+    /// has an account (else [`FleetError::NoHostAccount`], whatever `unknown` says: it
+    /// could never take the command), and, unless `unknown` is
+    /// [`UnknownHost::Queue`], the host is known: it has a registered key or, with
+    /// `allow_unregistered_hosts`, a beat in the hosts bucket (else
+    /// [`FleetError::UnknownHost`]).
+    pub(super) async fn known_host(
+        &self,
+        host: &str,
+        unknown: UnknownHost,
+    ) -> Result<(), FleetError> {
+        if self.trust.host_accounts {
+            self.stores.of(host).await?;
+        }
+        if unknown == UnknownHost::Queue {
+            return Ok(());
+        }
+        let layout = self.layout().await?;
+        if layout.keys.registered(host).await? {
+            return Ok(());
+        }
+        if self.trust.allow_unregistered {
+            let subject = format!("$KV.{}.{host}", nats_layout::HOSTS_BUCKET);
+            match layout
+                .hosts_stream
+                .direct_get_last_for_subject(subject)
+                .await
+            {
+                // A key deleted or purged keeps a marker (`KV-Operation`), no beat.
+                Ok(m) if m.headers.get("KV-Operation").is_none() => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == DirectGetErrorKind::NotFound => {}
+                Err(e) => return Err(FleetError::nats(e)),
+            }
+        }
+        Err(FleetError::UnknownHost(host.to_string()))
+    }
+
     /// Registers `public_key` (64 hex digits) for `host` and, on per-host accounts,
     /// makes the host's stream and bucket if they are not there yet.
     pub async fn register(&self, host: &str, public_key: &str) -> Result<keys::Entry, FleetError> {
@@ -163,15 +216,20 @@ impl Fleet {
         let storage = self.stores.of(host).await?;
         let subject = nats_layout::evt_subject(host);
         let from = position::start_of(&storage.evt, &subject, since).await?;
-        read_subject(
+        let bounds = read::Bounds {
+            records: limit,
+            bytes: None,
+        };
+        let (events, _) = read_subject(
             &storage.evt,
             &subject,
             from,
             |e| e["seq"].as_u64().is_some_and(|s| s > since),
             |_| false,
-            limit,
+            bounds,
             self.record_check(host).await?,
         )
-        .await
+        .await?;
+        Ok(events)
     }
 }

@@ -152,6 +152,19 @@ impl Registry {
             })
     }
 
+    /// Whether `host` has a key registered: in this coordinator's copy, else in the
+    /// bucket itself (a registration through another coordinator reaches the copy
+    /// only within the watch's lag; a miss costs one get).
+    pub(super) async fn registered(&self, host: &str) -> Result<bool, FleetError> {
+        if !self.of(host).keys.is_empty() {
+            return Ok(true);
+        }
+        Ok(self
+            .entry(host)
+            .await?
+            .is_some_and(|e| !e.public_keys.is_empty()))
+    }
+
     /// Every host with a registered key.
     pub(super) fn hosts(&self) -> Vec<String> {
         let copy = self.copy.read().unwrap_or_else(|e| e.into_inner());

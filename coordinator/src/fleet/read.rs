@@ -7,6 +7,16 @@
 //! read on a busy server into an empty audit log printed as the truth. Now an empty
 //! batch while the consumer still has messages pending is retried with a pull that
 //! waits (`batch`, up to 2 s), and after [`EMPTY_FETCHES`] empty ones the read fails.
+//!
+//! Each pull asks for at most [`PAGE_MESSAGES`] messages and [`PAGE_BYTES`] bytes, and
+//! the next only once its page is in: a read never has more than a page in flight on
+//! the coordinator's one connection. A read of 256 records of up to 512 KiB each in
+//! one pull pushed that connection into slow-consumer disconnects, and the messages
+//! lost on the way were skipped (the consumer acknowledges nothing, so it had moved
+//! past them): a command's status was answered 200 with 181 of its 300 events. Now
+//! every message's consumer sequence must follow the one before: a message lost on
+//! the way fails the read ([`FleetError::Nats`], 503 `nats_error`), it is never left
+//! out of the answer.
 
 use super::FleetError;
 use async_nats::jetstream::{self, consumer::pull, stream};
@@ -17,36 +27,76 @@ use std::time::Duration;
 /// How many fetches in a row may come back empty while the consumer still has
 /// messages pending before the read fails.
 const EMPTY_FETCHES: u32 = 3;
+/// The most messages one pull asks for.
+pub(super) const PAGE_MESSAGES: usize = 256;
+/// The most bytes one pull asks for: above the largest message `CAPSTAN_EVT` takes
+/// (`capstan_common::nats::MAX_MESSAGE_BYTES`, 512 KiB), so a page holds at least one.
+pub(super) const PAGE_BYTES: usize = 1024 * 1024;
+
+/// One message as a fetch delivered it.
+pub(super) struct Delivered {
+    /// Its consumer sequence: 1 for the consumer's first message, then one more each.
+    pub(super) seq: u64,
+    /// The size of its payload.
+    pub(super) bytes: usize,
+    /// Its payload, if JSON.
+    pub(super) value: Option<Value>,
+}
 
 /// Where the messages come from: a consumer, or a test's script.
 pub(super) trait Source {
     /// How many messages are still to be delivered.
     async fn pending(&mut self) -> Result<u64, FleetError>;
-    /// Up to `max` messages: how many arrived, and those that are JSON. `wait`: the
-    /// server waits for messages (up to its expiry) instead of answering at once.
-    async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError>;
+    /// Up to `max` messages and `max_bytes` bytes of them. `wait`: the server waits
+    /// for messages (up to its expiry) instead of answering at once.
+    async fn fetch(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        wait: bool,
+    ) -> Result<Vec<Delivered>, FleetError>;
 }
 
-/// Reads every pending message, keeping those `keep` accepts, at most `limit`, and
-/// none after the first that `last` accepts.
+/// How far a read may go: at most `records` kept, at most `bytes` read (kept or
+/// not; `None`: no bound).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub(super) records: usize,
+    pub(super) bytes: Option<u64>,
+}
+
+/// Where a read ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    /// At the message `last` accepted.
+    Last,
+    /// At the end of the subject, without one.
+    Subject,
+    /// With `records` kept.
+    Records,
+}
+
+/// Reads every pending message, keeping those `keep` accepts, within `bounds`, and
+/// none after the first that `last` accepts. More than `bounds.bytes` read before the
+/// end is [`FleetError::Unreadable`]; a message missing on the way (its consumer
+/// sequence skipped) is [`FleetError::Nats`]: never fewer messages than were there.
 pub(super) async fn read_all(
     source: &mut impl Source,
     subject: &str,
     keep: impl Fn(&Value) -> bool,
     last: impl Fn(&Value) -> bool,
-    limit: usize,
-) -> Result<Vec<Value>, FleetError> {
+    bounds: Bounds,
+) -> Result<(Vec<Value>, End), FleetError> {
     let mut remaining = source.pending().await?;
-    let (mut read, mut empty) = (0u64, 0);
+    let (mut read, mut bytes, mut empty) = (0u64, 0u64, 0);
     let mut out = Vec::new();
-    while remaining > 0 && out.len() < limit {
-        let (got, page) = source
-            .fetch(
-                usize::try_from(remaining.min(256)).unwrap_or(256),
-                empty > 0,
-            )
-            .await?;
-        if got == 0 {
+    while remaining > 0 {
+        if out.len() >= bounds.records {
+            return Ok((out, End::Records));
+        }
+        let max = usize::try_from(remaining).map_or(PAGE_MESSAGES, |r| r.min(PAGE_MESSAGES));
+        let page = source.fetch(max, PAGE_BYTES, empty > 0).await?;
+        if page.is_empty() {
             // Not the end of the subject unless the consumer says so.
             remaining = source.pending().await?;
             empty += 1;
@@ -58,19 +108,34 @@ pub(super) async fn read_all(
             continue;
         }
         empty = 0;
-        read += got;
-        remaining = remaining.saturating_sub(got);
-        for v in page {
+        remaining = remaining.saturating_sub(page.len() as u64);
+        for m in page {
+            if m.seq != read + 1 {
+                return Err(FleetError::Nats(format!(
+                    "the read of {subject} lost messages on the way (delivery {} came after {read}; \
+                     a slow consumer?): the answer would miss some",
+                    m.seq
+                )));
+            }
+            read += 1;
+            bytes += m.bytes as u64;
+            if let Some(budget) = bounds.bytes.filter(|b| bytes > *b) {
+                return Err(FleetError::Unreadable(format!(
+                    "the read of {subject} took more than its budget of {budget} bytes \
+                     ({read} messages) before its end"
+                )));
+            }
+            let Some(v) = m.value else { continue };
             let end = last(&v);
-            if keep(&v) && out.len() < limit {
+            if keep(&v) && out.len() < bounds.records {
                 out.push(v);
             }
             if end {
-                return Ok(out);
+                return Ok((out, End::Last));
             }
         }
     }
-    Ok(out)
+    Ok((out, End::Subject))
 }
 
 /// A consumer whose every message must pass `check` (its payload and its
@@ -92,12 +157,18 @@ impl<C: Fn(&[u8], Option<&async_nats::HeaderMap>) -> Result<(), FleetError>> Sou
             .num_pending)
     }
 
-    async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError> {
+    async fn fetch(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        wait: bool,
+    ) -> Result<Vec<Delivered>, FleetError> {
         let expires = Duration::from_secs(2);
         let batch = if wait {
             self.consumer
                 .batch()
                 .max_messages(max)
+                .max_bytes(max_bytes)
                 .expires(expires)
                 .messages()
                 .await
@@ -105,37 +176,47 @@ impl<C: Fn(&[u8], Option<&async_nats::HeaderMap>) -> Result<(), FleetError>> Sou
             self.consumer
                 .fetch()
                 .max_messages(max)
+                .max_bytes(max_bytes)
                 .expires(expires)
                 .messages()
                 .await
         };
         let mut batch = batch.map_err(FleetError::nats)?;
-        let (mut got, mut page) = (0, Vec::new());
+        let mut page = Vec::new();
         while let Some(m) = batch.next().await {
-            let m = m.map_err(FleetError::nats)?;
-            got += 1;
+            let m = match m {
+                Ok(m) => m,
+                // The server ends a page that reached `max_bytes` with a 409 status:
+                // the end of the page, not a failure (a lost message would show as a
+                // gap in the consumer sequences).
+                Err(e) if e.to_string().contains("Exceeds MaxBytes") => break,
+                Err(e) => return Err(FleetError::nats(e)),
+            };
+            let seq = m.info().map_err(FleetError::nats)?.consumer_sequence;
             (self.check)(&m.payload, m.headers.as_ref())?;
-            if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
-                page.push(v);
-            }
+            page.push(Delivered {
+                seq,
+                bytes: m.payload.len(),
+                value: serde_json::from_slice::<Value>(&m.payload).ok(),
+            });
         }
-        Ok((got, page))
+        Ok(page)
     }
 }
 
 /// Reads the messages of `subject` from stream sequence `from` to the current end (or
 /// to the first that `last` accepts) through a short-lived consumer, keeping those
-/// `keep` accepts, at most `limit`. Every message must pass `check` (the host's
-/// signature), or the read fails.
+/// `keep` accepts, within `bounds` ([`read_all`]); where it ended. Every message must
+/// pass `check` (the host's signature), or the read fails.
 pub(super) async fn read_subject(
     stream: &stream::Stream,
     subject: &str,
     from: u64,
     keep: impl Fn(&Value) -> bool,
     last: impl Fn(&Value) -> bool,
-    limit: usize,
+    bounds: Bounds,
     check: impl Fn(&[u8], Option<&async_nats::HeaderMap>) -> Result<(), FleetError>,
-) -> Result<Vec<Value>, FleetError> {
+) -> Result<(Vec<Value>, End), FleetError> {
     let consumer = stream
         .create_consumer(pull::Config {
             filter_subject: subject.to_string(),
@@ -151,7 +232,7 @@ pub(super) async fn read_subject(
         .map_err(FleetError::nats)?;
     let name = consumer.cached_info().name.clone();
     let mut source = Consumer { consumer, check };
-    let result = read_all(&mut source, subject, keep, last, limit).await;
+    let result = read_all(&mut source, subject, keep, last, bounds).await;
     let _ = stream.delete_consumer(&name).await;
     result
 }
@@ -161,24 +242,57 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A consumer with `pending` messages whose fetches return `pages` in turn.
+    /// A consumer with `pending` messages whose fetches return `pages` in turn, each
+    /// message numbered by its delivery (or as a page says, to play a lost one).
     struct Script {
         pending: u64,
         pages: std::collections::VecDeque<Vec<Value>>,
-        /// Whether each fetch asked the server to wait.
-        waits: Vec<bool>,
+        delivered: u64,
+        /// Deliveries that never arrive (lost on the way).
+        lost: Vec<u64>,
+        /// Each fetch: whether it asked the server to wait, and its byte bound.
+        asked: Vec<(bool, usize)>,
+    }
+
+    impl Script {
+        fn new(pending: u64, pages: Vec<Vec<Value>>) -> Script {
+            Script {
+                pending,
+                pages: pages.into(),
+                delivered: 0,
+                lost: Vec::new(),
+                asked: Vec::new(),
+            }
+        }
     }
 
     impl Source for Script {
         async fn pending(&mut self) -> Result<u64, FleetError> {
             Ok(self.pending)
         }
-        async fn fetch(&mut self, max: usize, wait: bool) -> Result<(u64, Vec<Value>), FleetError> {
-            self.waits.push(wait);
+        async fn fetch(
+            &mut self,
+            max: usize,
+            max_bytes: usize,
+            wait: bool,
+        ) -> Result<Vec<Delivered>, FleetError> {
+            self.asked.push((wait, max_bytes));
             let page: Vec<Value> = self.pages.pop_front().unwrap_or_default();
             assert!(page.len() <= max);
             self.pending -= page.len() as u64;
-            Ok((page.len() as u64, page))
+            let mut out = Vec::new();
+            for v in page {
+                self.delivered += 1;
+                while self.lost.contains(&self.delivered) {
+                    self.delivered += 1;
+                }
+                out.push(Delivered {
+                    seq: self.delivered,
+                    bytes: v.to_string().len(),
+                    value: Some(v),
+                });
+            }
+            Ok(out)
         }
     }
 
@@ -186,15 +300,17 @@ mod tests {
         seqs.map(|seq| json!({"seq": seq})).collect()
     }
 
+    const ALL: Bounds = Bounds {
+        records: 1000,
+        bytes: None,
+    };
+    const SUBJECT: &str = "capstan.v1.evt.h1";
+
     #[tokio::test]
     async fn a_fetch_that_ends_early_is_an_error_not_an_empty_log() {
         // Nine records pending, and the fetches come back empty (a busy server).
-        let mut source = Script {
-            pending: 9,
-            pages: Default::default(),
-            waits: Vec::new(),
-        };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000).await;
+        let mut source = Script::new(9, vec![]);
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, ALL).await;
         match read {
             Err(FleetError::Nats(message)) => {
                 assert!(
@@ -208,50 +324,82 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_fetch_between_pages_is_retried() {
-        let mut source = Script {
-            pending: 9,
-            pages: [records(1..=4), vec![], records(5..=9)].into(),
-            waits: Vec::new(),
-        };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000)
+        let mut source = Script::new(9, vec![records(1..=4), vec![], records(5..=9)]);
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, ALL)
             .await
             .unwrap();
-        assert_eq!(read, records(1..=9));
-        // After the empty answer, the pull waits for the server.
-        assert_eq!(source.waits, [false, false, true]);
+        assert_eq!(read, (records(1..=9), End::Subject));
+        // After the empty answer, the pull waits for the server; every pull is a
+        // bounded page.
+        let asked = [(false, PAGE_BYTES), (false, PAGE_BYTES), (true, PAGE_BYTES)];
+        assert_eq!(source.asked, asked);
+    }
+
+    /// Given a read whose connection lost messages on the way (a slow consumer: the
+    /// consumer, acknowledging nothing, moved past them), when the next ones arrive,
+    /// then the read fails: it never answers the rest as the whole.
+    #[tokio::test]
+    async fn a_message_lost_on_the_way_fails_the_read_rather_than_shortening_it() {
+        let mut source = Script::new(9, vec![records(1..=4), records(6..=9)]);
+        source.lost = vec![5];
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, ALL).await;
+        match read {
+            Err(FleetError::Nats(message)) => {
+                assert!(message.contains("delivery 6 came after 4"), "{message}")
+            }
+            other => panic!("a read with a gap answered {other:?}"),
+        }
+    }
+
+    /// Given a read bounded by bytes, when the messages read take more before its
+    /// end, then it fails (`Unreadable`) instead of answering what it read so far.
+    #[tokio::test]
+    async fn a_read_past_its_byte_budget_fails_rather_than_answering_a_part() {
+        let one = json!({"seq": 1}).to_string().len() as u64;
+        let budget = Bounds {
+            records: 1000,
+            bytes: Some(3 * one),
+        };
+        let mut source = Script::new(9, vec![records(1..=9)]);
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, budget).await;
+        match read {
+            Err(FleetError::Unreadable(message)) => {
+                assert!(message.contains("(4 messages)"), "{message}")
+            }
+            other => panic!("a read over its budget answered {other:?}"),
+        }
+        // Within it, the read is whole.
+        let mut source = Script::new(3, vec![records(1..=3)]);
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, budget).await;
+        assert_eq!(read.unwrap(), (records(1..=3), End::Subject));
     }
 
     #[tokio::test]
     async fn a_read_ends_at_the_last_wanted_message() {
-        let mut source = Script {
-            pending: 9,
-            pages: [records(1..=4), records(5..=9)].into(),
-            waits: Vec::new(),
-        };
+        let mut source = Script::new(9, vec![records(1..=4), records(5..=9)]);
         let read = read_all(
             &mut source,
-            "capstan.v1.evt.h1",
+            SUBJECT,
             |v| v["seq"].as_u64() != Some(2),
             |v| v["seq"].as_u64() == Some(3),
-            1000,
+            ALL,
         )
         .await
         .unwrap();
-        assert_eq!(read, [json!({"seq": 1}), json!({"seq": 3})]);
+        assert_eq!(
+            read,
+            (vec![json!({"seq": 1}), json!({"seq": 3})], End::Last)
+        );
         // The second page was never fetched.
-        assert_eq!(source.waits, [false]);
+        assert_eq!(source.asked.len(), 1);
     }
 
     #[tokio::test]
     async fn nothing_pending_is_an_empty_answer() {
-        let mut source = Script {
-            pending: 0,
-            pages: Default::default(),
-            waits: Vec::new(),
-        };
-        let read = read_all(&mut source, "capstan.v1.evt.h1", |_| true, |_| false, 1000)
+        let mut source = Script::new(0, vec![]);
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, ALL)
             .await
             .unwrap();
-        assert!(read.is_empty());
+        assert_eq!(read, (vec![], End::Subject));
     }
 }

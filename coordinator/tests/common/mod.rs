@@ -179,8 +179,14 @@ pub async fn publish_signed(
 }
 
 /// `host`'s key (the same for a name every time), registered through the API: what
-/// the coordinator checks the host's publications against.
+/// the coordinator checks the host's publications against, and what makes a command
+/// for the host taken rather than refused `host_not_found`.
 pub async fn registered(api: &Api, host: &str) -> Signer {
+    registered_as(api, host, None).await
+}
+
+/// [`registered`] with `token` (an API with a tokens file).
+pub async fn registered_as(api: &Api, host: &str, token: Option<&str>) -> Signer {
     use sha2::Digest as _;
     let seed = capstan_common::signing::to_hex(&sha2::Sha256::digest(host.as_bytes()));
     let key = Signer::from_hex(&seed).expect("key");
@@ -189,7 +195,7 @@ pub async fn registered(api: &Api, host: &str) -> Signer {
         .send(
             reqwest::Method::PUT,
             &format!("/v1/hosts/{host}/keys"),
-            None,
+            token,
             Some("application/json"),
             &body,
         )

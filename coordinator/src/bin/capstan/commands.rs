@@ -12,16 +12,23 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `capstan submit FILE [--wait]`: each command posted; with `--wait`, its status once done.
+/// `capstan submit FILE [--wait] [--queue-unknown-host]`: each command posted (for a
+/// host the coordinator does not know only with `queue_unknown_host`); with
+/// `--wait`, its status once done.
 pub(crate) async fn submit(
     client: &Client,
     json: bool,
     file: &PathBuf,
     wait: bool,
+    queue_unknown_host: bool,
 ) -> anyhow::Result<ExitCode> {
+    let path = match queue_unknown_host {
+        true => "/v1/commands?unknown_host=queue",
+        false => "/v1/commands",
+    };
     let mut code = ExitCode::SUCCESS;
     for command in read_input(file)? {
-        let answer = client.post("/v1/commands", &command).await?;
+        let answer = client.post(path, &command).await?;
         let accepted: Accepted = typed(&answer)?;
         if wait {
             let s = client

@@ -55,6 +55,10 @@ enum Cmd {
         /// Wait for each command to finish.
         #[arg(long)]
         wait: bool,
+        /// Queue a command for a host the coordinator does not know (no registered
+        /// key) instead of refusing it (`host_not_found`): a host being provisioned.
+        #[arg(long)]
+        queue_unknown_host: bool,
     },
     /// Wait for a command to finish and show it.
     Wait {
@@ -101,7 +105,8 @@ enum Cmd {
     Keys { host: String },
     /// Remove one of a host's registered keys.
     Unregister { host: String, key: String },
-    /// Send one command (FILE, without `host`) to many hosts, wait, and summarise.
+    /// Send the commands of FILE (without `host`) to many hosts, in order on each
+    /// host (the next once the last succeeded there), wait, and summarise.
     Rollout {
         file: PathBuf,
         /// Comma-separated hosts, or `alive` for every alive host.
@@ -147,7 +152,11 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Cmd::Hosts => hosts::list(&client, json).await,
-        Cmd::Submit { file, wait } => commands::submit(&client, json, &file, wait).await,
+        Cmd::Submit {
+            file,
+            wait,
+            queue_unknown_host,
+        } => commands::submit(&client, json, &file, wait, queue_unknown_host).await,
         Cmd::Wait { id, timeout } => commands::wait(&client, json, &id, &timeout).await,
         Cmd::Cancel { id, wait, timeout } => {
             commands::cancel(&client, json, &id, wait, &timeout).await

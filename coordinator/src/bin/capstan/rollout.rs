@@ -1,11 +1,9 @@
-//! `capstan rollout FILE --hosts …`: one command to many hosts, with a progress bar
-//! (the rollout itself is `capstan_coordinator::rollout`).
+//! `capstan rollout FILE --hosts …`: the commands of FILE to many hosts, in order on
+//! each, with a progress bar (the rollout itself is `capstan_coordinator::rollout`).
 
 use crate::commands::read_input;
 use crate::output::{duration, print, typed};
-use anyhow::Context as _;
-use capstan_common::status::CommandStatus;
-use capstan_coordinator::answers::{HostState, HostsAnswer, RolloutSummary};
+use capstan_coordinator::answers::{HostResult, HostState, HostsAnswer, RolloutSummary};
 use capstan_coordinator::client::Client;
 use capstan_coordinator::rollout;
 use std::io::Write as _;
@@ -33,10 +31,7 @@ pub(crate) async fn rollout(
     hosts: &str,
     how: &RolloutHow,
 ) -> anyhow::Result<ExitCode> {
-    let template = read_input(file)?
-        .into_iter()
-        .next()
-        .context("the rollout file holds no command")?;
+    let commands = read_input(file)?;
     let hosts: Vec<String> = if hosts == "alive" {
         let answer: HostsAnswer = typed(&client.get("/v1/hosts").await?)?;
         answer
@@ -54,7 +49,7 @@ pub(crate) async fn rollout(
     };
     anyhow::ensure!(!hosts.is_empty(), "no hosts to roll out to");
     let plan = rollout::Plan {
-        template,
+        commands,
         hosts,
         timeout: duration("timeout", &how.timeout)?,
         concurrency: how.concurrency,
@@ -71,18 +66,28 @@ pub(crate) async fn rollout(
 }
 
 /// The rollout's summary: a line for each host that did not succeed (the first
-/// [`ROLLOUT_LISTED`], or every host with `each`), then the count.
+/// [`ROLLOUT_LISTED`], or every host with `each`; with the step it stopped at when
+/// the rollout has more than one command), the hosts the coordinator does not know,
+/// then the count.
 fn human_rollout(v: &RolloutSummary, each: bool) -> String {
-    let listed: Vec<&CommandStatus> = v
+    let steps = v.commands > 1;
+    let listed: Vec<&HostResult> = v
         .results
         .iter()
-        .filter(|s| each || s.status != "succeeded")
+        .filter(|r| each || r.status.status != "succeeded")
         .collect();
     let mut out = String::new();
+    let step = |text: &str| match steps {
+        true => format!("{text:<6} "),
+        false => String::new(),
+    };
     if !listed.is_empty() {
         out.push_str(&format!(
-            "{:<20} {:<10} {:<32} ERROR\n",
-            "HOST", "STATUS", "COMMAND"
+            "{:<20} {:<11} {}{:<32} ERROR\n",
+            "HOST",
+            "STATUS",
+            step("STEP"),
+            "COMMAND"
         ));
     }
     let shown = if each {
@@ -90,16 +95,15 @@ fn human_rollout(v: &RolloutSummary, each: bool) -> String {
     } else {
         listed.len().min(ROLLOUT_LISTED)
     };
-    for s in &listed[..shown] {
+    for r in &listed[..shown] {
+        let s = &r.status;
         out.push_str(&format!(
-            "{:<20} {:<10} {:<32} {}\n",
+            "{:<20} {:<11} {}{:<32} {}\n",
             s.host,
             s.status,
+            step(&format!("{}/{}", r.step, v.commands)),
             s.id,
-            s.error
-                .as_ref()
-                .and_then(|e| e.get("code")?.as_str())
-                .unwrap_or("")
+            code(r)
         ));
     }
     if shown < listed.len() {
@@ -108,12 +112,43 @@ fn human_rollout(v: &RolloutSummary, each: bool) -> String {
             listed.len() - shown
         ));
     }
-    out.push_str(&format!("{}/{} succeeded\n", v.succeeded, v.total));
+    let unknown: Vec<&str> = v
+        .results
+        .iter()
+        .filter(|r| code(r) == "host_not_found")
+        .map(|r| r.status.host.as_str())
+        .collect();
+    if !unknown.is_empty() {
+        let named = unknown.len().min(ROLLOUT_LISTED);
+        out.push_str(&format!(
+            "{} unknown to the coordinator (no registered key: a misspelt name, or a host not installed yet): {}{}\n",
+            match unknown.len() {
+                1 => "1 host".to_string(),
+                n => format!("{n} hosts"),
+            },
+            unknown[..named].join(", "),
+            if named < unknown.len() { ", …" } else { "" }
+        ));
+    }
+    out.push_str(&format!("{}/{} succeeded", v.succeeded, v.total));
+    if steps {
+        out.push_str(&format!(" (all {} commands)", v.commands));
+    }
+    out.push('\n');
     out
 }
 
-/// The rollout's one progress bar on stderr, redrawn in place: `submitted`, then
-/// `done`.
+/// The code of a host's error, if any.
+fn code(r: &HostResult) -> &str {
+    r.status
+        .error
+        .as_ref()
+        .and_then(|e| e.get("code")?.as_str())
+        .unwrap_or("")
+}
+
+/// The rollout's one progress bar on stderr, redrawn in place: commands
+/// `submitted` (out of hosts × commands), then hosts `done`.
 fn draw(p: &rollout::Progress) {
     let filled = p.done * 20 / p.total.max(1);
     let line = format!(
@@ -121,7 +156,7 @@ fn draw(p: &rollout::Progress) {
         "#".repeat(filled),
         ".".repeat(20 - filled),
         p.submitted,
-        p.total,
+        p.total * p.commands,
         p.done,
         p.total,
         p.failed
@@ -134,29 +169,66 @@ fn draw(p: &rollout::Progress) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_common::status::CommandStatus;
     use serde_json::json;
+
+    fn result(host: &str, step: usize, status: &str, code: Option<&str>) -> HostResult {
+        HostResult {
+            step,
+            status: CommandStatus {
+                status: status.into(),
+                error: code.map(|c| json!({"code": c})),
+                ..CommandStatus::pending(&format!("ro.{host}"), host)
+            },
+        }
+    }
 
     fn summary(hosts: usize, failed: usize) -> RolloutSummary {
         let results = (0..hosts)
-            .map(|i| {
-                let (status, error) = if i < failed {
-                    ("failed", Some(json!({"code": "hook_failed"})))
-                } else {
-                    ("succeeded", None)
-                };
-                let (id, host) = (format!("ro.h{i:05}"), format!("h{i:05}"));
-                CommandStatus {
-                    status: status.into(),
-                    error,
-                    ..CommandStatus::pending(&id, &host)
-                }
+            .map(|i| match i < failed {
+                true => result(&format!("h{i:05}"), 1, "failed", Some("hook_failed")),
+                false => result(&format!("h{i:05}"), 1, "succeeded", None),
             })
             .collect();
         RolloutSummary {
             total: hosts,
             succeeded: hosts - failed,
+            commands: 1,
             results,
         }
+    }
+
+    /// Given a rollout of three commands where one host stopped at the second and two
+    /// hosts are unknown, when it is summed up for a person, then each host that did
+    /// not succeed shows the step it stopped at, and the unknown hosts are named.
+    #[test]
+    fn a_rollout_summary_says_where_each_host_stopped_and_which_hosts_are_unknown() {
+        let v = RolloutSummary {
+            total: 4,
+            succeeded: 1,
+            commands: 3,
+            results: vec![
+                result("a", 3, "succeeded", None),
+                result("b", 2, "failed", Some("hook_failed")),
+                result("ghost", 1, "unsubmitted", Some("host_not_found")),
+                result("gost", 1, "unsubmitted", Some("host_not_found")),
+            ],
+        };
+        let text = human_rollout(&v, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("STEP"), "{text}");
+        assert!(
+            lines[1].starts_with('b')
+                && lines[1].contains(" 2/3 ")
+                && lines[1].contains("hook_failed"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[4],
+            "2 hosts unknown to the coordinator (no registered key: a misspelt name, or a host not installed yet): ghost, gost",
+            "{text}"
+        );
+        assert_eq!(lines[5], "1/4 succeeded (all 3 commands)", "{text}");
     }
 
     /// Given a rollout to thousands of hosts, when it is summed up for a person, then

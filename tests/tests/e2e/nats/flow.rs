@@ -91,6 +91,35 @@ fn round_trip(fleet: Fleet, unknown_host: &str) {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid_name"));
 
+    // A command for a host nobody registered (a misspelt name) is refused at once,
+    // not queued for days; asked to, it is queued for a host being provisioned (on
+    // per-host accounts only one with an account: h9 has none).
+    let typo = coordinator.write(
+        "typo.json",
+        r#"{"id":"typo","host":"h9","op":"ensure_namespace","namespace":"a"}"#,
+    );
+    let typo = typo.to_str().unwrap();
+    for args in [&["submit", typo][..], &["submit", typo, "--wait"]] {
+        let out = coordinator.cli(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("host_not_found"), "{args:?}: {stderr}");
+    }
+    let out = coordinator.cli(&["status", "typo"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command_not_found"));
+    let queued = coordinator.cli(&["submit", typo, "--queue-unknown-host"]);
+    let stderr = String::from_utf8_lossy(&queued.stderr);
+    if unknown_host.starts_with("host_not_found") {
+        assert_eq!(queued.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("has no account"), "{stderr}");
+    } else {
+        assert_eq!(queued.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            coordinator.cli_json(&["status", "typo"], 0)["status"],
+            "pending"
+        );
+    }
+
     // The host's log is what it published; a host nobody serves cannot be verified.
     let verdict = coordinator.cli_json(&["verify", "h1"], 0);
     assert_eq!(verdict["result"], "ok", "{verdict}");
@@ -195,6 +224,47 @@ fn two_coordinators_serve_the_same_fleet() {
     assert_eq!(refused["host"], "Not_A_Host", "{summary}");
     assert_eq!(refused["status"], "unsubmitted", "{summary}");
     assert_eq!(refused["error"]["code"], "invalid_name", "{summary}");
+
+    // A file of several commands runs whole, in order, on each host; a host the
+    // coordinator does not know is named, and gets none of them.
+    let steps = c2.write(
+        "steps.json",
+        r#"[{"id":"st-ns","op":"ensure_namespace","namespace":"five"},
+            {"id":"st-del","op":"delete_namespace","namespace":"five"},
+            {"op":"ensure_namespace","namespace":"six"}]"#,
+    );
+    let steps = steps.to_str().unwrap();
+    let summary = c2.cli_json(&["rollout", steps, "--hosts", "h1,h2,h3-typo"], 1);
+    let counts = [
+        &summary["total"],
+        &summary["succeeded"],
+        &summary["commands"],
+    ];
+    assert_eq!(counts, [3, 2, 3], "{summary}");
+    for (i, host) in ["h1", "h2"].iter().enumerate() {
+        let result = &summary["results"][i];
+        assert_eq!(result["host"], *host, "{summary}");
+        assert_eq!(result["step"], 3, "{summary}");
+        assert_eq!(result["status"], "succeeded", "{summary}");
+        // The third command has no id of its own: the rollout's, numbered.
+        let id = result["id"].as_str().unwrap_or_default();
+        assert!(
+            id.starts_with("rollout-") && id.ends_with(&format!("-3.{host}")),
+            "{summary}"
+        );
+        for id in [format!("st-ns.{host}"), format!("st-del.{host}")] {
+            assert_eq!(
+                c1.cli_json(&["status", &id], 0)["status"],
+                "succeeded",
+                "{id}"
+            );
+        }
+    }
+    let unknown = &summary["results"][2];
+    assert_eq!(unknown["host"], "h3-typo", "{summary}");
+    assert_eq!(unknown["step"], 1, "{summary}");
+    assert_eq!(unknown["status"], "unsubmitted", "{summary}");
+    assert_eq!(unknown["error"]["code"], "host_not_found", "{summary}");
 
     for daemon in daemons {
         daemon.stop();

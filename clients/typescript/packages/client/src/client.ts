@@ -42,6 +42,13 @@ export interface CallOptions {
   signal?: AbortSignal | undefined;
 }
 
+export interface SubmitOptions extends CallOptions {
+  /** A command for a host the coordinator does not know (no registered key) is
+   * refused, `host_not_found` (404), by default (`"refuse"`); `"queue"` queues it all
+   * the same, for a host being provisioned (`?unknown_host=queue`). */
+  unknownHost?: "refuse" | "queue" | undefined;
+}
+
 export interface WaitOptions extends CallOptions {
   /** How long to wait for the command to be done, in ms (default 60 000). */
   timeoutMs?: number | undefined;
@@ -92,11 +99,13 @@ export class CapstanClient {
    * its host. A command without an `id` gets a random one here, before the first try,
    * so that asking again after a lost answer re-sends the same command (answered from
    * the host's log) rather than a second one. Use {@link commandId} for ids that
-   * survive a crash of the caller.
+   * survive a crash of the caller. A command for a host the coordinator does not know
+   * ends in `host_not_found` unless `unknownHost: "queue"`.
    */
-  async submit(command: Command, options: CallOptions = {}): Promise<Accepted> {
+  async submit(command: Command, options: SubmitOptions = {}): Promise<Accepted> {
     const body: Command = { ...command, id: command.id ?? randomId() };
-    return this.call(options, (signal) => this.raw.POST("/v1/commands", { body, signal }));
+    const query = options.unknownHost === undefined ? {} : { unknown_host: options.unknownHost };
+    return this.call(options, (signal) => this.raw.POST("/v1/commands", { body, params: { query }, signal }));
   }
 
   /** A command's status now (`GET /v1/commands/{id}`); `command_not_found` when the

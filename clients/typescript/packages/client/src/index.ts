@@ -6,6 +6,7 @@ export type {
   LogOptions,
   PageOptions,
   RolloutTemplate,
+  SubmitOptions,
   WaitOptions,
 } from "./client.js";
 export { CapstanError, isCapstanError } from "./errors.js";

@@ -777,7 +777,13 @@ export type $defs = Record<string, never>;
 export interface operations {
     submitCommand: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description What to do with a command for a host the coordinator does not know (no key registered for it; with `allow_unregistered_hosts`, nor a heartbeat in the registry): `refuse` (the default) answers 404 `host_not_found`; `queue` publishes it all the same, for a host being provisioned (it waits in `CAPSTAN_CMD` for the host's agent, up to 7 days). Not part of the signed command. On per-host accounts a host without an account is 404 `host_not_found` either way.
+                 * @example queue
+                 */
+                unknown_host?: "refuse" | "queue";
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -832,7 +838,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description The host has no account on the NATS server (per-host accounts: `capstan-coordinator nats-config`). Codes: `host_not_found`. */
+            /** @description The host is unknown: no key is registered for it (`capstan register`; with `allow_unregistered_hosts`, nor does it have a heartbeat in the registry) and `unknown_host=queue` was not asked for; or, on per-host accounts, it has no account on the NATS server (`capstan-coordinator nats-config`), whatever `unknown_host` says. Codes: `host_not_found`. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -939,7 +945,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result says its events span more than 10,000 records. */
+            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result left its events out and they cannot be read whole from `CAPSTAN_EVT` (more than 32 MiB of records to read, or records no longer there): never an answer with part of them. */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -1027,7 +1033,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result says its events span more than 10,000 records. */
+            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result left its events out and they cannot be read whole from `CAPSTAN_EVT` (more than 32 MiB of records to read, or records no longer there): never an answer with part of them. */
             502: {
                 headers: {
                     [name: string]: unknown;
@@ -1118,7 +1124,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result says its events span more than 10,000 records. */
+            /** @description What the host published is not signed by a key registered for it (`capstan register`), or is signed by no key at all. Codes: `unverified`; `result_unreadable` when the result left its events out and they cannot be read whole from `CAPSTAN_EVT` (more than 32 MiB of records to read, or records no longer there): never an answer with part of them. */
             502: {
                 headers: {
                     [name: string]: unknown;

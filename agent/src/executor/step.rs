@@ -4,7 +4,7 @@
 
 use super::{ready, result, Executor};
 use crate::event::Event;
-use crate::hooks::{self, HookContext, PhaseError};
+use crate::hooks::{self, HookContext, OnFailure, PhaseError};
 use crate::log::LogError;
 use crate::plan::{self, HookSequence, Step};
 use capstan_common::{CommandResult, ErrorCode, Outcome, Rejection, Strategy};
@@ -40,6 +40,11 @@ impl Executor {
         let ctx = self.hook_context(id, &namespace, workload.as_deref(), revision.as_deref());
         let hooks = &self.hooks;
         let log = &self.log;
+        // A re-grant of what runs revokes nothing if it fails.
+        let on_failure = match log.with_intent(|i| plan::grants::regrant(i, &step)) {
+            Some(what) => OnFailure::Keep(what),
+            None => OnFailure::Compensate,
+        };
         if let Step::AlreadyRunning {
             namespace,
             workload,
@@ -62,19 +67,19 @@ impl Executor {
             }
             HookSequence::DriverThenGrant(phase) => {
                 let effect = self.perform(id, step, &LaunchEnv::new(), cancel).await?;
-                hooks.prepare(log, &ctx, phase, cancel).await?;
+                hooks.prepare(log, &ctx, phase, &on_failure, cancel).await?;
                 effect
             }
             HookSequence::GrantThenDriver(phase) => {
                 let no_env = std::collections::BTreeMap::new();
                 let spec_env = step.spec().map_or(&no_env, |spec| &spec.env);
                 let strategy = step.spec().map(|spec| spec.strategy).unwrap_or_default();
-                let prepared = hooks.prepare(log, &ctx, phase, cancel).await?;
+                let prepared = hooks.prepare(log, &ctx, phase, &on_failure, cancel).await?;
                 let launch_env = match hooks::env::accept(&prepared.env, spec_env) {
                     Ok(env) => env,
                     Err(rejection) => {
                         let aftermath = hooks
-                            .compensate(log, &ctx, phase, &prepared.completed)
+                            .undo(log, &ctx, phase, &prepared.completed, &on_failure)
                             .await
                             .map_err(PhaseError::Log)?;
                         return Err(PhaseError::Env {

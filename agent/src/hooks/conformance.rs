@@ -2,7 +2,8 @@
 //! sim driver with a scripted [`HookRunner`] (the exec runner and crashes are covered
 //! end to end in `tests/tests/e2e/hooks/`). The hardening rules (commands that change
 //! nothing, what compensation may revoke, timed-out owners) are in [`hardening`]; grants
-//! following what runs across revisions, failures and crashes in [`revisions`].
+//! following what runs across revisions, failures and crashes in [`revisions`]; a failed
+//! re-grant of what runs, which revokes nothing, in [`regrant`].
 
 use super::{CallFailure, HookKind, HookOwner, HookReply, HookRequest, HookRunner, Hooks, Phase};
 use crate::event::Event;
@@ -577,5 +578,6 @@ mod cancel;
 mod deadline;
 mod hardening;
 mod readiness;
+mod regrant;
 mod revisions;
 mod strategy;

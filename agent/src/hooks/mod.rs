@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{HookConfig, HookConfigError};
-pub use phase::{HookContext, PhaseError, Prepared};
+pub use phase::{HookContext, OnFailure, PhaseError, Prepared};
 
 pub use capstan_common::Phase;
 

@@ -6,7 +6,9 @@
 //!   revoking phase, in reverse, under a fresh budget that no cancellation can cut
 //!   short. The failing owner is compensated too (first) when it may have granted:
 //!   it timed out, was cancelled or replied invalidly; one that reported failure or
-//!   could not be reached is not called (it cleans up its own partial work).
+//!   could not be reached is not called (it cleans up its own partial work). A
+//!   re-grant ([`OnFailure::Keep`]: for a revision that runs, a namespace that is
+//!   ready, and still will when the command ends) compensates no one.
 //! - Revoking phases call owners in reverse config order and stop at the first
 //!   failure: the caller then keeps the runtime so a retry can finish the teardown.
 //! - After a crash, [`Hooks::recover_interrupted`] reads a command's records and
@@ -39,6 +41,19 @@ pub struct Prepared {
     pub completed: Vec<usize>,
 }
 
+/// What a preparing phase that fails undoes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Compensates what the phase granted: it was for a revision that starts, or a
+    /// namespace being made ready, which a failure leaves not running (not ready).
+    Compensate,
+    /// Revokes nothing: a re-grant for what runs (a revision) or is ready (a
+    /// namespace), named here, which still does when the command ends. What its owners
+    /// held before the command, and what they granted in it, stays held: compensation
+    /// never touches what runs.
+    Keep(String),
+}
+
 /// What happened after a failure, for the error message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Aftermath {
@@ -50,6 +65,9 @@ pub enum Aftermath {
     Incomplete { phase: Phase, owner: String },
     /// A revocation failed: the teardown stopped and the runtime is kept.
     TeardownStopped,
+    /// A re-grant failed: nothing was revoked from what runs (named: `revision r1`,
+    /// `namespace shop`).
+    Kept { what: String },
     /// Revoking a replaced revision failed: the new one runs, the replaced one is
     /// stopped and keeps what was not revoked until a later start or activation of
     /// the workload revokes it.
@@ -68,6 +86,10 @@ impl std::fmt::Display for Aftermath {
             Aftermath::TeardownStopped => {
                 f.write_str("; teardown stopped, the runtime is kept for a retry")
             }
+            Aftermath::Kept { what } => write!(
+                f,
+                "; nothing was revoked: {what} keeps its grants, and a retry grants what is missing"
+            ),
             Aftermath::StillHeld { revision } => write!(
                 f,
                 "; revision {revision} is stopped and keeps those grants until a later start or activation of the workload revokes them"
@@ -208,13 +230,14 @@ impl Hooks {
         Ok(outcome)
     }
 
-    /// Runs preparing `phase`; on a failure compensates the completed owners and
-    /// returns the error.
+    /// Runs preparing `phase`; on a failure undoes what `on_failure` says (compensates
+    /// the completed owners, or nothing for a re-grant) and returns the error.
     pub async fn prepare(
         &self,
         log: &Log,
         ctx: &HookContext,
         phase: Phase,
+        on_failure: &OnFailure,
         cancel: &CancellationToken,
     ) -> Result<Prepared, PhaseError> {
         let mut prepared = Prepared::default();
@@ -234,7 +257,7 @@ impl Hooks {
                     if failure.may_have_granted() {
                         undo.push(i);
                     }
-                    let aftermath = self.compensate(log, ctx, phase, &undo).await?;
+                    let aftermath = self.undo(log, ctx, phase, &undo, on_failure).await?;
                     return Err(PhaseError::Hook {
                         phase,
                         owner: self.owners()[i].name.clone(),
@@ -245,6 +268,25 @@ impl Hooks {
             }
         }
         Ok(prepared)
+    }
+
+    /// What a failed preparing `phase` undoes: [`Hooks::compensate`] of `completed`,
+    /// or nothing for a re-grant ([`OnFailure::Keep`]).
+    pub async fn undo(
+        &self,
+        log: &Log,
+        ctx: &HookContext,
+        phase: Phase,
+        completed: &[usize],
+        on_failure: &OnFailure,
+    ) -> Result<Aftermath, LogError> {
+        match on_failure {
+            OnFailure::Compensate => self.compensate(log, ctx, phase, completed).await,
+            OnFailure::Keep(what) => {
+                tracing::info!(command_id = %ctx.command_id, %phase, "a re-grant failed; nothing is revoked from {what}");
+                Ok(Aftermath::Kept { what: what.clone() })
+            }
+        }
     }
 
     /// Undoes preparing `phase` for the `completed` owners (config-order indexes),

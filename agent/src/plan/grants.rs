@@ -3,6 +3,8 @@
 //!
 //! - [`with_grants`]: a command that changes nothing for the driver still grants what
 //!   is missing (after a partly failed revocation, or an owner added since).
+//! - [`regrant`]: whether a step grants again for what runs (or is ready) and still
+//!   will when the command ends, so that a failed grant revokes nothing.
 //! - [`stale`]: after a revision starts, the other revisions of its workload that still
 //!   hold grants, to be revoked.
 //! - [`roll_back`]: after an activation or start that did not complete (the driver
@@ -90,6 +92,27 @@ pub fn with_grants(step: Step, intent: &Intent, duties: &Duties) -> Step {
             Step::EnsureNamespace { namespace }
         }
         step => step,
+    }
+}
+
+/// When `step` grants again for what already runs and still will when the command
+/// ends, whatever it does: a start or activation of the revision intent runs, an
+/// ensure of a namespace intent has ready (what [`with_grants`] makes of a no-op). The
+/// answer names it (`revision r1`, `namespace shop`) for the error: a failed
+/// preparing phase then revokes nothing, neither what it held before the command nor
+/// what it was granted since, as a crash there does (compensation never touches what
+/// runs). `None`: a first grant, compensated on failure.
+pub fn regrant(intent: &Intent, step: &Step) -> Option<String> {
+    if let Some(s) = starting(step) {
+        let w = intent.workload(s.namespace, s.workload)?;
+        return super::runs(w, s.revision).then(|| format!("revision {}", s.revision));
+    }
+    match step {
+        Step::EnsureNamespace { namespace } => intent
+            .namespaces
+            .contains_key(namespace)
+            .then(|| format!("namespace {namespace}")),
+        _ => None,
     }
 }
 

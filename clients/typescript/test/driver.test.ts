@@ -148,13 +148,17 @@ test("an agent offline: timeout (retryable) naming the host; called again once i
   await stack.stopAgent("cd2");
   // cd2 first: the error is the first failing host's in the order given, whether or
   // not cd1 (which is up) also ran past the short timeout on a loaded machine.
-  const error = await rejection(d.ensureNamespace({ namespace: "offline", hosts: ["cd2", "cd1"] }));
+  const operationKey = "offline-1";
+  const error = await rejection(
+    d.ensureNamespace({ namespace: "offline", hosts: ["cd2", "cd1"], operationKey }),
+  );
   assert.equal(error.code, "timeout");
   assert.equal(error.retryable, true);
   assert.equal(error.host, "cd2");
+  assert.match(error.message, /call again with the same operationKey/);
   const id = error.commandId!;
   await stack.startAgent("cd2");
-  const done = await driver().ensureNamespace({ namespace: "offline", hosts: ["cd1", "cd2"] });
+  const done = await driver().ensureNamespace({ namespace: "offline", hosts: ["cd1", "cd2"], operationKey });
   const cd2 = done.hosts.find((h) => h.host === "cd2");
   assert.equal(cd2?.commandId, id, "the same id: queued while the host was down, carried out once");
   assert.equal(await count("cd2", "namespace_ready", "offline"), 1);
@@ -166,11 +170,13 @@ test("an abort mid-call: aborted with the command's id; calling again finishes i
   await d.prepareRevision({ namespace: "aborts", workload: "web", revision: "r1", spec, hosts: ["cd2"] });
   await stack.stopAgent("cd2");
   const controller = new AbortController();
+  const operationKey = "aborts-1";
   const call = d.activateRevision({
     namespace: "aborts",
     workload: "web",
     revision: "r1",
     hosts: ["cd2"],
+    operationKey,
     signal: controller.signal,
   });
   setTimeout(() => controller.abort(), 300);
@@ -181,7 +187,13 @@ test("an abort mid-call: aborted with the command's id; calling again finishes i
   await stack.startAgent("cd2");
   // The command may have been cancelled (the abort asked for it) or run first: either
   // way, calling again ends with r1 active, started exactly once.
-  await driver().activateRevision({ namespace: "aborts", workload: "web", revision: "r1", hosts: ["cd2"] });
+  await driver().activateRevision({
+    namespace: "aborts",
+    workload: "web",
+    revision: "r1",
+    hosts: ["cd2"],
+    operationKey,
+  });
   const w = (await client.intent("cd2")).workloads["aborts/web"];
   assert.equal(w?.active_revision, "r1");
   assert.equal(await count("cd2", "workload_started", "aborts"), 1);
@@ -232,4 +244,29 @@ test("the controller killed mid-call (SIGKILL) and called again: answered from t
     operationKey: "rollback-3",
   });
   assert.equal((await client.intent("cd1")).workloads["crash/web"]?.active_revision, "r1");
+});
+
+test("without an operationKey every call is a new operation: a rollback to r1 runs r1, a namespace deleted and ensured again is ready", async () => {
+  const d = driver();
+  const hosts = ["cd1"];
+  await d.ensureNamespace({ namespace: "rollback", hosts });
+  const ref = { namespace: "rollback", workload: "web", hosts };
+  await d.prepareRevision({ ...ref, revision: "r1", spec });
+  await d.prepareRevision({ ...ref, revision: "r2", spec });
+  const first = await d.activateRevision({ ...ref, revision: "r1" });
+  await d.activateRevision({ ...ref, revision: "r2" });
+  assert.equal((await client.intent("cd1")).workloads["rollback/web"]?.active_revision, "r2");
+  // The rollback: the same content as the first activation, and no key.
+  const rollback = await d.activateRevision({ ...ref, revision: "r1" });
+  assert.notEqual(rollback.hosts[0]?.commandId, first.hosts[0]?.commandId, "not the first call's command");
+  assert.equal((await client.intent("cd1")).workloads["rollback/web"]?.active_revision, "r1", "r1 is active");
+  assert.equal(await count("cd1", "workload_started", "rollback", "r1"), 2, "r1 started again");
+  // A namespace's second life: ensured, deleted, ensured again, all without a key.
+  await d.ensureNamespace({ namespace: "again", hosts });
+  await d.deleteNamespace({ namespace: "again", hosts });
+  await d.ensureNamespace({ namespace: "again", hosts });
+  assert.ok((await client.intent("cd1")).namespaces["again"], "the namespace is ready again");
+  assert.equal(await count("cd1", "namespace_ready", "again"), 2);
+  // An empty key would make every call with the same content one operation: refused.
+  await assert.rejects(d.ensureNamespace({ namespace: "again", hosts, operationKey: "" }), RangeError);
 });

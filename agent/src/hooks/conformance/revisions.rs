@@ -211,9 +211,9 @@ async fn a_failed_activation_in_the_driver_revokes_the_new_revision_and_keeps_th
     assert_eq!(rig.holders("r2"), held(&["a", "b"]));
 }
 
-#[tokio::test]
-async fn a_running_revision_missing_a_grant_is_granted_again_by_the_next_activation() {
-    let rig = rig(&["a", "b"]);
+/// `web` running r1; a stop whose revocation failed at `a` left `b` revoked: r1 runs,
+/// held by `a` only. No calls remembered.
+pub(super) async fn r1_running_held_by_a(rig: &Rig) {
     rig.staged().await;
     assert_eq!(rig.activate("a1").await.outcome, Outcome::Succeeded);
     // The stop revokes b, then a fails: r1 still runs, b no longer holds it.
@@ -223,6 +223,12 @@ async fn a_running_revision_missing_a_grant_is_granted_again_by_the_next_activat
     assert_eq!(rig.state("r1"), Some(BackendState::Running));
     assert_eq!(rig.holders("r1"), held(&["a"]));
     rig.fake.clear();
+}
+
+#[tokio::test]
+async fn a_running_revision_missing_a_grant_is_granted_again_by_the_next_activation() {
+    let rig = rig(&["a", "b"]);
+    r1_running_held_by_a(&rig).await;
     assert_eq!(rig.activate("a2").await.outcome, Outcome::Succeeded);
     assert_eq!(
         rig.calls_about(),

@@ -84,6 +84,32 @@ fn what_runs_with_a_grant_missing_is_started_again_to_grant_it() {
 }
 
 #[test]
+fn a_start_of_what_runs_or_an_ensure_of_a_ready_namespace_is_a_regrant_nothing_else_is() {
+    let intent = given(&r1_granted_by(&["vault"]));
+    assert_eq!(
+        regrant(&intent, &start("r1")).as_deref(),
+        Some("revision r1")
+    );
+    assert_eq!(
+        regrant(&intent, &activate("r1", None)).as_deref(),
+        Some("revision r1")
+    );
+    assert_eq!(regrant(&intent, &activate("r2", Some("r1"))), None);
+    let ensure = |ns: &str| Step::EnsureNamespace {
+        namespace: ns.into(),
+    };
+    assert_eq!(
+        regrant(&intent, &ensure("ns")).as_deref(),
+        Some("namespace ns")
+    );
+    assert_eq!(regrant(&intent, &ensure("other")), None);
+    // A stopped workload's start is a first grant: it does not run.
+    let mut events = r1_granted_by(&["vault"]);
+    events.push(stopped(by("s1"), "r1"));
+    assert_eq!(regrant(&given(&events), &start("r1")), None);
+}
+
+#[test]
 fn what_runs_untracked_counts_as_granted() {
     // Started by a build before the ledger: no record says a grant is missing.
     let intent = given(&crate::testkit::running("r1", spec()));

@@ -1,7 +1,10 @@
 // The controller's compute driver, on capstan: each call becomes one capstan command
 // per host the caller names, under an id made from what the call means (its content,
-// the caller's key, the attempt), so that a controller that crashed mid-call and calls
-// again is answered from the hosts' logs rather than doing anything twice.
+// the caller's operation key, the attempt), so that a controller that crashed mid-call
+// and calls again with the same key is answered from the hosts' logs rather than doing
+// anything twice. A call without a key is its own operation: its ids are drawn fresh
+// for it (retries within the call keep them), so it is never answered with what an
+// earlier call with the same content did.
 import {
   type CapstanClient,
   CapstanError,
@@ -9,6 +12,7 @@ import {
   type CommandStatus,
   commandId,
   type HookFailure,
+  randomId,
   sleep,
   type Spec,
 } from "@capstan/client";
@@ -35,9 +39,14 @@ export interface Target {
   /** The hosts to act on (capstan host names). */
   hosts: readonly string[];
   /** The controller's durable name for this operation (a deployment or operation
-   * id): what makes a later call with the same content a new operation, e.g. a
-   * rollback that activates a revision activated before. Same key, same content:
-   * the same operation, answered if it was already carried out. Default `""`. */
+   * id), non-empty. Same key, same content: the same operation, answered from the
+   * hosts' logs if it was already carried out — what makes a call repeated after a
+   * crash of the controller safe. A new operation needs a new key (a rollback that
+   * activates a revision activated before is not the earlier activation). Without
+   * one, the call is a new operation every time: its commands get ids of their own
+   * (random, kept across the call's retries), so it is always carried out, and a call
+   * repeated after a crash sends new commands (the hosts converge to the same state,
+   * and a host's earlier command, still queued, runs too). */
   operationKey?: string | undefined;
   signal?: AbortSignal | undefined;
 }
@@ -179,10 +188,11 @@ export class CapstanComputeDriver {
     command: (host: string) => Command,
   ): Promise<[string, HostResult | CapstanError][]> {
     if (target.hosts.length === 0) throw new RangeError("no hosts named");
+    const key = operationKey(target);
     const settled = await Promise.all(
       [...new Set(target.hosts)].map(async (host): Promise<[string, HostResult | CapstanError]> => {
         try {
-          return [host, await this.carryOut(command(host), target)];
+          return [host, await this.carryOut(command(host), key, target)];
         } catch (error) {
           if (!(error instanceof CapstanError)) throw error;
           return [host, error];
@@ -195,13 +205,13 @@ export class CapstanComputeDriver {
   }
 
   /** One command on one host: attempt 0 under its id; a retryable failure again under
-   * the next attempt's id. After a crash of the caller the same walk is answered from
-   * the host's log, attempt by attempt, up to where it stopped. */
-  private async carryOut(command: Command, target: Target): Promise<HostResult> {
-    const key = target.operationKey ?? "";
+   * the next attempt's id. After a crash of the caller the same walk (the same
+   * operation key) is answered from the host's log, attempt by attempt, up to where
+   * it stopped. */
+  private async carryOut(command: Command, key: OperationKey, target: Target): Promise<HostResult> {
     for (let attempt = 0; ; attempt++) {
-      const id = commandId(command, { key, attempt });
-      const status = await this.submitAndWait({ ...command, id }, target.signal);
+      const id = commandId(command, { key: key.key, attempt });
+      const status = await this.submitAndWait({ ...command, id }, key, target.signal);
       if (status.status === "succeeded") return { host: command.host, commandId: id, status };
       const error = CapstanError.fromCommand(status);
       if (!error.retryable || attempt + 1 >= this.attempts) throw error;
@@ -221,6 +231,7 @@ export class CapstanComputeDriver {
 
   private async submitAndWait(
     command: Command & { id: string },
+    key: OperationKey,
     signal?: AbortSignal,
   ): Promise<CommandStatus> {
     const call = signal === undefined ? {} : { signal };
@@ -233,14 +244,14 @@ export class CapstanComputeDriver {
         if (this.cancelOnAbort) await this.cancelQuietly(command.id);
         throw new CapstanError({
           code: "aborted",
-          message: `aborted: command ${command.id} on ${command.host} was ${this.cancelOnAbort ? "asked to stop" : "left running"}; call again to learn its outcome`,
+          message: `aborted: command ${command.id} on ${command.host} was ${this.cancelOnAbort ? "asked to stop" : "left running"}; ${key.again}`,
           retryable: false,
           commandId: command.id,
           host: command.host,
           cause: error,
         });
       }
-      if (error.code === "timeout") throw await this.timedOut(command, error);
+      if (error.code === "timeout") throw await this.timedOut(command, key, error);
       throw error;
     }
   }
@@ -255,7 +266,11 @@ export class CapstanComputeDriver {
   }
 
   /** A timeout, said with what the coordinator knows of the host. */
-  private async timedOut(command: Command & { id: string }, error: CapstanError): Promise<CapstanError> {
+  private async timedOut(
+    command: Command & { id: string },
+    key: OperationKey,
+    error: CapstanError,
+  ): Promise<CapstanError> {
     let liveness = "";
     try {
       const entry = (await this.client.hosts({ signal: AbortSignal.timeout(5_000) })).find(
@@ -267,13 +282,39 @@ export class CapstanComputeDriver {
     }
     return new CapstanError({
       code: "timeout",
-      message: `command ${command.id} on ${command.host} was not done within ${this.timeoutMs} ms${liveness}; it stays queued for the host: call again to pick it up`,
+      message: `command ${command.id} on ${command.host} was not done within ${this.timeoutMs} ms${liveness}; it stays queued for the host: ${key.again}`,
       retryable: true,
       commandId: command.id,
       host: command.host,
       cause: error,
     });
   }
+}
+
+/** The key a call's ids are made with, and what to do to learn how a command it
+ * could not follow ended. */
+interface OperationKey {
+  key: string;
+  again: string;
+}
+
+/** The caller's operation key, or one of the call's own: a call without a key never
+ * shares an id with another call, so it is never answered with another's outcome. */
+function operationKey(target: Target): OperationKey {
+  const given = target.operationKey;
+  if (given === undefined) {
+    return {
+      key: `call:${randomId()}`,
+      again:
+        "follow it with client.wait(commandId) (a call without an operationKey is a new operation every time: calling again sends new commands)",
+    };
+  }
+  if (given === "") {
+    throw new RangeError(
+      "operationKey cannot be empty: leave it out (a new operation every call) or pass the controller's durable id for the operation",
+    );
+  }
+  return { key: given, again: "call again with the same operationKey to learn its outcome" };
 }
 
 function revisionNames(input: RevisionRef): { namespace: string; workload: string; revision: string } {

@@ -45,6 +45,13 @@ pub fn commands(n: usize, namespaces: usize) -> Vec<Command> {
         .collect()
 }
 
+/// `rest` (the prepare + activate pairs of [`commands`]) cut into about `lanes`
+/// consecutive runs, one task's each: whole pairs, so that no workload's activation
+/// can run before its preparation in another task.
+fn lanes(rest: &[Command], lanes: usize) -> std::slice::Chunks<'_, Command> {
+    rest.chunks(rest.len().div_ceil(lanes).next_multiple_of(2).max(2))
+}
+
 /// The spec every benchmark revision has.
 pub fn spec() -> Spec {
     Spec {
@@ -79,8 +86,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             succeeded(&executor, c.clone()).await?;
         }
         let t = Instant::now();
-        let tasks: Vec<_> = rest
-            .chunks(rest.len().div_ceil(namespaces))
+        let tasks: Vec<_> = lanes(rest, namespaces)
             .map(|chunk| {
                 let (executor, chunk) = (Arc::clone(&executor), chunk.to_vec());
                 tokio::spawn(async move {
@@ -165,5 +171,31 @@ impl Driver for NullDriver {
     }
     async fn observe(&self) -> Result<Observed, DriverError> {
         Ok(Observed::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_lane_holds_whole_pairs_a_preparation_before_its_activation() {
+        // 16 lanes of 8 commands: one apiece would split every pair.
+        for (n, namespaces) in [(32, 16), (48, 16), (2000, 16), (2002, 16), (35, 1)] {
+            let cmds = commands(n, namespaces);
+            let (_, rest) = cmds.split_at(namespaces);
+            for lane in lanes(rest, namespaces) {
+                for pair in lane.chunks(2) {
+                    let [prepare, activate] = pair else {
+                        panic!("{n}/{namespaces}: a lane ends with half a pair");
+                    };
+                    assert!(
+                        matches!(&prepare.op, Op::PrepareRevision { workload, .. }
+                            if matches!(&activate.op, Op::ActivateRevision { workload: w, .. } if w == workload)),
+                        "{n}/{namespaces}: {pair:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -50,6 +50,11 @@
 //! (the release binaries next to this one, built as [`BUILD`] says; an agent with the
 //! test builds' fault seams is refused).
 //!
+//! `--smoke` ([`smoke`]) runs every measurement once at tiny sizes, judging no figure:
+//! CI runs it (the e2e test `bench::smoke_runs_every_measurement_once`) so that a
+//! benchmark that no longer runs is noticed. A measurement that fails does not stop
+//! the others; the exit status says whether any did.
+//!
 //! Run under the name `capstan-envdump`, this binary is that workload
 //! ([`capstan_tests::envdump`]): the systemd measurement's units run a copy of it, so
 //! a release build needs nothing else built.
@@ -73,6 +78,7 @@ mod reads;
 mod replay;
 mod roundtrip;
 mod sim;
+mod smoke;
 mod stack;
 mod systemd;
 mod throughput;
@@ -145,6 +151,10 @@ pub struct Args {
     /// Seconds the footprint measurement watches the idle agent.
     #[arg(long, default_value_t = 10)]
     idle_secs: u64,
+    /// Every measurement once (`fleet` too) at tiny sizes, replacing the sizes above;
+    /// figures printed, none judged; a test build's agent is accepted.
+    #[arg(long)]
+    smoke: bool,
 }
 
 /// The measurements, in the order they run.
@@ -207,7 +217,10 @@ fn main() -> anyhow::Result<()> {
     {
         capstan_tests::envdump::main();
     }
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.smoke {
+        smoke::shrink(&mut args);
+    }
     anyhow::ensure!(
         args.units > 0 && args.rounds > 0 && args.roundtrips > 0,
         "--units, --rounds and --roundtrips must be at least 1"
@@ -223,63 +236,74 @@ fn main() -> anyhow::Result<()> {
         "--log-workloads must be at least 1 and --log-records at least 10000"
     );
     anyhow::ensure!(args.commands > 16, "--commands must be more than 16");
-    shipped_agent()?;
+    // A smoke run judges no figure: the e2e tests' build (with the fault seams) will do.
+    if !args.smoke {
+        shipped_agent()?;
+    }
     // Not a test: its runs are as long as they need (the harness's per-test clock).
     capstan_tests::watchdog::off();
     let runtime = tokio::runtime::Runtime::new()?;
+    let rt = &runtime;
+    let args = &args;
     let wanted = |m| args.only.is_empty() || args.only.contains(&m);
+    let mut runner = smoke::Runner::default();
     if wanted(Measurement::GroupCommit) {
-        runtime.block_on(group_commit::run(&args))?;
+        runner.run("group-commit", || rt.block_on(group_commit::run(args)));
     }
     if wanted(Measurement::Open) {
-        open::run(&args)?;
+        runner.run("open", || open::run(args));
     }
     if wanted(Measurement::Apply) {
-        runtime.block_on(apply::run(&args))?;
+        runner.run("apply", || rt.block_on(apply::run(args)));
     }
     if wanted(Measurement::Sim) {
-        runtime.block_on(sim::run(&args))?;
+        runner.run("sim", || rt.block_on(sim::run(args)));
     }
     if wanted(Measurement::Systemd) {
-        systemd::run(&args, &runtime)?;
+        runner.run("systemd", || systemd::run(args, rt));
     }
     if wanted(Measurement::FleetSystemd) {
-        fleet_systemd::run(&args, &runtime)?;
+        runner.run("fleet-systemd", || fleet_systemd::run(args, rt));
     }
     if wanted(Measurement::Roundtrip) {
-        runtime.block_on(roundtrip::run(&args))?;
+        runner.run("roundtrip", || rt.block_on(roundtrip::run(args)));
     }
     if wanted(Measurement::Throughput) {
-        runtime.block_on(throughput::run(&args))?;
+        runner.run("throughput", || rt.block_on(throughput::run(args)));
     }
     if wanted(Measurement::Reads) {
-        runtime.block_on(reads::run(&args))?;
+        runner.run("reads", || rt.block_on(reads::run(args)));
     }
     if wanted(Measurement::Fanout) {
-        runtime.block_on(fanout::run(&args))?;
+        runner.run("fanout", || rt.block_on(fanout::run(args)));
     }
     if wanted(Measurement::LogAppend) {
-        runtime.block_on(log_append::run(&args))?;
+        runner.run("log-append", || rt.block_on(log_append::run(args)));
     }
     if wanted(Measurement::Replay) || wanted(Measurement::Query) {
-        let log = million::Million::build(&args)?;
-        if wanted(Measurement::Replay) {
-            replay::run(&log)?;
-        }
-        if wanted(Measurement::Query) {
-            query::run(&log)?;
+        match million::Million::build(args) {
+            Ok(log) => {
+                if wanted(Measurement::Replay) {
+                    runner.run("replay", || replay::run(&log));
+                }
+                if wanted(Measurement::Query) {
+                    runner.run("query", || query::run(&log));
+                }
+            }
+            Err(e) => runner.run("replay", || Err(e.context("building the large log"))),
         }
     }
     if wanted(Measurement::Docker) {
-        runtime.block_on(docker::run(&args))?;
+        runner.run("docker", || rt.block_on(docker::run(args)));
     }
     if wanted(Measurement::Footprint) {
-        footprint::run(&args)?;
+        runner.run("footprint", || footprint::run(args));
     }
-    if args.only.contains(&Measurement::Fleet) {
-        runtime.block_on(fleet::run(&args))?;
+    // Only when named, or in a smoke run (at its tiny sizes).
+    if (args.smoke && args.only.is_empty()) || args.only.contains(&Measurement::Fleet) {
+        runner.run("fleet", || rt.block_on(fleet::run(args)));
     }
-    Ok(())
+    runner.finish()
 }
 
 #[cfg(test)]

@@ -25,11 +25,14 @@ pub struct Item {
     pub body: Vec<u8>,
 }
 
-/// Runs `items` through the chain on the nats-server at `url`, the lanes' first
-/// command each unmeasured; how long the rest took from the first publish to the last
-/// receipt.
-pub async fn run(url: &str, items: &[Item], timeout: Duration) -> anyhow::Result<Duration> {
-    let client = async_nats::connect(url).await?;
+/// Runs `items` through the chain over `client` (in an account with JetStream), the
+/// lanes' first command each unmeasured; how long the rest took from the first publish
+/// to the last receipt.
+pub async fn run(
+    client: async_nats::Client,
+    items: &[Item],
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
     let js = jetstream::new(client.clone());
     for (name, subject, per_subject) in [
         ("RAWCHAIN_CMD", "rawchain.cmd.>", -1),

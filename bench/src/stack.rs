@@ -1,50 +1,76 @@
 //! A control-path stack for the benchmarks: a private nats-server, a coordinator and
 //! sim agents (the release binaries next to `capstan-bench`, through the test
 //! harness), and the ways a benchmark talks to them: the HTTP API, or signed commands
-//! published straight to `CAPSTAN_COMMANDS` with results followed in `capstan_results`.
+//! published straight to `CAPSTAN_COMMANDS` with results followed as the coordinator
+//! follows them.
+//!
+//! The layout is the documented secure one (docs/nats.md): every host's key
+//! registered with the coordinator, and, for a stack whose hosts are known when it
+//! starts ([`Stack::start`]), per-host NATS accounts (`capstan-coordinator
+//! nats-config`). `sim-fleet` hosts share one config and so one NATS credential:
+//! their stack ([`Stack::shared`]) has one account for every client.
 
 use anyhow::Context as _;
 use capstan_common::signing::Signer;
 use capstan_common::status::CommandStatus;
 use capstan_common::{nats_layout, Command, Op};
-use capstan_tests::agent::Agent;
-use capstan_tests::nats::{Coordinator, Keys, NatsServer};
+use capstan_tests::agent::{Agent, AgentBuilder};
+use capstan_tests::nats::{Accounts, Coordinator, Keys, NatsServer};
 use capstan_tests::process::Process;
 use futures::StreamExt;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+/// Each host's storage quota (its event stream and results) on per-host accounts.
+pub const HOST_QUOTA: &str = "256M";
+
 pub struct Stack {
     pub server: NatsServer,
     pub keys: Keys,
     pub coordinator: Coordinator,
     pub http: reqwest::Client,
+    /// The per-host accounts' config and nkeys, when the server runs them.
+    accounts: Option<Accounts>,
     agents: Vec<(Agent, Process)>,
 }
 
 impl Stack {
-    /// nats-server, a coordinator, and one sim agent per host in `hosts`.
+    /// nats-server on per-host accounts for `hosts`, a coordinator, and one sim agent
+    /// per host, its key registered.
     pub fn start(hosts: &[&str]) -> Stack {
-        Stack::on(NatsServer::start(), hosts)
+        let accounts = Accounts::generate(hosts, HOST_QUOTA);
+        let server = NatsServer::start_with(Some(&accounts.config()));
+        Stack::on(server, Some(accounts), hosts)
     }
 
-    /// [`Stack::start`] with a nats-server already started (e.g. on a fleet's hub).
-    pub fn on(server: NatsServer, hosts: &[&str]) -> Stack {
+    /// nats-server with one account for every client (what `sim-fleet`'s hosts, one
+    /// config between them, can join) and a coordinator; no agent yet.
+    pub fn shared() -> Stack {
+        Stack::on(NatsServer::start(), None, &[])
+    }
+
+    /// [`Stack::start`] with a nats-server already started (e.g. on a fleet's hub),
+    /// with `accounts`' config when given.
+    pub fn on(server: NatsServer, accounts: Option<Accounts>, hosts: &[&str]) -> Stack {
         let keys = Keys::generate();
-        let coordinator = Coordinator::start(&server.url(), &keys, "");
+        let nats = accounts
+            .as_ref()
+            .map(|a| a.nats_lines("coordinator"))
+            .unwrap_or_default();
+        let coordinator = Coordinator::start(&server.url(), &keys, &nats);
         let mut stack = Stack {
             server,
             keys,
             coordinator,
             http: reqwest::Client::new(),
+            accounts,
             agents: Vec::new(),
         };
         for host in hosts {
-            let agent = Agent::builder(host)
-                .without_hooks()
-                .nats(&stack.server.url())
-                .signing(&stack.keys.public)
+            let agent = stack
+                .join(Agent::builder(host).without_hooks())
+                .registered_with(&stack.coordinator.url, &stack.coordinator.token)
                 .build();
             let daemon = agent.run();
             stack.agents.push((agent, daemon));
@@ -52,14 +78,27 @@ impl Stack {
         stack
     }
 
+    /// `builder` taking commands from this stack's server, signed with its keys, with
+    /// its host's nkey on per-host accounts.
+    fn join(&self, builder: AgentBuilder) -> AgentBuilder {
+        let builder = builder.nats(&self.server.url()).signing(&self.keys.public);
+        match &self.accounts {
+            Some(accounts) => {
+                let lines = accounts.nats_lines(builder.host());
+                builder.nats_extra(&lines)
+            }
+            None => builder,
+        }
+    }
+
     /// Adds `capstan-agent sim-fleet` with `hosts` hosts `<prefix>-0001…` and waits
     /// until every one is alive in the coordinator's registry.
     pub fn sim_fleet(&mut self, hosts: usize, prefix: &str) -> Vec<String> {
-        let config = Agent::builder(prefix)
-            .without_hooks()
-            .nats(&self.server.url())
-            .signing(&self.keys.public)
-            .build();
+        assert!(
+            self.accounts.is_none(),
+            "sim-fleet hosts share one NATS credential: start the stack with Stack::shared"
+        );
+        let config = self.join(Agent::builder(prefix).without_hooks()).build();
         let process = config.sim_fleet(hosts, prefix);
         // Every host's key (`sim-fleet` lists them in `host-keys`), registered in one
         // call: a host is alive only with a registered key.
@@ -101,8 +140,25 @@ impl Stack {
         self.coordinator.stop();
     }
 
+    /// A connection to the server as the coordinators connect: on per-host accounts
+    /// with their nkey, in the fleet's account.
     pub async fn connect(&self) -> anyhow::Result<async_nats::Client> {
-        Ok(async_nats::connect(self.server.url()).await?)
+        let options = match &self.accounts {
+            Some(accounts) => async_nats::ConnectOptions::with_nkey(accounts.seed("coordinator")),
+            None => async_nats::ConnectOptions::new(),
+        };
+        Ok(options.connect(self.server.url()).await?)
+    }
+
+    /// The subjects `host`'s results can be followed on from [`Stack::connect`]'s
+    /// account: the results bucket's puts, or on per-host accounts (where the bucket is
+    /// the host's own) the notices the agent publishes of each put.
+    pub fn results_subjects(&self, host: &str) -> String {
+        match self.accounts {
+            // `nats_layout::result_notice_subject(host, *)`.
+            Some(_) => format!("capstan.v1.res.{host}.*"),
+            None => format!("$KV.{}.{host}.*", nats_layout::RESULTS_BUCKET),
+        }
     }
 
     /// POSTs a command (`host`, `id`, op fields); its id.
@@ -142,11 +198,13 @@ impl Stack {
 }
 
 /// Signed commands for `host`, published straight to `CAPSTAN_COMMANDS`, their results
-/// followed on `capstan_results`.
+/// followed where the coordinator follows them ([`Stack::results_subjects`]).
 pub struct Publisher {
     pub client: async_nats::Client,
     signer: Signer,
     host: String,
+    /// Where its results are followed ([`Stack::results_subjects`]).
+    results: String,
 }
 
 impl Publisher {
@@ -155,6 +213,7 @@ impl Publisher {
             client: stack.connect().await?,
             signer: Signer::from_hex(&stack.keys.secret_hex())?,
             host: host.to_string(),
+            results: stack.results_subjects(host),
         })
     }
 
@@ -180,14 +239,7 @@ impl Publisher {
     /// (on its own machine in a fleet), and the in-process baseline signs nothing.
     pub async fn run(&self, commands: &[Command], timeout: Duration) -> anyhow::Result<Duration> {
         let js = async_nats::jetstream::new(self.client.clone());
-        let mut results = self
-            .client
-            .subscribe(format!(
-                "$KV.{}.{}.*",
-                nats_layout::RESULTS_BUCKET,
-                self.host
-            ))
-            .await?;
+        let mut results = self.client.subscribe(self.results.clone()).await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
         let bodies: Vec<String> = commands.iter().map(|c| self.body(c)).collect();
         let t = Instant::now();

@@ -52,7 +52,8 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         ("nats_server", nats_pid),
         ("chain_and_client", std::process::id()),
     ])?;
-    let chain_took = pipelined::run(&stack.server.url(), &items, Duration::from_secs(600)).await?;
+    let chain_took =
+        pipelined::run(stack.connect().await?, &items, Duration::from_secs(600)).await?;
     let chain_cpu = meter.per(rest.len())?;
     stack.stop();
     let nats = rate(rest.len(), took);

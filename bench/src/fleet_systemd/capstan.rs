@@ -4,15 +4,18 @@
 
 use super::timeline::{self, Timeline};
 use super::{value, verify, write};
-use crate::stack::Stack;
+use crate::stack::{Stack, HOST_QUOTA};
 use anyhow::Context as _;
 use capstan_driver::RevisionRef;
 use capstan_tests::command::{Cmd, Commands, Spec};
 use capstan_tests::fleet::{Fleet, FleetHost};
-use capstan_tests::nats::NatsServer;
+use capstan_tests::nats::{Accounts, NatsServer};
 use futures::future::try_join_all;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+/// Where the host's nkey seed goes (as `capstan install --nats-credentials` puts it).
+const NKEY_FILE: &str = "/etc/capstan/nats.nk";
 
 /// The workloads' program: long-running, nothing to install.
 const PROGRAM: [&str; 2] = ["/usr/bin/sleep", "infinity"];
@@ -42,16 +45,40 @@ impl<'h, 'f> Capstan<'h, 'f> {
         let deb = capstan_tests::build_packages(debs.path()).remove(0);
         std::fs::copy(&deb, host.path("/root/capstan-agent.deb"))?;
         ssh_ok(host, "dpkg -i /root/capstan-agent.deb")?;
-        let stack = Stack::on(NatsServer::start_on(&fleet.hub_addr().to_string()), &[]);
+        // The documented secure layout: per-host accounts (the host's nkey where
+        // `capstan install --nats-credentials` puts it) and the host's key registered.
+        let accounts = Accounts::generate(&[host.name()], HOST_QUOTA);
+        let server = NatsServer::start_on_with(&fleet.hub_addr().to_string(), &accounts.config());
+        let seed = accounts.seed(host.name());
+        let stack = Stack::on(server, Some(accounts), &[]);
+        write(host, NKEY_FILE, &format!("{seed}\n"))?;
+        ssh_ok(host, &format!("chmod 0600 {NKEY_FILE}"))?;
         // Every twin unit restarts once a round: no start rate limit (the same text).
         let config = format!(
             "host = \"{}\"\ndriver = \"systemd\"\n\n[systemd]\nstart_limit_interval_secs = 0\n\n\
-             [nats]\nurl = {:?}\n\n[signing]\npublic_keys = [{:?}]\n",
+             [nats]\nurl = {:?}\nnkey_seed_file = {NKEY_FILE:?}\nhost_accounts = true\n\n\
+             [signing]\npublic_keys = [{:?}]\n",
             host.name(),
             stack.server.url(),
             stack.keys.public
         );
         write(host, "/etc/capstan/agent.toml", &config)?;
+        // The host's key (made by `host-key` as by the agent's first start).
+        let key = host.ssh(&["capstan-agent --config=/etc/capstan/agent.toml host-key"]);
+        anyhow::ensure!(
+            key.status.success(),
+            "capstan-agent host-key on {}: {}",
+            host.name(),
+            String::from_utf8_lossy(&key.stderr)
+        );
+        let key = String::from_utf8_lossy(&key.stdout).trim().to_string();
+        let out = stack.coordinator.cli(&["register", host.name(), &key]);
+        anyhow::ensure!(
+            out.status.success(),
+            "capstan register {}: {}",
+            host.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         ssh_ok(host, "systemctl restart capstan-agent")?;
         stack
             .coordinator

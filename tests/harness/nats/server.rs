@@ -34,6 +34,12 @@ impl NatsServer {
         Self::start_at(addr, None)
     }
 
+    /// [`NatsServer::start_on`] with a server config file, as
+    /// [`NatsServer::start_with`].
+    pub fn start_on_with(addr: &str, config: &Path) -> NatsServer {
+        Self::start_at(addr, Some(config))
+    }
+
     fn start_at(addr: &str, config: Option<&Path>) -> NatsServer {
         crate::watchdog::watch();
         let mut server = NatsServer {

@@ -10,6 +10,7 @@
 //! real kube-apiserver per test, `capstan_tests::kube`), `fleet::`
 //! (real Debian hosts booted on this machine, `capstan_tests::fleet`).
 
+mod bench;
 mod core;
 mod docker;
 mod external;

@@ -80,7 +80,10 @@ pub async fn commands_after(
             answer.more = true;
             return Ok(answer);
         }
-        let message = match commands.get_first_raw_message_by_subject(&subject, from).await {
+        let message = match commands
+            .get_first_raw_message_by_subject(&subject, from)
+            .await
+        {
             Ok(m) => m,
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
                 return Ok(answer)

@@ -30,7 +30,8 @@ fn failed<E: std::error::Error + Send + Sync + 'static>(
 pub async fn migrate_commands(js: &jetstream::Context, replicas: usize) -> Result<u64, NatsError> {
     let old = match js.get_stream(nats_layout::LEGACY_CMD_STREAM).await {
         Ok(s) => s,
-        Err(e) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
+        Err(e)
+            if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j)
             if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
         {
             return Ok(0)

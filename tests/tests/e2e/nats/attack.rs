@@ -212,7 +212,11 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             .map(|n| n.expect("a consumer name"))
             .collect()
             .await;
-        assert_eq!(consumers, Vec::<String>::new(), "no consumer on the command stream");
+        assert_eq!(
+            consumers,
+            Vec::<String>::new(),
+            "no consumer on the command stream"
+        );
         let evil = fleet_js.get_stream("EVIL").await.map(|_| ());
         assert!(
             matches!(
@@ -569,7 +573,7 @@ fn h1_can_neither_ack_nor_delete_nor_take_the_commands_queued_for_h2() {
             .get_stream("CAPSTAN_COMMANDS")
             .await
             .expect("stream");
-        let before = stream.info().await.expect("info").state;
+        let before = stream.info().await.expect("info").state.clone();
         let attacker = v.connect("h1").await;
         for seq in 1..=before.last_sequence + 5 {
             for stream in ["CAPSTAN_COMMANDS", "CAPSTAN_CMD"] {
@@ -609,7 +613,7 @@ fn h1_can_neither_ack_nor_delete_nor_take_the_commands_queued_for_h2() {
             own.commands.iter().all(|q| !q.command.contains("\"h2\"")),
             "h1 is given only its own commands: {own:?}"
         );
-        let after = stream.info().await.expect("info").state;
+        let after = stream.info().await.expect("info").state.clone();
         assert_eq!(
             (after.messages, after.last_sequence),
             (before.messages, before.last_sequence),

@@ -45,7 +45,9 @@ fn commands_queued_in_an_earlier_releases_work_queue_are_carried_out_after_the_u
         .expect("h1's consumer");
         for (i, id) in ids.iter().enumerate() {
             let ns = if i == 1 { "other" } else { "moved" };
-            let line = Commands::new("h1", ns).ensure_namespace(id);
+            let line = Commands::new("h1", ns)
+                .ensure_namespace(id)
+                .with("issued_at", chrono::Utc::now().to_rfc3339());
             let command = Command::parse(&line.to_string()).expect("a command");
             let mut headers = async_nats::HeaderMap::new();
             headers.insert("Nats-Msg-Id", *id);
@@ -70,7 +72,9 @@ fn commands_queued_in_an_earlier_releases_work_queue_are_carried_out_after_the_u
         accounts: None,
     };
     rt.block_on(async {
-        let client = async_nats::connect(fleet.server.url()).await.expect("connect");
+        let client = async_nats::connect(fleet.server.url())
+            .await
+            .expect("connect");
         let js = jetstream::new(client);
         let gone = js.get_stream(nats_layout::LEGACY_CMD_STREAM).await;
         assert!(gone.is_err(), "the old stream is deleted once moved");
@@ -79,7 +83,10 @@ fn commands_queued_in_an_earlier_releases_work_queue_are_carried_out_after_the_u
             .await
             .expect("CAPSTAN_COMMANDS");
         let info = moved.info().await.expect("info");
-        assert_eq!(info.state.messages, 3, "every queued command moved: {info:?}");
+        assert_eq!(
+            info.state.messages, 3,
+            "every queued command moved: {info:?}"
+        );
         assert_eq!(info.config.retention, stream::RetentionPolicy::Limits);
     });
     let h1 = fleet.agent("h1").build();

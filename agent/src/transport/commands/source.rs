@@ -13,7 +13,8 @@ pub(super) enum Source {
     Stream {
         link: Link,
         host: String,
-        made: tokio::sync::OnceCell<async_nats::jetstream::stream::Stream>,
+        /// Boxed: a stream handle holds a whole JetStream context.
+        made: Box<tokio::sync::OnceCell<async_nats::jetstream::stream::Stream>>,
     },
     /// Asks on `capstan.v1.sync.<host>` (per-host accounts).
     Coordinators {
@@ -33,7 +34,7 @@ impl Source {
             Source::Stream {
                 link: link.clone(),
                 host: host.to_string(),
-                made: tokio::sync::OnceCell::new(),
+                made: Box::default(),
             }
         }
     }

@@ -421,15 +421,18 @@ async fn reads_of_a_hosts_records_under_load_are_whole_or_refused() {
     assert!(whole > 0, "no read got through: {answers:?}");
 }
 
-/// `CAPSTAN_CMD` bounds each host's pending commands: at the limit, that host's next
-/// command is refused (503, nothing dropped), another host's still goes in.
+/// `CAPSTAN_COMMANDS` bounds each host's commands: past the limit that host's oldest
+/// goes (limits retention: commands are kept by limits, not acked away, so refusing
+/// the next would stop a busy host for good), and another host's stay.
 #[tokio::test]
-async fn one_hosts_pending_commands_are_bounded_and_other_hosts_still_get_theirs() {
+async fn one_hosts_commands_are_bounded_and_other_hosts_keep_theirs() {
     let api = api(None).await;
-    for host in ["offline", "h2"] {
+    for host in ["busy", "h2"] {
         registered(&api, host).await;
     }
-    let (status, body) = api.post(None, &ns("first", "offline", "a")).await;
+    let (status, body) = api.post(None, &ns("theirs", "h2", "c")).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = api.post(None, &ns("first", "busy", "a")).await;
     assert_eq!(status, 202, "{body}");
     // The rest straight onto its subject (as fast as JetStream takes them).
     let js = async_nats::jetstream::new(async_nats::connect(&api.nats.url).await.expect("connect"));
@@ -437,37 +440,36 @@ async fn one_hosts_pending_commands_are_bounded_and_other_hosts_still_get_theirs
     let mut acks = Vec::new();
     for n in 1..limit {
         let ack = js
-            .publish("capstan.v1.cmd.offline", format!("{n}").into())
+            .publish("capstan.v1.cmd.busy", format!("{n}").into())
             .await
             .expect("publish");
         acks.push(ack);
         if acks.len() == 1000 {
             for ack in acks.drain(..) {
-                ack.await.expect("stored below the limit");
+                ack.await.expect("stored");
             }
         }
     }
     for ack in acks {
-        ack.await.expect("stored below the limit");
+        ack.await.expect("stored");
     }
-    let refused = js
-        .publish("capstan.v1.cmd.offline", "one more".into())
+    let (status, body) = api.post(None, &ns("over", "busy", "b")).await;
+    assert_eq!(status, 202, "past the limit the oldest goes: {body}");
+    let stream = js
+        .get_stream(capstan_common::nats_layout::CMD_STREAM)
         .await
-        .expect("publish")
-        .await;
-    // nats-server's refusal of the host's 10,001st pending command (discard new per
-    // subject, `docs/nats.md`).
-    assert!(
-        matches!(&refused, Err(e) if e.to_string().contains("maximum messages per subject")),
-        "{refused:?}"
-    );
-    let (status, body) = api.post(None, &ns("over", "offline", "b")).await;
-    assert_eq!((status, code(&body)), (503, "nats_error"), "{body}");
-    let (status, body) = api.post(None, &ns("other", "h2", "c")).await;
-    assert_eq!(status, 202, "{body}");
-    // Nothing pending was dropped for room.
-    let stream = js.get_stream("CAPSTAN_CMD").await.expect("stream");
+        .expect("stream");
     assert_eq!(stream.cached_info().state.messages, limit as u64 + 1);
+    let oldest = stream
+        .get_first_raw_message_by_subject("capstan.v1.cmd.busy", 1)
+        .await
+        .expect("the host's oldest kept command");
+    assert_eq!(&oldest.payload[..], b"1", "the first command went");
+    let theirs = stream
+        .get_first_raw_message_by_subject("capstan.v1.cmd.h2", 1)
+        .await
+        .expect("h2's command is kept");
+    assert!(String::from_utf8_lossy(&theirs.payload).contains("theirs"));
 }
 
 /// A batch's signature is checked once and remembered; unregistering the key that

@@ -21,12 +21,12 @@ fn prepare_with_ports(id: &str, ports: u16) -> Value {
         "workload": "web", "revision": "r1", "spec": {"driver": "sim", "ports": ports}})
 }
 
-/// How many commands `CAPSTAN_CMD` holds for host `h1`.
+/// How many commands `CAPSTAN_COMMANDS` holds for host `h1`.
 async fn published_to_h1(api: &Api) -> u64 {
     let client = async_nats::connect(&api.nats.url).await.expect("connect");
     let js = async_nats::jetstream::new(client);
     let stream = js
-        .get_stream("CAPSTAN_CMD")
+        .get_stream(capstan_common::nats_layout::CMD_STREAM)
         .await
         .expect("the command stream");
     let subject = capstan_common::nats_layout::cmd_subject("h1");

@@ -1,5 +1,5 @@
 //! The coordinator's view of the fleet, read from NATS on every request: commands go
-//! out on `CAPSTAN_CMD`; what happened to each comes back as its entry in the
+//! out on `CAPSTAN_COMMANDS`; what happened to each comes back as its entry in the
 //! `capstan_results` bucket (written by its host's agent, read in one get) and as the
 //! host's records in `CAPSTAN_EVT` (both shared, or each host's own on per-host
 //! accounts: [`storage`]); hosts from the `capstan_hosts` bucket. Everything a host

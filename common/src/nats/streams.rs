@@ -32,7 +32,7 @@ fn setup_error(what: &str) -> impl FnOnce(Box<dyn std::error::Error + Send + Syn
     move |source| NatsError::Setup { what, source }
 }
 
-/// The largest message `CAPSTAN_CMD` and `CAPSTAN_EVT` take: a command (at most
+/// The largest message `CAPSTAN_COMMANDS` and `CAPSTAN_EVT` take: a command (at most
 /// [`crate::MAX_COMMAND_BYTES`]) and the record that carries it, with room to spare.
 pub const MAX_MESSAGE_BYTES: i32 = 2 * crate::MAX_COMMAND_BYTES as i32;
 /// The most bytes `CAPSTAN_EVT` keeps; beyond it the oldest records (of any host) go.

@@ -21,7 +21,7 @@ pub enum UnknownHost {
     #[default]
     Refuse,
     /// Queue it all the same (`?unknown_host=queue`): a host being provisioned, whose
-    /// key is registered later, takes it from `CAPSTAN_CMD` once its agent runs.
+    /// key is registered later, takes it from `CAPSTAN_COMMANDS` once its agent runs.
     Queue,
 }
 

@@ -779,7 +779,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description What to do with a command for a host the coordinator does not know (no key registered for it; with `allow_unregistered_hosts`, nor a heartbeat in the registry): `refuse` (the default) answers 404 `host_not_found`; `queue` publishes it all the same, for a host being provisioned (it waits in `CAPSTAN_CMD` for the host's agent, up to 7 days). Not part of the signed command. On per-host accounts a host without an account is 404 `host_not_found` either way.
+                 * @description What to do with a command for a host the coordinator does not know (no key registered for it; with `allow_unregistered_hosts`, nor a heartbeat in the registry): `refuse` (the default) answers 404 `host_not_found`; `queue` publishes it all the same, for a host being provisioned (it waits in `CAPSTAN_COMMANDS` for the host's agent, up to 7 days). Not part of the signed command. On per-host accounts a host without an account is 404 `host_not_found` either way.
                  * @example queue
                  */
                 unknown_host?: "refuse" | "queue";

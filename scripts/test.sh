@@ -51,6 +51,10 @@ cargo test --workspace --no-run "$@"
 set +e
 "$nextest" nextest run --workspace --exclude capstan-tests --no-fail-fast "$@" 2>&1 | tee "$out"
 unit=${PIPESTATUS[0]}
+# Building the workspace's tests builds capstan-agent's binary again without the
+# seams (agent/tests/ has an integration test, and cargo builds a package's binaries
+# for its integration tests): the e2e tests need the one with them.
+cargo build --workspace --bins --features capstan-agent/testing
 cargo test -p capstan-tests --no-fail-fast "$@" 2>&1 | tee -a "$out"
 e2e=${PIPESTATUS[0]}
 # Smoke run against the oldest supported nats-server: real round trips (submit, run,

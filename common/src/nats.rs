@@ -169,6 +169,15 @@ fn read(path: &PathBuf) -> Result<String, NatsError> {
 /// to 2 minutes after longer ones (`tests/tests/e2e/fleet/systemd.rs`).
 pub const PING_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The pause before connection attempt `attempts` (counted from 1, the first
+/// attempt at start or after a disconnect): none before the first, then 100 ms more
+/// each time up to a second. (A pause before the first made every start and every
+/// reconnect 100 ms late.)
+fn reconnect_delay(attempts: usize) -> Duration {
+    let before = attempts.saturating_sub(1) as u64;
+    Duration::from_millis((100 * before).min(1000))
+}
+
 impl NatsConfig {
     /// Connects. The client keeps reconnecting for ever (also when the server is down
     /// at start), so callers see outages as failed requests, never as a dead client;
@@ -183,9 +192,7 @@ impl NatsConfig {
             .retry_on_initial_connect()
             .max_reconnects(None)
             .ping_interval(PING_INTERVAL)
-            .reconnect_delay_callback(|attempts| {
-                Duration::from_millis((100 * attempts as u64).min(1000))
-            })
+            .reconnect_delay_callback(reconnect_delay)
             .event_callback(|event| async move {
                 match event {
                     async_nats::Event::Connected => tracing::info!("connected to NATS"),

@@ -259,7 +259,27 @@ impl Handler {
             if !self.lock().take(queued.seq) {
                 continue;
             }
-            ids.extend(command_id(queued.command.as_bytes()));
+            let id = command_id(queued.command.as_bytes());
+            if let Some(status) = &queued.finished {
+                // The host's results already hold its final status: a log that no
+                // longer knows it (restored from an older copy) would run it again.
+                if !id
+                    .as_deref()
+                    .is_some_and(|id| self.executor.log().knows_command(id))
+                {
+                    tracing::warn!(
+                        command_id = id.as_deref().unwrap_or("-"),
+                        status,
+                        stream_seq = queued.seq,
+                        "the command is already finished by this host (its result is final), \
+                         but the log does not know it (restored from an older copy?): not carried out again"
+                    );
+                }
+                ids.extend(id);
+                self.done(queued.seq);
+                continue;
+            }
+            ids.extend(id);
             let handler = Arc::clone(self);
             lanes.push(namespace_of(&queued.command), move |turn| async move {
                 handler.handle(queued.seq, queued.command, turn).await
@@ -294,6 +314,11 @@ impl Handler {
             retry = (retry * 2).min(Duration::from_secs(5));
         };
         hold_before_ack(&result).await;
+        self.done(seq);
+    }
+
+    /// Command `seq` is finished: the position moves past it when it can.
+    fn done(&self, seq: u64) {
         let kept = self.lock().finish(seq);
         if let Some(kept) = kept {
             if let Err(e) = self.executor.log().advance_mark(position::MARK, kept) {

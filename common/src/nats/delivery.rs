@@ -11,6 +11,12 @@
 //! for the host the subject names. A command is also a bell: the host hears every
 //! publish on its command subject (on per-host accounts a stream export of exactly
 //! that subject) and asks for what follows its position.
+//!
+//! A command whose result the host already recorded as final (its entry in the
+//! results bucket, `done`) is handed as [`Queued::finished`], not to be carried out:
+//! the host moves past it. Its log answers a command it knows anyway; this is for a
+//! log that no longer knows it — a data dir restored from an older copy — which
+//! would otherwise carry out again every command since that copy.
 
 use super::NatsError;
 use crate::nats_layout;
@@ -34,11 +40,15 @@ pub struct SyncRequest {
 }
 
 /// A command as it sits in the stream: its stream sequence and its text (the
-/// coordinator's signed JSON, exactly as published).
+/// coordinator's signed JSON, exactly as published). `finished`: the final status
+/// (`succeeded`, `failed`, `rejected`) the host's results bucket already holds for
+/// the command's id — the host moves past it without carrying it out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Queued {
     pub seq: u64,
     pub command: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
 }
 
 /// The answer to a [`SyncRequest`]: the host's next commands in stream order, and
@@ -64,9 +74,12 @@ fn read_error(host: &str) -> impl FnOnce(stream::RawMessageError) -> NatsError {
 /// with a stream sequence above `after`, in order: at most `max` (and
 /// [`SYNC_BATCH`]) of them and about [`SYNC_MAX_BYTES`]. Each is one read at the
 /// stream's leader ("the subject's first message at or after sequence s"), never
-/// at a replica that may lag behind an acknowledged publish.
+/// at a replica that may lag behind an acknowledged publish, and one of the host's
+/// entry for it in `results` (the stream of the results bucket the host writes):
+/// one that is final is [`Queued::finished`].
 pub async fn commands_after(
     commands: &stream::Stream,
+    results: &stream::Stream,
     host: &str,
     after: u64,
     max: usize,
@@ -96,9 +109,50 @@ pub async fn commands_after(
         }
         from = message.sequence + 1;
         bytes += message.payload.len();
+        let command = String::from_utf8_lossy(&message.payload).into_owned();
+        let finished = match command_id(&command) {
+            Some(id) => finished(results, host, &id).await?,
+            None => None,
+        };
         answer.commands.push(Queued {
             seq: message.sequence,
-            command: String::from_utf8_lossy(&message.payload).into_owned(),
+            command,
+            finished,
         });
+    }
+}
+
+/// The id a command's text gives itself, read without admitting it (the host's
+/// admission judges the rest).
+fn command_id(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Head {
+        id: Option<String>,
+    }
+    serde_json::from_str::<Head>(text).ok()?.id
+}
+
+/// The final status host `host` recorded for command `id`, if it did.
+async fn finished(
+    results: &stream::Stream,
+    host: &str,
+    id: &str,
+) -> Result<Option<String>, NatsError> {
+    #[derive(Deserialize)]
+    struct Entry {
+        status: String,
+        done: bool,
+    }
+    let subject = nats_layout::result_subject(host, id);
+    match results.direct_get_last_for_subject(&subject).await {
+        Ok(m) => Ok(serde_json::from_slice::<Entry>(&m.payload)
+            .ok()
+            .filter(|e| e.done)
+            .map(|e| e.status)),
+        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
+        Err(e) => Err(NatsError::Setup {
+            what: format!("the result of command {id} of host {host}"),
+            source: e.into(),
+        }),
     }
 }

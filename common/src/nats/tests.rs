@@ -123,3 +123,11 @@ fn unknown_keys_are_refused() {
     let e = parse("urls = []").unwrap_err();
     assert!(e.contains("urls"), "{e}");
 }
+
+#[test]
+fn the_first_connection_attempt_is_not_delayed() {
+    assert_eq!(super::reconnect_delay(1), Duration::ZERO);
+    assert_eq!(super::reconnect_delay(2), Duration::from_millis(100));
+    assert_eq!(super::reconnect_delay(5), Duration::from_millis(400));
+    assert_eq!(super::reconnect_delay(50), Duration::from_secs(1));
+}

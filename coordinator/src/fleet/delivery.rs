@@ -5,7 +5,9 @@
 //! The host is the one the subject names — on per-host accounts only that host can
 //! publish there (the subject is exported to its account alone) — never one the
 //! request's body names. The answer adds no trust: the agent checks each command's
-//! signature as it checks every command.
+//! signature as it checks every command. A command the host's results already show
+//! final is handed as finished, not to be carried out again (a host whose data dir
+//! was restored from an older copy).
 
 use super::{check_host, Fleet, FleetError};
 use capstan_common::nats::{self as cnats, SyncAnswer, SyncRequest};
@@ -48,7 +50,9 @@ impl Fleet {
                 let client = self.client.clone();
                 async move {
                     let Some(reply) = request.reply else { return };
-                    let answer = answer(&stream, &request.subject, &request.payload).await;
+                    let answer = self
+                        .answer(&stream, &request.subject, &request.payload)
+                        .await;
                     let body = serde_json::to_vec(&answer).expect("sync answers serialise");
                     if let Err(e) = client.publish(reply, body.into()).await {
                         tracing::debug!(error = %e, "a sync answer was not sent");
@@ -58,32 +62,37 @@ impl Fleet {
             .await;
         Ok(())
     }
-}
 
-/// The answer to one request on `subject`.
-async fn answer(
-    stream: &async_nats::jetstream::stream::Stream,
-    subject: &str,
-    payload: &[u8],
-) -> SyncAnswer {
-    let refused = |error: String| SyncAnswer {
-        error: Some(error),
-        ..SyncAnswer::default()
-    };
-    let prefix = nats_layout::sync_subject("");
-    let host = subject.strip_prefix(prefix.as_str()).unwrap_or_default();
-    if let Err(e) = check_host(host) {
-        return refused(e.to_string());
-    }
-    let request: SyncRequest = match serde_json::from_slice(payload) {
-        Ok(r) => r,
-        Err(e) => return refused(format!("not a sync request: {e}")),
-    };
-    match cnats::commands_after(stream, host, request.after, request.max).await {
-        Ok(answer) => answer,
-        Err(e) => {
-            tracing::warn!(host, error = %capstan_common::report(&e), "cannot read a host's commands");
-            refused(capstan_common::report(&e))
+    /// The answer to one request on `subject`.
+    async fn answer(
+        &self,
+        stream: &async_nats::jetstream::stream::Stream,
+        subject: &str,
+        payload: &[u8],
+    ) -> SyncAnswer {
+        let refused = |error: String| SyncAnswer {
+            error: Some(error),
+            ..SyncAnswer::default()
+        };
+        let prefix = nats_layout::sync_subject("");
+        let host = subject.strip_prefix(prefix.as_str()).unwrap_or_default();
+        if let Err(e) = check_host(host) {
+            return refused(e.to_string());
+        }
+        let request: SyncRequest = match serde_json::from_slice(payload) {
+            Ok(r) => r,
+            Err(e) => return refused(format!("not a sync request: {e}")),
+        };
+        let results = match self.stores.of(host).await {
+            Ok(storage) => storage.results,
+            Err(e) => return refused(e.to_string()),
+        };
+        match cnats::commands_after(stream, &results, host, request.after, request.max).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(host, error = %capstan_common::report(&e), "cannot read a host's commands");
+                refused(capstan_common::report(&e))
+            }
         }
     }
 }

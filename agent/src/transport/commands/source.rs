@@ -4,17 +4,21 @@
 //! subject names.
 
 use super::super::Link;
-use capstan_common::nats::{self as cnats, SyncAnswer, SyncRequest};
+use async_nats::jetstream::stream;
+use capstan_common::nats::{self as cnats, Retention, SyncAnswer, SyncRequest};
 use capstan_common::nats_layout;
 
+/// The command stream and the stream of the results bucket.
+type Streams = (stream::Stream, stream::Stream);
+
 pub(super) enum Source {
-    /// Reads the command stream (one account for the whole fleet); makes it when
-    /// this agent is the first to need it.
+    /// Reads the command stream and the results bucket (one account for the whole
+    /// fleet); makes them when this agent is the first to need them.
     Stream {
         link: Link,
         host: String,
         /// Boxed: a stream handle holds a whole JetStream context.
-        made: Box<tokio::sync::OnceCell<async_nats::jetstream::stream::Stream>>,
+        made: Box<tokio::sync::OnceCell<Streams>>,
     },
     /// Asks on `capstan.v1.sync.<host>` (per-host accounts).
     Coordinators {
@@ -43,11 +47,21 @@ impl Source {
     pub(super) async fn after(&self, after: u64, max: usize) -> Result<SyncAnswer, String> {
         match self {
             Source::Stream { link, host, made } => {
-                let stream = made
-                    .get_or_try_init(|| cnats::cmd_stream(&link.js, link.replicas))
+                let (commands, results) = made
+                    .get_or_try_init(|| async {
+                        let commands = cnats::cmd_stream(&link.js, link.replicas).await?;
+                        let results = cnats::results_bucket(
+                            &link.js,
+                            Retention::default().commands_max_age,
+                            link.replicas,
+                            link.scope(),
+                        )
+                        .await?;
+                        Ok::<_, cnats::NatsError>((commands, results.stream))
+                    })
                     .await
                     .map_err(|e| capstan_common::report(&e))?;
-                cnats::commands_after(stream, host, after, max)
+                cnats::commands_after(commands, results, host, after, max)
                     .await
                     .map_err(|e| capstan_common::report(&e))
             }

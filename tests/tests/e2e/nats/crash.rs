@@ -133,6 +133,9 @@ pub(crate) fn kill_loop(
         let next = &lines[queued.min(lines.len())..(queued + chunk).min(lines.len())];
         queued += next.len();
         let daemon = agent.run();
+        // Ready before NATS (it serves its local API offline): the chunk is for
+        // a run that hears its bells.
+        daemon.wait_for_text("connected to NATS");
         submit(coordinator, kill, next);
         let spin = std::time::Instant::now();
         let life = std::time::Duration::from_micros(rng.below(max_life_us));

@@ -25,6 +25,18 @@ fn published(coordinator: &Coordinator, host: &str) -> u64 {
     last
 }
 
+/// Waits until the host answers through the coordinator (a run is ready before it
+/// has reached NATS).
+fn answering(coordinator: &Coordinator, host: &str) {
+    wait_until("the host to answer", READY, || {
+        coordinator
+            .cli(&["intent", host])
+            .status
+            .success()
+            .then_some(())
+    });
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     let status = Command::new("cp")
         .arg("-a")
@@ -68,6 +80,16 @@ fn a_log_restored_after_publication_is_found_truncated_and_then_forked() {
     std::fs::remove_dir_all(agent.data_dir()).expect("remove the data dir");
     std::fs::rename(&backup, agent.data_dir()).expect("restore the older copy");
     let daemon = agent.run();
+    answering(coordinator, &host);
+    // Its log no longer knows the commands after the copy, but their results are
+    // final: they are not carried out again (nothing after `early` on the host).
+    let last_id = commands.last().expect("commands").id().to_string();
+    daemon.wait_for_line("the last command passed over", |l| {
+        l["fields"]["command_id"] == last_id.as_str()
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not carried out again"))
+    });
     let truncated = verify(coordinator, &host, 1);
     assert_eq!(truncated["result"], "truncated", "{truncated}");
     assert_eq!(truncated["compared"], early);
@@ -79,6 +101,7 @@ fn a_log_restored_after_publication_is_found_truncated_and_then_forked() {
     // It goes on with other records in their place: a fork at the same seq.
     agent.apply_ok(&[agent.commands("other").ensure_namespace("other-ns")]);
     let daemon = agent.run();
+    answering(coordinator, &host);
     let forked = verify(coordinator, &host, 1);
     assert_eq!(forked["result"], "differs", "{forked}");
     assert_eq!(forked["first_difference"]["seq"], early + 1);

@@ -63,7 +63,7 @@ describe("commands", () => {
     const c = client();
     const host = stack.fleetHosts[0]!;
     const command: Command = { op: "ensure_namespace", host, namespace: "cmds" };
-    const id = commandId(command);
+    const id = commandId(command, { key: "client-test" });
     const accepted = await c.submit({ ...command, id });
     assert.deepEqual(accepted, { id, host });
     const done = await c.wait(id, { timeoutMs: 30_000 });

@@ -4,6 +4,8 @@ import { test } from "node:test";
 import { CapstanError, type Command, type CommandStatus, commandId } from "@capstan/client";
 import { capstanName } from "@capstan/compute-driver";
 
+/** The operation key most tests use. */
+const K = "deploy-7";
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
@@ -24,10 +26,10 @@ test("the same intent gives the same id; key order, id and issued_at do not coun
     op: "activate_revision",
   } as Command;
   const stamped = { ...activate, id: "whatever", issued_at: "2026-12-05T00:00:00Z" };
-  assert.equal(commandId(again), commandId(activate));
-  assert.equal(commandId(stamped), commandId(activate));
-  assert.match(commandId(activate), ID);
-  assert.match(commandId(activate), /^activate-revision\.[0-9a-f]{32}\.a0$/);
+  assert.equal(commandId(again, { key: K }), commandId(activate, { key: K }));
+  assert.equal(commandId(stamped, { key: K }), commandId(activate, { key: K }));
+  assert.match(commandId(activate, { key: K }), ID);
+  assert.match(commandId(activate, { key: K }), /^activate-revision\.[0-9a-f]{32}\.a0$/);
 });
 
 function prepare(env: Record<string, string>): Command {
@@ -37,37 +39,50 @@ function prepare(env: Record<string, string>): Command {
 
 test("other content, another key or another attempt is another id", () => {
   const ids = new Set([
-    commandId(activate),
-    commandId({ ...activate, revision: "r3" }),
-    commandId({ ...activate, host: "h2" }),
-    commandId(activate, { key: "deploy-7" }),
-    commandId(activate, { attempt: 1 }),
-    commandId(activate, { key: "deploy-7", attempt: 1 }),
-    commandId(prepare({ A: "1" })),
-    commandId(prepare({ A: "2" })),
+    commandId(activate, { key: K }),
+    commandId({ ...activate, revision: "r3" }, { key: K }),
+    commandId({ ...activate, host: "h2" }, { key: K }),
+    commandId(activate, { key: "deploy-8" }),
+    commandId(activate, { key: K, attempt: 1 }),
+    commandId(activate, { key: "deploy-8", attempt: 1 }),
+    commandId(prepare({ A: "1" }), { key: K }),
+    commandId(prepare({ A: "2" }), { key: K }),
   ]);
   assert.equal(ids.size, 8);
-  assert.throws(() => commandId(activate, { attempt: -1 }), RangeError);
+  assert.throws(() => commandId(activate, { key: K, attempt: -1 }), RangeError);
+});
+
+test("an id needs an operation key: none or an empty one is a RangeError", () => {
+  assert.throws(() => commandId(activate, { key: "" }), RangeError);
+  // JavaScript callers (and casts) can leave it out: refused too, never keyed by "".
+  assert.throws(() => commandId(activate, {} as { key: string }), RangeError);
+  assert.throws(() => (commandId as (c: Command) => string)(activate), RangeError);
 });
 
 test("non-ASCII content hashes as UTF-8 and still gives a valid id", () => {
   const spec = { driver: "sim" as const, command: ["echo", "grüße \u{1F680} \u0085 \u2028"] };
-  const a = commandId({
-    op: "prepare_revision",
-    host: "h1",
-    namespace: "n",
-    workload: "w",
-    revision: "r",
-    spec,
-  });
-  const b = commandId({
-    op: "prepare_revision",
-    host: "h1",
-    namespace: "n",
-    workload: "w",
-    revision: "r",
-    spec: { ...spec, command: ["echo", "grusse"] },
-  });
+  const a = commandId(
+    {
+      op: "prepare_revision",
+      host: "h1",
+      namespace: "n",
+      workload: "w",
+      revision: "r",
+      spec,
+    },
+    { key: K },
+  );
+  const b = commandId(
+    {
+      op: "prepare_revision",
+      host: "h1",
+      namespace: "n",
+      workload: "w",
+      revision: "r",
+      spec: { ...spec, command: ["echo", "grusse"] },
+    },
+    { key: K },
+  );
   assert.match(a, ID);
   assert.notEqual(a, b);
 });

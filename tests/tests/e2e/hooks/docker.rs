@@ -1,9 +1,11 @@
 //! Hook conformance #11 on the docker driver: the placeholder an exec hook contributes
 //! reaches the container's environment (and never the log), and survives the
-//! agent's graceful stop and restart, which run no hooks.
+//! agent's graceful stop and restart and the supervisor's restart of a killed
+//! container, which run no hooks and keep the grant (`docs/hooks.md`).
 
 use super::iam;
 use capstan_tests::docker::{agent, serve, Engine};
+use capstan_tests::{wait_until, READY};
 
 capstan_tests::each_engine!(
     the_placeholder_reaches_the_container_env_and_survives_an_agent_restart
@@ -37,5 +39,26 @@ fn the_placeholder_reaches_the_container_env_and_survives_an_agent_restart(engin
         "{:?}",
         after.env
     );
+
+    // The container dies: the supervisor starts it again, no hook either.
+    a.docker(&["kill", &after.id]);
+    wait_until("the supervisor to restart web", READY, || {
+        let now = a.container("web", "r1");
+        (now.running && now.started_at != after.started_at).then_some(())
+    });
     daemon.stop();
+    let restarted = a.container("web", "r1");
+    assert!(
+        restarted.has_env("DB_TOKEN=opaque-db.tok:42"),
+        "{:?}",
+        restarted.env
+    );
+    assert_eq!(
+        a.calls("iam"),
+        ["before_workload_start false"],
+        "neither the sweep, the startup nor the supervisor ran a hook"
+    );
+    let intent = a.intent();
+    let holds = &intent["grants"]["revisions"][format!("{}/web", a.host)]["r1"];
+    assert!(holds.get("iam").is_some(), "the grant is kept: {intent}");
 }

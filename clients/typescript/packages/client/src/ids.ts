@@ -15,9 +15,11 @@ export interface IdOptions {
    * The caller's own name for the operation: what makes two operations with the same
    * content two commands (a workload stopped, started and stopped again; a rollback to
    * a revision that ran before). Use something the caller keeps durably — a deployment
-   * id, an operation id. Default `""`: the same content is the same operation.
+   * id, an operation id. Required and not empty (`RangeError`): with no key, the
+   * same content would be the same operation, and a rollback to a revision that ran
+   * before would be answered from the host's log instead of run.
    */
-  key?: string | undefined;
+  key: string;
   /** Which attempt (0, 1, …): a retry of a command that failed retryably is a new
    * command, so it needs a new id (docs/protocol.md: "sent again under a new id"). */
   attempt?: number | undefined;
@@ -28,14 +30,20 @@ export interface IdOptions {
  * of SHA-256>.a<attempt>`, e.g. `activate-revision.5f0c…e1.a0`. Deterministic: the
  * same content, key and attempt always give the same id; any difference gives another.
  */
-export function commandId(command: Command, options: IdOptions = {}): string {
+export function commandId(command: Command, options: IdOptions): string {
+  const key: unknown = options?.key;
+  if (typeof key !== "string" || key === "") {
+    throw new RangeError(
+      "commandId needs a key for the operation (not empty): the same content under no key would be answered with an earlier operation's outcome",
+    );
+  }
   const attempt = options.attempt ?? 0;
   if (!Number.isSafeInteger(attempt) || attempt < 0) {
     throw new RangeError(`attempt must be a non-negative integer, not ${attempt}`);
   }
   const content = canonicalJson(command, NOT_CONTENT);
   const digest = createHash("sha256")
-    .update(`capstan-intent-v1\n${options.key ?? ""}\n${attempt}\n${content}`)
+    .update(`capstan-intent-v1\n${key}\n${attempt}\n${content}`)
     .digest("hex");
   return `${command.op.replaceAll("_", "-")}.${digest.slice(0, 32)}.a${attempt}`;
 }

@@ -21,6 +21,7 @@ pub enum Operation {
     Activate,
     Start,
     Resume,
+    Settle,
     Stop,
     Retire,
     Observe,
@@ -38,6 +39,7 @@ impl Operation {
             Operation::Activate => "activate",
             Operation::Start => "start",
             Operation::Resume => "resume",
+            Operation::Settle => "settle",
             Operation::Stop => "stop",
             Operation::Retire => "retire",
             Operation::Observe => "observe",
@@ -140,6 +142,12 @@ impl<A: Around> Driver for Wrapped<A> {
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         self.around
             .around(Operation::Resume, self.inner.resume(rev))
+            .await
+    }
+
+    async fn settle(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.around
+            .around(Operation::Settle, self.inner.settle(rev))
             .await
     }
 

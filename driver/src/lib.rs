@@ -284,6 +284,18 @@ pub trait Driver: Send + Sync {
     /// supervisor), which run no hooks and so must neither drop nor re-grant what the
     /// hooks projected at the last command-driven start.
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
+    /// Waits until `rev`, which this driver had already applied when the agent
+    /// stopped mid-command (an activation or start found running after a restart), is
+    /// as far along as [`Driver::activate`] and [`Driver::start`] wait for before they
+    /// return: one meaning of "started" whether the command ran through or was
+    /// recovered. An error is a start that did not take (the executor rolls back, as
+    /// for a failed start). The default waits for nothing: for a driver whose start
+    /// returns once the runtime runs (sim, docker, systemd), running is started; kube
+    /// waits for the Deployment's rollout.
+    async fn settle(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        let _ = rev;
+        Ok(())
+    }
     /// Stops a revision, keeping its runtime.
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError>;
     /// Stops and removes exactly this revision's runtime; never touches another.

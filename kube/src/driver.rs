@@ -222,6 +222,13 @@ impl Driver for KubeDriver {
         self.reapply("resume", rev).await
     }
 
+    /// An activation or start applied before the agent stopped is started once its
+    /// rollout is complete, as `activate` and `start` return: the Deployment on `rev`,
+    /// every replica updated and available, no old pods left (`rollout_timeout_secs`).
+    async fn settle(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
+        self.wait_rollout("settle", rev).await
+    }
+
     /// Ready once the Deployment is on `rev` and its rollout complete: the cluster
     /// probes the pods (`check` is their readinessProbe), so nothing is probed here.
     /// A rollout the cluster gave up on, or pods that cannot come up (an image that

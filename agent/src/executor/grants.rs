@@ -228,17 +228,28 @@ impl Executor {
             // Probed only when it would otherwise be finished: running, and granted.
             let granted =
                 (self.log).with_intent(|i| decide::surely_granted(i, &self.duties, ns, wl, rev));
-            if let (Some(readiness), Some(BackendState::Running), true) =
-                (readiness, &seen.target, granted)
-            {
+            if let (Some(BackendState::Running), true) = (&seen.target, granted) {
                 let r = RevisionRef {
                     namespace: ns,
                     workload: wl,
                     revision: rev,
                 };
-                if let Err(e) = self.until_ready(r, readiness, cancel).await {
-                    seen.unready = Some(e.report());
-                }
+                // As far as the start would have waited before it returned (kube: its
+                // rollout), then its readiness check: one meaning of "started".
+                tracing::info!(command_id = %id, revision = %rev, "the interrupted start is applied; waiting until the driver has it started");
+                let settled = match self.driver.settle(r).await {
+                    Ok(()) => None,
+                    Err(e) => Some(e.report()),
+                };
+                seen.unready = match (settled, readiness) {
+                    (Some(why), _) => Some(why),
+                    (None, Some(readiness)) => self
+                        .until_ready(r, readiness, cancel)
+                        .await
+                        .err()
+                        .map(|e| e.report()),
+                    (None, None) => None,
+                };
             }
             let recovery = self
                 .log

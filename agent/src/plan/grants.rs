@@ -133,8 +133,10 @@ pub fn stale(intent: &Intent, ns: &str, wl: &str, running: &str) -> Vec<String> 
 pub struct Seen {
     pub target: Option<BackendState>,
     pub intended: Option<BackendState>,
-    /// Why the target, which runs, did not pass its readiness check (`spec.readiness`)
-    /// when probed again; `None`: it passed, or has no check.
+    /// Why the target, which runs, is not started after all: the driver could not
+    /// settle it ([`capstan_driver::Driver::settle`]: kube's rollout did not
+    /// complete) or it did not pass its readiness check (`spec.readiness`) when
+    /// probed again; `None`: settled and passed (or no check).
     pub unready: Option<String>,
 }
 

@@ -2,7 +2,8 @@
 //! is killed while `r2` rolls out (its grants given, the Deployment already on `r2`)
 //! and, on another workload, inside `r2`'s grant (the Deployment still on `r1`). After
 //! the restart, for each workload, the revision the Deployment is on is the one intent
-//! runs and the only one holding grants, as an exec hook recorded them.
+//! runs and the only one holding grants, as an exec hook recorded them, and the
+//! recovered activation completed only once its rollout was (`Driver::settle`).
 
 use capstan_tests::agent::Agent;
 use capstan_tests::command::Spec;
@@ -10,7 +11,7 @@ use capstan_tests::hooks::{assert_grants_follow, grant_recorder, Hook};
 use capstan_tests::kube::KubeCluster;
 use capstan_tests::process::Exit;
 use capstan_tests::{unique, wait_until, READY};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
@@ -48,6 +49,33 @@ fn pod_of(cluster: &KubeCluster, wl: &str, rev: &str) -> Option<Pod> {
     cluster.block_on(pods.list(&of)).unwrap().items.pop()
 }
 
+/// `wl`'s Deployment is on `rev` with its rollout complete (every replica updated
+/// and available, none other) and every other ReplicaSet of it scaled to 0.
+fn assert_rolled_out(cluster: &KubeCluster, wl: &str, rev: &str) {
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), "ns");
+    let d = cluster
+        .block_on(api.get(&format!("capstan-{wl}")))
+        .expect("the Deployment");
+    assert_eq!(capstan_kube::objects::revision_of(&d), Some(rev));
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let status = d.status.clone().unwrap_or_default();
+    let counts = (
+        status.replicas.unwrap_or(0),
+        status.updated_replicas.unwrap_or(0),
+        status.available_replicas.unwrap_or(0),
+    );
+    assert_eq!(counts, (want, want, want), "rollout complete: {status:?}");
+    let sets: Api<ReplicaSet> = Api::namespaced(cluster.client(), "ns");
+    let of_wl = ListParams::default().labels(&format!("io.capstan.workload={wl}"));
+    for set in cluster.block_on(sets.list(&of_wl)).unwrap().items {
+        let on = set.labels().get("io.capstan.revision").cloned();
+        let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        if on.as_deref() != Some(rev) {
+            assert_eq!(replicas, 0, "{wl}@{on:?} scaled down: {:?}", set.status);
+        }
+    }
+}
+
 #[test]
 fn a_kill_mid_activation_leaves_the_revision_the_cluster_runs_holding_the_grants() {
     let cluster = KubeCluster::start();
@@ -69,6 +97,11 @@ fn a_kill_mid_activation_leaves_the_revision_the_cluster_runs_holding_the_grants
     apply.kill();
     assert!(a.in_progress("wa2"), "killed mid-activation");
     assert_eq!(on(&cluster, "web"), "r2", "the cluster already runs r2");
+    // Recovery finds the Deployment on r2 with its rollout not done, and waits for
+    // it as the activation would have (before, it completed the command at once).
+    let nothing: &[&str] = &[];
+    let recovery = a.start_apply(Some(&a.write_input(nothing)));
+    recovery.wait_for_text("waiting until the driver has it started");
     // Play the kubelet: r2's pod comes up.
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let ready = capstan_tests::kube::node::ready_status(&pod, &now).expect("a status");
@@ -80,8 +113,11 @@ fn a_kill_mid_activation_leaves_the_revision_the_cluster_runs_holding_the_grants
             &Patch::Merge(ready),
         ))
         .expect("write the pod's status");
-    let recovered = a.recover();
-    assert_eq!(recovered.exit, Exit::OK, "{recovered}");
+    recovery.wait_expecting(Exit::OK);
+    assert!(!a.in_progress("wa2"), "recovered");
+    // Recovered, the activation completed as one that ran through does: once the
+    // rollout is complete (not merely once the Deployment was found on r2).
+    assert_rolled_out(&cluster, "web", "r2");
 
     // Killed inside api@r2's grant, before anything was applied.
     let applied = a.apply(&[

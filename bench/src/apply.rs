@@ -137,6 +137,7 @@ impl Driver for NullDriver {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
+            probes: false,
         }
     }
     async fn ensure_namespace(&self, _: &str) -> Result<(), DriverError> {

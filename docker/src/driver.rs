@@ -104,6 +104,7 @@ impl Driver for DockerDriver {
             reports_exits: true,
             restarts_exits: true,
             reaps_orphans: self.config.reap_orphans,
+            probes: true,
         }
     }
 

@@ -76,6 +76,9 @@ pub struct Capabilities {
     /// Drift found at startup (objects labelled ours that intent does not know) is
     /// removed, not only reported.
     pub reaps_orphans: bool,
+    /// The driver carries out a spec's readiness check ([`Driver::probe`]); without
+    /// it a spec with `readiness` is refused at `prepare_revision` (`invalid_spec`).
+    pub probes: bool,
 }
 
 /// The runtime state of one revision as the backend reports it.

@@ -283,6 +283,7 @@ impl Driver for SimDriver {
             reports_exits: self.config.reports_exits,
             restarts_exits: self.config.restarts_exits,
             reaps_orphans: self.config.reaps_orphans,
+            probes: self.config.probes,
         }
     }
 

@@ -7,14 +7,15 @@
 mod conn;
 
 use crate::config::ExternalConfig;
-use crate::wire::{self, Op, Rev, WireCapabilities, WireObserved};
-use capstan_common::{DriverKind, Spec};
+use crate::wire::{self, Op, Rev, WireCapabilities, WireObserved, WireProbe};
+use capstan_common::{Check, DriverKind, Spec};
 use capstan_driver::{
-    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, RevisionRef,
+    BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, Probe, RevisionRef,
 };
 use conn::{Conn, Handshake};
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, Mutex};
 
 pub use conn::ConnectError;
@@ -136,9 +137,9 @@ impl Driver for ExternalDriver {
     }
 
     async fn prepare(&self, rev: RevisionRef<'_>, spec: &Spec) -> Result<(), DriverError> {
-        if spec.readiness.is_some() {
-            // The protocol has no probe: a check would never be carried out.
-            let reason = "external drivers carry out no readiness checks (docs/driver-protocol.md)";
+        if spec.readiness.is_some() && !self.capabilities.probes {
+            // A check this driver would never carry out.
+            let reason = "this external driver did not announce `probes`: it carries out no readiness checks (docs/driver-protocol.md)";
             return Err(DriverError::refused(
                 "prepare",
                 rev,
@@ -207,6 +208,32 @@ impl Driver for ExternalDriver {
         let op = Op::State { rev: Rev::of(rev) };
         let value = self.call("state", rev.to_string(), op).await?;
         decode("state", rev.to_string(), value)
+    }
+
+    /// One `probe` request, to a driver that announced `probes`; any other refuses
+    /// it as the trait's default does (its specs with `readiness` were refused at
+    /// prepare).
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &Check,
+        timeout: Duration,
+    ) -> Result<Probe, DriverError> {
+        if !self.capabilities.probes {
+            return Err(DriverError::refused(
+                "probe",
+                rev,
+                capstan_common::ErrorCode::InvalidSpec,
+                "this external driver did not announce `probes`",
+            ));
+        }
+        let op = Op::Probe {
+            rev: Rev::of(rev),
+            check: check.clone(),
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let value = self.call("probe", rev.to_string(), op).await?;
+        decode::<WireProbe>("probe", rev.to_string(), value).map(Probe::from)
     }
 
     /// One `watch_exits` request; its exits arrive on the same connection, tagged with

@@ -5,12 +5,13 @@
 
 use crate::wire::{
     self, AgentHello, DriverHello, ErrorBody, Op, Reply, WireError, WireExit, WireObserved,
-    VERSIONS,
+    WireProbe, VERSIONS,
 };
 use capstan_common::ErrorCode;
 use capstan_driver::{Driver, DriverError};
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncWriteExt as _, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
@@ -168,6 +169,14 @@ async fn carry_out(
             .state(rev.as_rev())
             .await
             .map(|s| serde_json::to_value(s).expect("serialises")),
+        Op::Probe {
+            rev,
+            check,
+            timeout_ms,
+        } => driver
+            .probe(rev.as_rev(), &check, Duration::from_millis(timeout_ms))
+            .await
+            .map(|p| serde_json::to_value(WireProbe::from(p)).expect("serialises")),
         Op::WatchExits => {
             let (exits, mut feed) = mpsc::channel(64);
             let watch = driver.watch_exits(exits);

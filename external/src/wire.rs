@@ -2,8 +2,9 @@
 //! [`MAX_LINE`] bytes. `docs/driver-protocol.md` documents every field; this module
 //! is that document in types.
 
+use capstan_common::readiness::Check;
 use capstan_common::{ErrorCode, Spec};
-use capstan_driver::{BackendState, Capabilities, Exit, LaunchEnv, Observed, RevisionRef};
+use capstan_driver::{BackendState, Capabilities, Exit, LaunchEnv, Observed, Probe, RevisionRef};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,6 +63,9 @@ pub struct WireCapabilities {
     pub reports_exits: bool,
     pub restarts_exits: bool,
     pub reaps_orphans: bool,
+    /// The driver answers `probe` (readiness checks); without it the agent refuses a
+    /// spec with `readiness`.
+    pub probes: bool,
 }
 
 impl From<WireCapabilities> for Capabilities {
@@ -71,7 +75,7 @@ impl From<WireCapabilities> for Capabilities {
             reports_exits: c.reports_exits,
             restarts_exits: c.restarts_exits,
             reaps_orphans: c.reaps_orphans,
-            // An external driver is probed by the executor (not negotiated).
+            probes: c.probes,
         }
     }
 }
@@ -83,6 +87,7 @@ impl From<Capabilities> for WireCapabilities {
             reports_exits: c.reports_exits,
             restarts_exits: c.restarts_exits,
             reaps_orphans: c.reaps_orphans,
+            probes: c.probes,
         }
     }
 }
@@ -161,11 +166,18 @@ pub enum Op {
         #[serde(flatten)]
         rev: Rev,
     },
+    /// One readiness probe (only to a driver that announced `probes`).
+    Probe {
+        #[serde(flatten)]
+        rev: Rev,
+        check: Check,
+        timeout_ms: u64,
+    },
     WatchExits,
 }
 
 /// The ops this build knows, as spelt on the wire.
-pub const OPS: [&str; 11] = [
+pub const OPS: [&str; 12] = [
     "ensure_namespace",
     "delete_namespace",
     "prepare",
@@ -176,6 +188,7 @@ pub const OPS: [&str; 11] = [
     "retire",
     "observe",
     "state",
+    "probe",
     "watch_exits",
 ];
 
@@ -261,6 +274,42 @@ impl From<&Exit> for WireExit {
 }
 
 /// `observe`'s answer.
+/// A `probe`'s answer: `{"ready": true}`, or `{"ready": false, "reason": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireProbe {
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<WireProbe> for Probe {
+    fn from(p: WireProbe) -> Probe {
+        if p.ready {
+            Probe::Ready
+        } else {
+            Probe::NotReady(
+                p.reason
+                    .unwrap_or_else(|| "the driver gave no reason".into()),
+            )
+        }
+    }
+}
+
+impl From<Probe> for WireProbe {
+    fn from(p: Probe) -> WireProbe {
+        match p {
+            Probe::Ready => WireProbe {
+                ready: true,
+                reason: None,
+            },
+            Probe::NotReady(reason) => WireProbe {
+                ready: false,
+                reason: Some(reason),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireObserved {
     #[serde(default)]

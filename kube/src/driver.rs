@@ -126,6 +126,7 @@ impl Driver for KubeDriver {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: false,
+            probes: true,
         }
     }
 

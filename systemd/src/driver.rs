@@ -134,6 +134,7 @@ impl Driver for SystemdDriver {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: self.config.reap_orphans,
+            probes: true,
         }
     }
 

@@ -387,12 +387,19 @@ impl Executor {
     }
 
     /// Why the driver refuses the spec `command` prepares, by its own rules
-    /// ([`Driver::check_spec`]): checked before the command is recorded, as what every
-    /// spec shares was when it was parsed. A spec for another driver is the plan's to
-    /// refuse (`driver_mismatch`).
+    /// ([`Driver::check_spec`]) or because it has a readiness check the driver does
+    /// not carry out (no `probes` capability): checked before the command is
+    /// recorded, as what every spec shares was when it was parsed. A spec for another
+    /// driver is the plan's to refuse (`driver_mismatch`).
     fn refused_spec(&self, command: &Command) -> Option<Rejection> {
         match &command.op {
             Op::PrepareRevision { spec, .. } if spec.driver == self.driver.kind() => {
+                if spec.readiness.is_some() && !self.driver.capabilities().probes {
+                    return Some(Rejection::new(
+                        ErrorCode::InvalidSpec,
+                        "`readiness`: this driver carries out no readiness checks (it does not declare `probes`)",
+                    ));
+                }
                 self.driver.check_spec(spec).err()
             }
             _ => None,

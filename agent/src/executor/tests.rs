@@ -47,6 +47,45 @@ async fn a_spec_for_another_driver_is_refused_before_any_effect() {
     assert!(rig.executor.log().intent().workloads.is_empty());
 }
 
+/// Given a driver that does not declare `probes`, when a spec with a readiness check
+/// is prepared, then it is rejected `invalid_spec` before it is received (the check
+/// would never be carried out); the same spec on a driver that probes is taken.
+#[tokio::test]
+async fn a_readiness_check_the_driver_cannot_carry_out_is_rejected() {
+    let checked = || {
+        let mut spec = spec_for(DriverKind::SIM, None);
+        spec.readiness =
+            Some(serde_json::from_str(r#"{"check":{"tcp":{"port":8080}}}"#).expect("readiness"));
+        spec
+    };
+    let rig = Rig::new(SimConfig {
+        probes: false,
+        ..SimConfig::default()
+    });
+    let ns = Op::EnsureNamespace {
+        namespace: "ns".into(),
+    };
+    rig.ok("ns", ns.clone()).await;
+    let r = (rig.executor)
+        .execute(crate::testkit::command("p1", prepare_op("r1", checked())))
+        .await;
+    assert_eq!(r.outcome, Outcome::Rejected, "{r:?}");
+    let error = r.error.unwrap();
+    assert_eq!(error.code, ErrorCode::InvalidSpec);
+    assert!(error.message.contains("probes"), "{error:?}");
+    assert!(
+        rig.sim.host().revisions.is_empty(),
+        "the driver was not called"
+    );
+
+    let rig = Rig::new(SimConfig::default());
+    rig.ok("ns", ns).await;
+    let r = (rig.executor)
+        .execute(crate::testkit::command("p1", prepare_op("r1", checked())))
+        .await;
+    assert_eq!(r.outcome, Outcome::Succeeded, "{r:?}");
+}
+
 /// Given a spec for the agent's own driver that the driver's rules refuse (the sim
 /// has no settings, so a `sim` section), when it is prepared, then it is rejected
 /// with the driver's `invalid_spec` before anything is recorded as received, the

@@ -23,6 +23,7 @@ const DOCKER: Capabilities = Capabilities {
     reports_exits: true,
     restarts_exits: true,
     reaps_orphans: false,
+    probes: true,
 };
 
 /// What systemd declares by default: exits are reported, the backend restarts.
@@ -31,6 +32,7 @@ const BACKEND_RESTARTS: Capabilities = Capabilities {
     reports_exits: true,
     restarts_exits: false,
     reaps_orphans: false,
+    probes: true,
 };
 
 const NOW: Backoff = Backoff {

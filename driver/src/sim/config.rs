@@ -23,6 +23,10 @@ pub struct SimConfig {
     /// Declare that startup drift is removed, not only reported. Default false.
     #[serde(default)]
     pub reaps_orphans: bool,
+    /// Declare that readiness checks are carried out (answered from the scripted
+    /// `probe` failures). Default true.
+    #[serde(default = "yes")]
+    pub probes: bool,
     /// Failures to inject, checked in order.
     #[serde(default)]
     pub failures: Vec<ScriptedFailure>,
@@ -39,6 +43,7 @@ impl Default for SimConfig {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
+            probes: true,
         })
     }
 }
@@ -52,13 +57,14 @@ impl SimConfig {
             reports_exits,
             restarts_exits,
             reaps_orphans,
-            // The sim is always probed by the executor: it never gates readiness.
+            probes,
         } = capabilities;
         SimConfig {
             manages_lifecycle,
             reports_exits,
             restarts_exits,
             reaps_orphans,
+            probes,
             failures: Vec::new(),
         }
     }

@@ -204,6 +204,7 @@ fn the_default_config_declares_the_sims_historical_capabilities() {
             reports_exits: false,
             restarts_exits: false,
             reaps_orphans: false,
+            probes: true,
         }
     );
 }
@@ -212,7 +213,7 @@ fn the_default_config_declares_the_sims_historical_capabilities() {
 fn any_capability_set_can_be_declared_from_config() {
     let dir = tempfile::tempdir().unwrap();
     let config: SimConfig = serde_json::from_str(
-        r#"{"manages_lifecycle":false,"reports_exits":true,"restarts_exits":true,"reaps_orphans":true}"#,
+        r#"{"manages_lifecycle":false,"reports_exits":true,"restarts_exits":true,"reaps_orphans":true,"probes":false}"#,
     )
     .unwrap();
     let caps = SimDriver::open(dir.path(), config).unwrap().capabilities();
@@ -223,6 +224,7 @@ fn any_capability_set_can_be_declared_from_config() {
             reports_exits: true,
             restarts_exits: true,
             reaps_orphans: true,
+            probes: false,
         }
     );
     assert!(SimConfig::declaring(caps).reports_exits);

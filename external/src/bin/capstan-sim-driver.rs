@@ -37,6 +37,10 @@ struct Cli {
     /// Declare `reaps_orphans`.
     #[arg(long)]
     reaps_orphans: bool,
+    /// Declare and provide `probes`: readiness checks, answered ready (the sim
+    /// carries out no real check).
+    #[arg(long)]
+    probes: bool,
     /// Hold every request for this operation (`activate`, `stop`, …) before doing it.
     #[arg(long)]
     hold: Option<String>,
@@ -59,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         reports_exits: cli.reports_exits,
         restarts_exits: cli.restarts_exits,
         reaps_orphans: cli.reaps_orphans,
+        probes: cli.probes,
     });
     let sim = SimDriver::open(&cli.state_dir, config)
         .with_context(|| format!("cannot open the sim host in {}", cli.state_dir.display()))?

@@ -16,6 +16,7 @@ fn an_unknown_capability_is_ignored_and_a_missing_one_is_false() {
             reports_exits: true,
             restarts_exits: false,
             reaps_orphans: false,
+            probes: false,
         }
     );
     // No capabilities object at all: every one is false.
@@ -88,6 +89,26 @@ fn requests_and_replies_round_trip_as_documented() {
         message: "m".into(),
     };
     assert_eq!(newer.error_code(), ErrorCode::DriverFailed);
+
+    let probe = Op::Probe {
+        rev: Rev {
+            namespace: "ns".into(),
+            workload: "web".into(),
+            revision: "r2".into(),
+        },
+        check: serde_json::from_str(r#"{"http":{"port":8080,"path":"/healthz"}}"#).unwrap(),
+        timeout_ms: 500,
+    };
+    let line = request_line(6, &probe);
+    let value: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(value["op"], "probe");
+    assert_eq!(value["check"]["http"]["port"], 8080);
+    assert_eq!(value["timeout_ms"], 500);
+    assert_eq!(parse_request(line.as_bytes()).unwrap(), (6, Ok(probe)));
+    let not: WireProbe = serde_json::from_str(r#"{"ready":false,"reason":"503"}"#).unwrap();
+    assert_eq!(Probe::from(not), Probe::NotReady("503".into()));
+    let ready: WireProbe = serde_json::from_str(r#"{"ready":true}"#).unwrap();
+    assert_eq!(Probe::from(ready), Probe::Ready);
 }
 
 #[tokio::test]
@@ -112,9 +133,17 @@ async fn a_line_over_the_limit_is_refused() {
 
 /// A server for the sim on a socket in `dir`.
 fn server(dir: &std::path::Path) -> (std::path::PathBuf, tokio::task::JoinHandle<()>) {
+    server_of(dir, SimConfig::default())
+}
+
+/// A server for a sim configured with `config` on a socket in `dir`.
+fn server_of(
+    dir: &std::path::Path,
+    config: SimConfig,
+) -> (std::path::PathBuf, tokio::task::JoinHandle<()>) {
     let socket = dir.join("driver.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-    let sim = SimDriver::open(&dir.join("host"), SimConfig::default()).unwrap();
+    let sim = SimDriver::open(&dir.join("host"), config).unwrap();
     let task = tokio::spawn(async move {
         crate::serve(listener, Arc::new(sim)).await.unwrap();
     });
@@ -143,5 +172,81 @@ async fn a_version_nobody_shares_fails_the_hello_clearly() {
         .unwrap();
     assert_eq!((ours.protocol, ours.kind.as_str()), (1, "sim"));
     assert!(ours.capabilities.manages_lifecycle);
+    server.abort();
+}
+
+/// The sim's spec of `web` with a readiness check.
+fn checked() -> capstan_common::Spec {
+    serde_json::from_str(
+        r#"{"driver":"sim","readiness":{"check":{"tcp":{"port":8080}},"timeout_ms":200}}"#,
+    )
+    .unwrap()
+}
+
+async fn client(socket: &std::path::Path) -> crate::ExternalDriver {
+    let config = crate::ExternalConfig {
+        socket: socket.to_path_buf(),
+        ..Default::default()
+    };
+    crate::ExternalDriver::connect(config).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_driver_that_announces_probes_is_asked_over_the_wire() {
+    use capstan_driver::Driver as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, server) = server(dir.path());
+    let driver = client(&socket).await;
+    assert!(driver.capabilities().probes, "the sim announces probes");
+    let rev = RevisionRef {
+        namespace: "ns",
+        workload: "web",
+        revision: "r1",
+    };
+    let spec = checked();
+    let check = spec.readiness.clone().unwrap().check;
+    driver.ensure_namespace("ns").await.unwrap();
+    driver
+        .prepare(rev, &spec)
+        .await
+        .expect("a spec with readiness is taken");
+    let timeout = std::time::Duration::from_millis(200);
+    // Prepared, not started: the driver's answer, not ready with its reason.
+    let probe = driver.probe(rev, &check, timeout).await.unwrap();
+    assert!(
+        matches!(&probe, Probe::NotReady(why) if why.contains("does not run")),
+        "{probe:?}"
+    );
+    driver
+        .activate(rev, &spec, &LaunchEnv::new(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        driver.probe(rev, &check, timeout).await.unwrap(),
+        Probe::Ready
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_driver_without_probes_gets_no_spec_with_readiness() {
+    use capstan_driver::Driver as _;
+    let dir = tempfile::tempdir().unwrap();
+    let config = SimConfig {
+        probes: false,
+        ..SimConfig::default()
+    };
+    let (socket, server) = server_of(dir.path(), config);
+    let driver = client(&socket).await;
+    assert!(!driver.capabilities().probes);
+    let rev = RevisionRef {
+        namespace: "ns",
+        workload: "web",
+        revision: "r1",
+    };
+    driver.ensure_namespace("ns").await.unwrap();
+    let refused = driver.prepare(rev, &checked()).await.unwrap_err();
+    assert_eq!(refused.code(), ErrorCode::InvalidSpec, "{refused:?}");
+    assert!(refused.report().contains("probes"), "{}", refused.report());
     server.abort();
 }

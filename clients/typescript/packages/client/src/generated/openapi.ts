@@ -575,7 +575,7 @@ export type components = {
             /** @description `cancel_requested`: the id of the `cancel_command` that asked. */
             by?: string;
         };
-        /** @description What the host's driver declares about itself (docs/architecture.md); behaviour follows these flags, never the driver's name. Every agent sends all four; it may gain flags. */
+        /** @description What the host's driver declares about itself (docs/architecture.md); behaviour follows these flags, never the driver's name. Every agent sends the four required ones, this release `probes` too; it may gain flags. */
         Capabilities: {
             /** @description The agent stops its workloads on a graceful shutdown and starts them again on startup (false when systemd or the cluster keeps them running without it). */
             manages_lifecycle: boolean;
@@ -585,6 +585,8 @@ export type components = {
             restarts_exits: boolean;
             /** @description Drift found at startup is removed, not only reported. */
             reaps_orphans: boolean;
+            /** @description The driver carries out a spec's `readiness` check; without it such a spec is refused `invalid_spec` at `prepare_revision`. Absent from agents before it: read as false. */
+            probes?: boolean;
         };
         /** @description The agent's key figures (docs/metrics.md), as its `/metrics` shows them; counts since `since`, the agent process's start. */
         Figures: {

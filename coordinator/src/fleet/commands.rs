@@ -42,6 +42,25 @@ fn key(id: &str) -> String {
     capstan_common::signing::to_hex(id.as_bytes())
 }
 
+/// The last message on `subject` of `stream` (a bucket's key), read at the stream's
+/// leader, which answers only with what is committed: never a replica's direct get,
+/// which a follower lagging behind an acknowledged write may answer with nothing (a
+/// 404 right after a 202) or an older value (a status going back). `None`: no
+/// message, or the key deleted.
+async fn at_leader(
+    stream: &stream::Stream,
+    subject: &str,
+) -> Result<Option<async_nats::jetstream::message::StreamMessage>, FleetError> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => {
+            let op = m.headers.get("KV-Operation").map(|v| v.as_str());
+            Ok((!matches!(op, Some("DEL" | "PURGE"))).then_some(m))
+        }
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(FleetError::nats(e)),
+    }
+}
+
 impl Fleet {
     /// Fills `v`, `id` and `issued_at` when absent, validates, signs and publishes.
     /// Idempotent by id: re-posting the same command (any `issued_at`) re-publishes it,
@@ -158,16 +177,16 @@ impl Fleet {
         Ok((Some(cancel), status))
     }
 
+    /// Where command `id` went, read at the bucket's leader ([`at_leader`]): once a
+    /// submission was answered 202, every read finds it.
     async fn submission(&self, id: &str) -> Result<Submission, FleetError> {
         validate::command_id(id).map_err(FleetError::BadCommand)?;
         let layout = self.layout().await?;
-        let entry = layout
-            .commands
-            .get(key(id))
-            .await
-            .map_err(FleetError::nats)?
+        let subject = format!("$KV.{}.{}", nats_layout::COMMANDS_BUCKET, key(id));
+        let entry = at_leader(&layout.commands.stream, &subject)
+            .await?
             .ok_or_else(|| FleetError::CommandNotFound(id.to_string()))?;
-        serde_json::from_slice(&entry).map_err(FleetError::nats)
+        serde_json::from_slice(&entry.payload).map_err(FleetError::nats)
     }
 
     /// The command's status and every event that carries its id: its host's entry in
@@ -177,18 +196,14 @@ impl Fleet {
         self.status_of(&submission).await
     }
 
+    /// The command's status from its host's result entry, read at the bucket's leader
+    /// ([`at_leader`]): a status once read is never followed by an older one.
     async fn status_of(&self, s: &Submission) -> Result<CommandStatus, FleetError> {
         let storage = self.stores.of(&s.host).await?;
-        let entry = storage
-            .results
-            .direct_get_last_for_subject(nats_layout::result_subject(&s.host, &s.id))
-            .await;
-        match entry {
-            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {
-                Ok(CommandStatus::pending(&s.id, &s.host))
-            }
-            Err(e) => Err(FleetError::nats(e)),
-            Ok(m) => {
+        let subject = nats_layout::result_subject(&s.host, &s.id);
+        match at_leader(&storage.results, &subject).await? {
+            None => Ok(CommandStatus::pending(&s.id, &s.host)),
+            Some(m) => {
                 self.check(&s.host, Publication::Result, &m.payload, Some(&m.headers))
                     .await?;
                 self.whole(s, &m.payload).await

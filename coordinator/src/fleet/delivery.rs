@@ -26,7 +26,9 @@ impl Fleet {
         loop {
             match self.serve_sync_once().await {
                 Ok(()) => tracing::warn!("the sync subscription ended; subscribing again"),
-                Err(e) => tracing::warn!(error = %e, "cannot answer sync requests yet; retrying"),
+                Err(e) => {
+                    tracing::warn!(error = %capstan_common::report(&e), "cannot answer sync requests yet; retrying")
+                }
             }
             tokio::time::sleep(retry).await;
             retry = (retry * 2).min(Duration::from_secs(5));

@@ -13,6 +13,9 @@ use std::process::{Command, Stdio};
 pub struct NatsCluster {
     dir: tempfile::TempDir,
     nodes: Vec<ClusterNode>,
+    /// A server config every node loads (`-c`): the per-host accounts of
+    /// `capstan-coordinator nats-config`.
+    config: Option<std::path::PathBuf>,
 }
 
 struct ClusterNode {
@@ -28,8 +31,16 @@ impl NatsCluster {
     /// Starts `size` servers and waits until they form a JetStream cluster: every
     /// server healthy (`/healthz`) and agreeing on a meta leader with `size` peers.
     pub fn start(size: usize) -> NatsCluster {
+        NatsCluster::start_with(size, None)
+    }
+
+    /// [`NatsCluster::start`], every node loading `config` (e.g. the accounts of
+    /// `capstan-coordinator nats-config`); the command line gives ports, names and
+    /// routes.
+    pub fn start_with(size: usize, config: Option<&std::path::Path>) -> NatsCluster {
         crate::watchdog::watch();
         let mut cluster = NatsCluster {
+            config: config.map(std::path::Path::to_path_buf),
             dir: tempfile::tempdir().expect("cluster dir"),
             nodes: (0..size)
                 .map(|i| ClusterNode {
@@ -85,6 +96,9 @@ impl NatsCluster {
         let node = &mut self.nodes[i];
         node.runs += 1;
         let mut c = Command::new(nats_server_binary());
+        if let Some(config) = &self.config {
+            c.arg("-c").arg(config);
+        }
         c.args(["-js", "-a", "127.0.0.1"])
             .args(["-p", &node.port.to_string()])
             .args(["-m", &node.monitor_port.to_string()])

@@ -106,7 +106,7 @@ impl Coordinator {
             token,
             submitted: AtomicU32::new(0),
         };
-        crate::wait_until("the coordinator to answer `hosts`", crate::READY, || {
+        crate::wait_until(Answering(&coordinator), crate::READY, || {
             coordinator.cli(&["hosts"]).status.success()
         });
         coordinator
@@ -231,4 +231,17 @@ pub fn alive_count(hosts: &Value) -> usize {
         .flatten()
         .filter(|h| h["status"] == "alive")
         .count()
+}
+
+/// "the coordinator to answer `hosts`", with its log when that never comes.
+struct Answering<'a>(&'a Coordinator);
+
+impl std::fmt::Display for Answering<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the coordinator to answer `hosts`; its log:\n{}",
+            self.0.log()
+        )
+    }
 }

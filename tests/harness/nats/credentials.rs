@@ -16,10 +16,17 @@ impl Accounts {
     /// account's `max_file` exceeds what its store may use (75 % of the free disk),
     /// and the default `8G` would tie the tests to the disk's free space.
     pub fn generate(hosts: &[&str], host_quota: &str) -> Accounts {
+        Accounts::generate_with(hosts, host_quota, "2G")
+    }
+
+    /// [`Accounts::generate`] with the fleet account's quota `fleet_quota`: on a
+    /// cluster with `replicas = 3` the fleet's streams reserve three times their
+    /// `max_bytes` (the command stream alone 3 GiB).
+    pub fn generate_with(hosts: &[&str], host_quota: &str, fleet_quota: &str) -> Accounts {
         let dir = tempfile::tempdir().expect("accounts dir");
         let mut c = Command::new(crate::binary("capstan-coordinator"));
         c.arg("nats-config").arg("--out").arg(dir.path());
-        c.args(["--host-quota", host_quota, "--fleet-quota", "2G"]);
+        c.args(["--host-quota", host_quota, "--fleet-quota", fleet_quota]);
         for h in hosts {
             c.args(["--host", h]);
         }

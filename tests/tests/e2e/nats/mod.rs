@@ -16,6 +16,7 @@ mod metrics;
 mod openapi;
 mod outage;
 mod outbox;
+mod reads;
 mod retention;
 mod scale;
 mod sim_fleet;

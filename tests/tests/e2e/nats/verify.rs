@@ -49,9 +49,23 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 
 #[test]
 fn a_log_restored_after_publication_is_found_truncated_and_then_forked() {
-    let fleet = Fleet::start();
-    let coordinator = &fleet.coordinator;
     let host = capstan_tests::unique("witness");
+    restored(Fleet::with_accounts(&[&host], "256M"), &host);
+}
+
+/// The same on one account for the whole fleet, where the agent reads the command
+/// stream and the results itself.
+#[test]
+fn a_log_restored_on_the_shared_account_runs_nothing_again() {
+    restored(Fleet::start(), &capstan_tests::unique("shared-witness"));
+}
+
+/// A log restored from an older copy after publication: its host runs none of the
+/// commands since the copy again (their results are final), `verify` finds it
+/// truncated, and after another command in their place, forked.
+fn restored(fleet: Fleet, host: &str) {
+    let coordinator = &fleet.coordinator;
+    let host = host.to_string();
     let agent = fleet.agent(&host).build();
     let commands = shop(&agent, true);
 

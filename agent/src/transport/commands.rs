@@ -217,26 +217,24 @@ pub(crate) async fn run(
     lanes.finish().await;
 }
 
-/// The id a bell's command gives itself, read without admitting it.
-fn command_id(payload: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        id: Option<String>,
-    }
-    serde_json::from_slice::<Head>(payload).ok()?.id
+/// What a command says of itself, read without admitting it (admission judges the
+/// rest): its id, and the namespace it is for — its lane (input that names none,
+/// malformed, shares the lane `""`; admission rejects it).
+#[derive(Default, serde::Deserialize)]
+struct Head {
+    id: Option<String>,
+    namespace: Option<String>,
 }
 
-/// The namespace a command is for, read without admitting it: its lane. Input that
-/// names none (malformed) shares the lane `""`; admission rejects it.
-fn namespace_of(text: &str) -> String {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        namespace: Option<String>,
+impl Head {
+    fn of(payload: &[u8]) -> Head {
+        serde_json::from_slice(payload).unwrap_or_default()
     }
-    serde_json::from_str::<Head>(text)
-        .ok()
-        .and_then(|h| h.namespace)
-        .unwrap_or_default()
+}
+
+/// The id a bell's command gives itself.
+fn command_id(payload: &[u8]) -> Option<String> {
+    Head::of(payload).id
 }
 
 impl Handler {
@@ -259,29 +257,29 @@ impl Handler {
             if !self.lock().take(queued.seq) {
                 continue;
             }
-            let id = command_id(queued.command.as_bytes());
-            if let Some(status) = &queued.finished {
-                // The host's results already hold its final status: a log that no
-                // longer knows it (restored from an older copy) would run it again.
-                if !id
-                    .as_deref()
-                    .is_some_and(|id| self.executor.log().knows_command(id))
-                {
+            let Head { id, namespace } = Head::of(queued.command.as_bytes());
+            // Finished by this host (its result is final) but unknown to its log: a
+            // log restored from an older copy, which would run it again. One the log
+            // knows is answered from the log as ever (a duplicate, or `id_conflict`
+            // for other content under its id).
+            let unknown = |id: &str| !self.executor.log().knows_command(id);
+            if let (Some(status), Some(command_id)) = (&queued.finished, id.as_deref()) {
+                if unknown(command_id) {
                     tracing::warn!(
-                        command_id = id.as_deref().unwrap_or("-"),
+                        command_id,
                         status,
                         stream_seq = queued.seq,
                         "the command is already finished by this host (its result is final), \
                          but the log does not know it (restored from an older copy?): not carried out again"
                     );
+                    ids.extend(id);
+                    self.done(queued.seq);
+                    continue;
                 }
-                ids.extend(id);
-                self.done(queued.seq);
-                continue;
             }
             ids.extend(id);
             let handler = Arc::clone(self);
-            lanes.push(namespace_of(&queued.command), move |turn| async move {
+            lanes.push(namespace.unwrap_or_default(), move |turn| async move {
                 handler.handle(queued.seq, queued.command, turn).await
             });
         }

@@ -30,7 +30,7 @@ try {
 import { CapstanComputeDriver, capstanName } from "@capstan/compute-driver";
 const client = new CapstanClient({ baseUrl: "http://127.0.0.1:7400" });
 new CapstanComputeDriver({ client });
-const id = commandId({ op: "ensure_namespace", host: "h1", namespace: capstanName("Shop") });
+const id = commandId({ op: "ensure_namespace", host: "h1", namespace: capstanName("Shop") }, { key: "pack-check" });
 if (!/^ensure-namespace\\.[0-9a-f]{32}\\.a0$/.test(id) || typeof CapstanError !== "function") process.exit(1);
 console.log("installed tarballs import and work:", tarballs.join(" "));
 `.replace('tarballs.join(" ")', JSON.stringify(tarballs.join(" "))),

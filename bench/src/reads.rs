@@ -43,8 +43,11 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             s?;
         }
         ids.extend(new);
-        if let Some(last) = ids.last() {
-            // One namespace: the last done means all done.
+        // One namespace: commands finish in stream order. Up to 16 submissions are in
+        // flight at once (`buffered`), so only the last 16 may have reached the stream
+        // in another order than their ids: every earlier one was published before them.
+        // All of those done means all done.
+        for last in ids.iter().rev().take(16) {
             stack
                 .get(&format!("commands/{last}/wait?timeout=600s"))
                 .await?;

@@ -262,9 +262,8 @@ impl Handler {
             // log restored from an older copy, which would run it again. One the log
             // knows is answered from the log as ever (a duplicate, or `id_conflict`
             // for other content under its id).
-            let unknown = |id: &str| !self.executor.log().knows_command(id);
             if let (Some(status), Some(command_id)) = (&queued.finished, id.as_deref()) {
-                if unknown(command_id) {
+                if !self.executor.log().knows_command(command_id) {
                     tracing::warn!(
                         command_id,
                         status,

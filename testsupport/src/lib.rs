@@ -5,6 +5,7 @@
 //! [`nats_server_binary`] names.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,40 @@ use std::time::{Duration, Instant};
 /// else `nats-server` from `PATH` (`.ci/services.sh` installs Debian's).
 pub fn nats_server_binary() -> String {
     std::env::var("CAPSTAN_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+}
+
+/// How much a test's nats-server may store: far more than any test writes, and set,
+/// so that the server does not size its store from the disk. Left to itself it takes
+/// 75 % of the free disk, and the coordinator's streams reserve about 6 GiB when they
+/// are made: on a machine with under ~10 GB free every test's coordinator failed its
+/// setup (`insufficient storage resources`), whatever the test wrote.
+pub const TEST_STORE_LIMIT: &str = "1T";
+
+/// Writes `dir/nats-server.test.conf`: `base`'s text (a config of `capstan-coordinator
+/// nats-config`, …) or nothing, with the server's `max_file_store` set to
+/// [`TEST_STORE_LIMIT`], and returns its path. A test's server loads it with `-c`.
+pub fn store_limited_config(dir: &Path, base: Option<&Path>) -> PathBuf {
+    let text = base.map_or_else(String::new, |b| {
+        std::fs::read_to_string(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()))
+    });
+    const OPEN: &str = "jetstream {\n";
+    let limit = format!("max_file_store: {TEST_STORE_LIMIT}");
+    // The server's own block starts a line (an account's is `jetstream { max_file: …`).
+    let server_block = if text.starts_with(OPEN) {
+        Some(0)
+    } else {
+        text.find("\njetstream {\n").map(|i| i + 1)
+    };
+    let text = match server_block {
+        Some(at) => {
+            let open = at + OPEN.len();
+            format!("{}  {limit}\n{}", &text[..open], &text[open..])
+        }
+        None => format!("{text}\n{OPEN}  {limit}\n}}\n"),
+    };
+    let path = dir.join("nats-server.test.conf");
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path
 }
 
 /// The ports [`free_port`] hands out: below Linux's ephemeral range (32768–60999), so
@@ -82,10 +117,13 @@ impl NatsServer {
     /// Starts one on `port` (`-1`: one it picks), or says why it did not start.
     fn spawn(port: &str, args: &[&str]) -> Result<NatsServer, String> {
         let store = tempfile::tempdir().expect("nats-server store dir");
+        let config = store_limited_config(store.path(), None);
         let binary = nats_server_binary();
         let mut child = Command::new(&binary)
+            .arg("-c")
+            .arg(config)
             .args(["-js", "-a", "127.0.0.1", "-p", port, "-sd"])
-            .arg(store.path())
+            .arg(store.path().join("js"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -163,6 +201,30 @@ mod tests {
             );
         };
         assert!(error.contains("exited before it was ready"), "{error}");
+    }
+
+    /// The limit goes into the server's own block, never an account's, or a block of
+    /// its own; nats-server takes it (the store it reports).
+    #[test]
+    fn the_store_limit_goes_into_the_servers_jetstream_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.conf");
+        std::fs::write(
+            &base,
+            "jetstream {\n  max_memory_store: 256M\n}\n\naccounts {\n  A {\n    jetstream { max_file: 2G, max_mem: 0 }\n  }\n}\n",
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(store_limited_config(dir.path(), Some(&base))).unwrap();
+        assert!(
+            text.starts_with("jetstream {\n  max_file_store: 1T\n  max_memory_store: 256M\n}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    jetstream { max_file: 2G, max_mem: 0 }\n"),
+            "{text}"
+        );
+        let plain = std::fs::read_to_string(store_limited_config(dir.path(), None)).unwrap();
+        assert_eq!(plain, "\njetstream {\n  max_file_store: 1T\n}\n");
     }
 
     /// Each handle reaches its own server: the one it started, by name.

@@ -230,11 +230,32 @@ class LiveStack implements Stack {
   private async writeNatsConfig(): Promise<void> {
     if (this.accounts === "shared") return;
     const args = ["nats-config", "--out", this.natsDir];
-    // Small quotas: nats-server 2.9 refuses to start when an account's quota exceeds
-    // 75 % of the free disk (tests/harness/nats.rs, Accounts::generate).
+    // Small quotas, as the Rust harness's (tests/harness/nats/credentials.rs).
     args.push("--host-quota", "256M", "--fleet-quota", "2G");
     for (const host of this.agentHosts) args.push("--host", host);
     await tool(binary("capstan-coordinator"), args);
+  }
+
+  /**
+   * The server's config: the accounts' (per-host) or none, with the server's store
+   * bounded by a set limit. Left to itself nats-server takes 75 % of the free disk,
+   * and the coordinator's streams reserve about 6 GiB: with under ~10 GB free the
+   * coordinator's setup fails (capstan-testsupport's `store_limited_config`).
+   */
+  private async writeStoreConfig(): Promise<string> {
+    const base =
+      this.accounts === "per-host" ? await readFile(path.join(this.natsDir, "nats-server.conf"), "utf8") : "";
+    const open = "jetstream {\n";
+    const limit = "  max_file_store: 1T\n";
+    // The server's own block starts a line (an account's is `jetstream { max_file: …`).
+    const at = base.startsWith(open) ? 0 : base.indexOf(`\n${open}`) + 1;
+    const text =
+      at > 0 || base.startsWith(open)
+        ? base.slice(0, at + open.length) + limit + base.slice(at + open.length)
+        : `${base}\n${open}${limit}}\n`;
+    const file = path.join(this.dir, "nats-server.test.conf");
+    await writeFile(file, text);
+    return file;
   }
 
   /** Starts nats-server: the first run picks its port, a restart takes it again. */
@@ -243,7 +264,7 @@ class LiveStack implements Stack {
     const run = this.natsRuns;
     // A log per run: "Server is ready" of an earlier run must not count.
     const log = path.join(this.dir, run === 1 ? "nats.log" : `nats-${run}.log`);
-    const args = this.accounts === "per-host" ? ["-c", path.join(this.natsDir, "nats-server.conf")] : [];
+    const args = ["-c", await this.writeStoreConfig()];
     const port = this.natsPort === 0 ? "-1" : String(this.natsPort);
     args.push("-js", "-a", "127.0.0.1", "-p", port, "-sd", path.join(this.dir, "js"), "-l", log);
     // Its own log is `-l`; stdout/stderr only say something when it cannot start.

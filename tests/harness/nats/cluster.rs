@@ -3,7 +3,7 @@
 
 use super::{http_get, runtime};
 use crate::process::{Exit, Process};
-use capstan_testsupport::{free_port, nats_server_binary};
+use capstan_testsupport::{free_port, nats_server_binary, store_limited_config};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -96,9 +96,9 @@ impl NatsCluster {
         let node = &mut self.nodes[i];
         node.runs += 1;
         let mut c = Command::new(nats_server_binary());
-        if let Some(config) = &self.config {
-            c.arg("-c").arg(config);
-        }
+        // Its store bounded by a set limit, not by the disk's free space.
+        let config = store_limited_config(self.dir.path(), self.config.as_deref());
+        c.arg("-c").arg(config);
         c.args(["-js", "-a", "127.0.0.1"])
             .args(["-p", &node.port.to_string()])
             .args(["-m", &node.monitor_port.to_string()])

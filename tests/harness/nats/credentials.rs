@@ -12,9 +12,9 @@ pub struct Accounts {
 
 impl Accounts {
     /// For `hosts`, each with a storage quota of `host_quota` (`64M`, …), and the
-    /// fleet account at its smallest (`2G`): nats-server 2.9 will not start when an
-    /// account's `max_file` exceeds what its store may use (75 % of the free disk),
-    /// and the default `8G` would tie the tests to the disk's free space.
+    /// fleet account at its smallest (`2G`): what a test writes fits, and a smaller
+    /// quota is found full sooner. (The test servers' own store is bounded by a set
+    /// limit, not the disk: [`capstan_testsupport::store_limited_config`].)
     pub fn generate(hosts: &[&str], host_quota: &str) -> Accounts {
         Accounts::generate_with(hosts, host_quota, "2G")
     }

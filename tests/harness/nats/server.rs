@@ -1,7 +1,7 @@
 //! One private nats-server with JetStream: started, stopped, restarted on its port.
 
 use crate::process::{Exit, Process};
-use capstan_testsupport::{listening_port, nats_server_binary};
+use capstan_testsupport::{listening_port, nats_server_binary, store_limited_config};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -66,9 +66,9 @@ impl NatsServer {
     fn boot(&mut self) {
         self.runs += 1;
         let mut c = Command::new(nats_server_binary());
-        if let Some(conf) = &self.config {
-            c.arg("-c").arg(conf);
-        }
+        // Its store bounded by a set limit, not by the disk's free space.
+        let conf = store_limited_config(self.store.path(), self.config.as_deref());
+        c.arg("-c").arg(conf);
         // The first run picks its port (-1); a restart takes that one again.
         let port = match self.port {
             0 => "-1".to_string(),

@@ -8,9 +8,11 @@
 //!   import: it hears each command published for it, its bell), the coordinators'
 //!   answer to its sync requests (`capstan.v1.sync.<host>`) and its own heartbeat
 //!   key — no JetStream API of the fleet's, no consumer, no ack; from `STORE_<host>`
-//!   its own record subject, event stream and results, each under exactly the
-//!   subject it names, the JetStream API ones under [`nats_layout::HOST_API_PREFIX`].
-//!   It exports its RPC subjects and its result notices to `CAPSTAN`.
+//!   its own record subject, results and direct gets of its own last record and
+//!   progress, each under exactly the subject it names, the direct gets under
+//!   [`nats_layout::HOST_API_PREFIX`] (nothing that waits in the server's JetStream
+//!   API queue). It exports its RPC subjects and its result notices to `CAPSTAN`.
+//!   Limits: [`HOST_MAX_CONNECTIONS`], [`HOST_MAX_SUBSCRIPTIONS`].
 //! - `STORE_<host>`: no users. The host's event stream and results bucket, bounded
 //!   by this account's file quota (`--host-quota`; no memory: it holds file streams
 //!   only, and memory quotas are reserved from the server's `max_memory_store` at
@@ -145,9 +147,20 @@ enum Kind {
     Service,
 }
 
+/// The most connections a host's account may hold at once: the agent needs one, and a
+/// reconnect after a partition may find its old one not yet timed out.
+pub const HOST_MAX_CONNECTIONS: u32 = 4;
+
+/// The most subscriptions each connection of a host's account may hold (nats-server
+/// applies an account's `max_subscriptions` to each connection): the agent needs a few
+/// (its command bell, its RPC subject, its replies).
+pub const HOST_MAX_SUBSCRIPTIONS: u32 = 32;
+
 /// What host `host`'s agent may use of its storage account: publish its records and
-/// read its last one, read its own streams' info (they hold nothing but its own),
-/// put its results and read its own progress.
+/// read its last one, put its results and read its own progress. Direct gets and
+/// publishes only: no request that waits in the server's JetStream API queue, which
+/// every account shares (a host flooding it — once with its own streams' info — had
+/// the coordinators' requests dropped).
 fn from_store(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
     let evt = nats_layout::EVT_STREAM;
     let results = format!("KV_{}", nats_layout::RESULTS_BUCKET);
@@ -162,8 +175,6 @@ fn from_store(host: &str) -> Vec<(String, bool, Option<&'static str>)> {
             true,
             None,
         ),
-        (format!("$JS.API.STREAM.INFO.{evt}"), true, None),
-        (format!("$JS.API.STREAM.INFO.{results}"), true, None),
         (format!("$KV.{bucket}.{host}.>"), false, None),
         (
             format!("$JS.API.DIRECT.GET.{results}.$KV.{bucket}.{host}._progress"),
@@ -269,7 +280,9 @@ pub fn render(accounts: &Accounts) -> String {
     for (host, nkey) in &accounts.hosts {
         let _ = writeln!(
             out,
-            "\n  # host {host}\n  {} {{\n    users = [ {{ nkey: {nkey} }} ]\n    imports = [",
+            "\n  # host {host}\n  {} {{\n    users = [ {{ nkey: {nkey} }} ]\n    \
+             limits {{ max_connections: {HOST_MAX_CONNECTIONS}, max_subscriptions: {HOST_MAX_SUBSCRIPTIONS} }}\n    \
+             imports = [",
             host_account(host)
         );
         for (subject, kind) in from_fleet(host) {
@@ -442,8 +455,19 @@ mod tests {
             assert!(line.contains(&format!("accounts: [{host}]")), "{line}");
         }
         assert!(text.contains("\"STORE_web-2\" {\n    jetstream { max_file: 2G, max_mem: 0 }"));
-        // Nothing of the fleet's JetStream for a host: no consumer, no ack, no API.
-        for denied in ["CONSUMER", "$JS.ACK", "CAPSTAN_CMD", "CAPSTAN_COMMANDS"] {
+        assert!(
+            h1.contains("    limits { max_connections: 4, max_subscriptions: 32 }\n"),
+            "{h1}"
+        );
+        // Nothing of the fleet's JetStream for a host: no consumer, no ack, no API;
+        // of its own storage's API only direct gets (no request for the API queue).
+        for denied in [
+            "CONSUMER",
+            "$JS.ACK",
+            "CAPSTAN_CMD",
+            "CAPSTAN_COMMANDS",
+            "STREAM.",
+        ] {
             assert!(!h1.contains(denied), "{denied} in {h1}");
         }
         assert!(text.contains("to: \"capstan.store.web-2.API.>\""));

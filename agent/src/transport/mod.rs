@@ -83,6 +83,54 @@ impl Link {
         }
     }
 
+    /// The host's event stream, and whether it takes atomic batches. On per-host
+    /// accounts a handle that asks the JetStream API nothing: the coordinators make
+    /// the host's streams, and a host account reaches no request that waits in the
+    /// server's JetStream API queue, which every account shares (only direct gets of
+    /// its own subjects and publishes). Shared: made here when missing.
+    pub async fn events(&self) -> Result<(jetstream::stream::Stream<()>, bool), NatsError> {
+        let atomic = match self.scope() {
+            Scope::Host => cnats::atomic_publish_supported(&self.js),
+            Scope::Shared => {
+                cnats::evt_stream(&self.js, self.replicas, Scope::Shared)
+                    .await?
+                    .cached_info()
+                    .config
+                    .allow_atomic_publish
+            }
+        };
+        Ok((
+            self.no_info(capstan_common::nats_layout::EVT_STREAM)
+                .await?,
+            atomic,
+        ))
+    }
+
+    /// The results bucket's stream ([`Link::events`] for why without info): puts are
+    /// publishes, the progress key a direct get.
+    pub async fn results(&self) -> Result<jetstream::stream::Stream<()>, NatsError> {
+        if self.scope() == Scope::Shared {
+            let max_age = cnats::Retention::default().commands_max_age;
+            cnats::results_bucket(&self.js, max_age, self.replicas, Scope::Shared).await?;
+        }
+        self.no_info(&format!(
+            "KV_{}",
+            capstan_common::nats_layout::RESULTS_BUCKET
+        ))
+        .await
+    }
+
+    /// Makes no request: the only failure is a name that is not a stream's.
+    async fn no_info(&self, name: &str) -> Result<jetstream::stream::Stream<()>, NatsError> {
+        self.js
+            .get_stream_no_info(name)
+            .await
+            .map_err(|e| NatsError::Setup {
+                what: name.to_string(),
+                source: e.into(),
+            })
+    }
+
     /// `headers` with the host's signature of `payload` as `what` (a beat).
     pub fn sign(
         &self,

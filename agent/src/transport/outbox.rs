@@ -107,7 +107,10 @@ impl Atomic {
 
 /// The host's last record in the stream: its record seq and its stream sequence
 /// (both 0 when there is none).
-async fn last_published(stream: &stream::Stream, subject: &str) -> Result<(u64, u64), OutboxError> {
+async fn last_published<I>(
+    stream: &stream::Stream<I>,
+    subject: &str,
+) -> Result<(u64, u64), OutboxError> {
     match stream.direct_get_last_for_subject(subject).await {
         Ok(message) => {
             let value: serde_json::Value = serde_json::from_slice(&message.payload)
@@ -174,10 +177,8 @@ async fn publish_all(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), OutboxError> {
     let subject = nats_layout::evt_subject(host);
-    let stream = capstan_common::nats::evt_stream(&link.js, link.replicas, link.scope())
-        .await
-        .map_err(OutboxError::Stream)?;
-    atomic.allowed = stream.cached_info().config.allow_atomic_publish;
+    let (stream, allowed) = link.events().await.map_err(OutboxError::Stream)?;
+    atomic.allowed = allowed;
     let (mut acked, mut last_stream_seq) = last_published(&stream, &subject).await?;
     let local = log.last_seq();
     if acked > local {

@@ -24,7 +24,7 @@
 use super::{pause, Link};
 use crate::log::Log;
 use async_nats::jetstream::{self, stream};
-use capstan_common::nats::{self as cnats, Retention};
+use capstan_common::nats as cnats;
 use capstan_common::nats_layout;
 use capstan_common::published::Publication;
 use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
@@ -52,9 +52,9 @@ enum ResultsError {
     Put(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The key of the host's own progress entry.
-fn progress_key(host: &str) -> String {
-    format!("{host}._progress")
+/// The subject of the host's own progress entry (its key `<host>._progress`).
+fn progress_subject(host: &str) -> String {
+    format!("$KV.{}.{host}._progress", nats_layout::RESULTS_BUCKET)
 }
 
 /// Puts results until `stop`, following `published` (the outbox's last acknowledged
@@ -125,7 +125,8 @@ struct Results {
     link: Link,
     log: Arc<Log>,
     host: String,
-    bucket: Option<jetstream::kv::Store>,
+    /// The bucket's stream (puts are publishes; the progress key a direct get).
+    bucket: Option<jetstream::stream::Stream<()>>,
     /// The seq up to which results are put (read from the bucket at first).
     done: Option<u64>,
     /// The seq the progress key holds, and when it was written.
@@ -144,14 +145,7 @@ impl Results {
         let bucket = match &self.bucket {
             Some(b) => b.clone(),
             None => {
-                let b = cnats::results_bucket(
-                    &self.link.js,
-                    Retention::default().commands_max_age,
-                    self.link.replicas,
-                    self.link.scope(),
-                )
-                .await
-                .map_err(ResultsError::Bucket)?;
+                let b = self.link.results().await.map_err(ResultsError::Bucket)?;
                 self.bucket = Some(b.clone());
                 b
             }
@@ -182,19 +176,18 @@ impl Results {
         self.put(reached).await?;
         self.done = Some(reached);
         if reached > self.saved && self.saved_at.elapsed() >= PROGRESS_EVERY {
-            self.write_progress(&bucket, reached).await?;
+            self.write_progress(reached).await?;
         }
         Ok(reached < upto)
     }
 
-    async fn write_progress(
-        &mut self,
-        bucket: &jetstream::kv::Store,
-        seq: u64,
-    ) -> Result<(), ResultsError> {
+    async fn write_progress(&mut self, seq: u64) -> Result<(), ResultsError> {
         let progress = serde_json::json!({ "seq": seq }).to_string();
-        bucket
-            .put(progress_key(&self.host), progress.into())
+        self.link
+            .js
+            .publish(progress_subject(&self.host), progress.into())
+            .await
+            .map_err(|e| ResultsError::Put(e.into()))?
             .await
             .map_err(|e| ResultsError::Put(e.into()))?;
         (self.saved, self.saved_at) = (seq, tokio::time::Instant::now());
@@ -203,11 +196,11 @@ impl Results {
 
     /// Writes the progress if it is behind; a failure only costs re-puts later.
     async fn save_progress(&mut self) {
-        let (Some(bucket), Some(done)) = (self.bucket.clone(), self.done) else {
+        let (Some(_), Some(done)) = (&self.bucket, self.done) else {
             return;
         };
         if done > self.saved {
-            if let Err(e) = self.write_progress(&bucket, done).await {
+            if let Err(e) = self.write_progress(done).await {
                 tracing::debug!(error = %e, "progress not written; results will be put again");
             }
         }
@@ -215,20 +208,26 @@ impl Results {
 
     /// The progress key's seq, or [`REPUT`] records before the host's last record in
     /// `CAPSTAN_EVT` when there is none.
-    async fn resume_point(&self, bucket: &jetstream::kv::Store) -> Result<u64, ResultsError> {
-        let entry = bucket
-            .get(progress_key(&self.host))
+    async fn resume_point(
+        &self,
+        bucket: &jetstream::stream::Stream<()>,
+    ) -> Result<u64, ResultsError> {
+        let entry = match bucket
+            .direct_get_last_for_subject(progress_subject(&self.host))
             .await
-            .map_err(|e| ResultsError::Progress(e.into()))?;
+        {
+            Ok(m) => Some(m.payload),
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => None,
+            Err(e) => return Err(ResultsError::Progress(e.into())),
+        };
+        // A deleted key's entry has no body: no progress either.
         if let Some(seq) = entry
             .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v).ok())
             .and_then(|v| v["seq"].as_u64())
         {
             return Ok(seq);
         }
-        let evt = cnats::evt_stream(&self.link.js, self.link.replicas, self.link.scope())
-            .await
-            .map_err(ResultsError::Bucket)?;
+        let (evt, _) = self.link.events().await.map_err(ResultsError::Bucket)?;
         let last = match evt
             .direct_get_last_for_subject(nats_layout::evt_subject(&self.host))
             .await
@@ -304,5 +303,64 @@ impl Results {
         }
         self.pending.clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_common::signing::Signer;
+
+    fn results(link: &Link, rig: &crate::testkit::Rig) -> Results {
+        Results {
+            link: link.clone(),
+            log: rig.executor.log().clone(),
+            host: "h1".into(),
+            bucket: None,
+            done: None,
+            saved: 0,
+            saved_at: tokio::time::Instant::now(),
+            pending: BTreeSet::new(),
+        }
+    }
+
+    /// Given progress written, when results start again, then they resume there; a
+    /// deleted progress key (no body) counts as none: [`REPUT`] before the host's
+    /// last record. Read by a direct get, as a host account may (no stream info).
+    #[tokio::test]
+    async fn results_resume_from_the_progress_key_and_without_one_before_the_last_record() {
+        let server = capstan_testsupport::NatsServer::start(&[]);
+        let client = async_nats::connect(&server.url).await.unwrap();
+        let link = Link {
+            js: jetstream::new(client),
+            replicas: 1,
+            host_accounts: false,
+            key: Arc::new(Signer::generate().unwrap()),
+        };
+        let rig = crate::testkit::Rig::new(Default::default());
+        let bucket = link.results().await.unwrap();
+        let mut first = results(&link, &rig);
+        assert_eq!(first.resume_point(&bucket).await.unwrap(), 0, "nothing yet");
+        first.write_progress(42).await.unwrap();
+        let again = results(&link, &rig);
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 42);
+        // The host's last record is seq 300; the progress key deleted.
+        link.events().await.unwrap();
+        let record = serde_json::json!({"seq": 300}).to_string();
+        link.js
+            .publish(nats_layout::evt_subject("h1"), record.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let mut deleted = async_nats::HeaderMap::new();
+        deleted.insert("KV-Operation", "DEL");
+        link.js
+            .publish_with_headers(progress_subject("h1"), deleted, "".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 300 - REPUT);
     }
 }

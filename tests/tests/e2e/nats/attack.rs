@@ -117,8 +117,9 @@ async fn subjects(js: &jetstream::Context, name: &str) -> BTreeSet<String> {
 
 /// h1's last record in its own event stream, read as h1 (`attacker`).
 async fn last_record(attacker: &jetstream::Context) -> jetstream::message::StreamMessage {
+    // No stream info: a host may not ask the JetStream API queue anything.
     let stream = attacker
-        .get_stream("CAPSTAN_EVT")
+        .get_stream_no_info("CAPSTAN_EVT")
         .await
         .expect("own stream");
     stream
@@ -144,8 +145,7 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
         // Requests h1 may make; each answer goes wherever the reply says.
         let requests = [
             format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
-            format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
-            format!("{prefix}.STREAM.INFO.KV_capstan_results"),
+            format!("{prefix}.DIRECT.GET.KV_capstan_results.$KV.capstan_results.h1._progress"),
             // Its sync request: the coordinators answer it.
             nats_layout::sync_subject("h1"),
         ];
@@ -285,6 +285,11 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
             ("capstan.js.API.STREAM.INFO.KV_capstan_hosts", r#"{"subjects_filter":">"}"#),
             ("capstan.js.API.STREAM.LIST", "{}"),
             ("capstan.store.h2.API.STREAM.INFO.CAPSTAN_EVT", "{}"),
+            // Not even its own streams' info: every STREAM.* request waits in the
+            // server's one JetStream API queue (a flood of them had the coordinators'
+            // requests dropped).
+            ("capstan.js.API.STREAM.INFO.CAPSTAN_EVT", r#"{"subjects_filter":">"}"#),
+            ("capstan.js.API.STREAM.INFO.KV_capstan_results", "{}"),
             ("capstan.js.API.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h2", ""),
             (
                 "capstan.js.API.CONSUMER.CREATE.CAPSTAN_COMMANDS.steal.capstan.v1.cmd.h2",
@@ -332,11 +337,11 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
         }
         // What h1 may read of its own storage names nobody else.
         let own = attacker
-            .request("capstan.js.API.STREAM.INFO.CAPSTAN_EVT", r#"{"subjects_filter":">"}"#.into())
+            .request("capstan.js.API.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1", "".into())
             .await
-            .expect("h1 reads its own stream's info");
+            .expect("h1 reads its own last record");
         let text = String::from_utf8_lossy(&own.payload);
-        assert!(text.contains("capstan.v1.evt.h1") && !text.contains("h2"), "{text}");
+        assert!(text.contains("\"seq\"") && !text.contains("h2"), "{text}");
         // Everything h2 hears or says, and everything at all.
         let mut heard = Vec::new();
         for subject in [
@@ -627,5 +632,136 @@ fn h1_can_neither_ack_nor_delete_nor_take_the_commands_queued_for_h2() {
     }
     v.daemons.push(h2_daemon);
     v.h2_is_unaffected("after-acks");
+    v.stop();
+}
+
+/// The limits of a host's account (`docs/nats.md`, *Security model*):
+/// `capstan-coordinator nats-config` writes them.
+const HOST_MAX_CONNECTIONS: usize = 4;
+/// Per connection (nats-server applies an account's `max_subscriptions` to each).
+const HOST_MAX_SUBSCRIPTIONS: usize = 32;
+/// What h1's running agent holds of them: one connection.
+const AGENT_CONNECTIONS: usize = 1;
+
+/// h1's credentials cannot use up what every host shares: past its account's limits
+/// a connection or a subscription is refused, and nothing h1 may ask waits in the
+/// server's one JetStream API queue, so a flood of every request it can make (its
+/// streams' info once among them: the coordinators' requests were dropped) leaves
+/// h2's commands completing.
+#[test]
+fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api() {
+    let mut v = victim("64M");
+    let seed = v.fleet.accounts.as_ref().expect("accounts").seed("h1");
+    let url = v.fleet.server.url();
+    runtime().block_on(async {
+        // Connections: up to the limit (h1's agent holds one), then refused.
+        let mut held = Vec::new();
+        let refused = loop {
+            let connected = async_nats::ConnectOptions::with_nkey(seed.clone())
+                .connect(url.clone())
+                .await;
+            match connected {
+                Ok(c) => {
+                    // Refused after CONNECT: the server closes it on the first PING.
+                    match c.flush().await {
+                        Ok(()) => held.push(c),
+                        Err(e) => break e.to_string(),
+                    }
+                }
+                Err(e) => break e.to_string(),
+            }
+            assert!(
+                held.len() + AGENT_CONNECTIONS <= HOST_MAX_CONNECTIONS,
+                "{} connections of h1 were taken",
+                held.len()
+            );
+        };
+        assert_eq!(
+            held.len(),
+            HOST_MAX_CONNECTIONS - AGENT_CONNECTIONS,
+            "then: {refused}"
+        );
+        // Subscriptions: those past the limit are never made (the server says
+        // "maximum subscriptions exceeded" and keeps the connection), so of one
+        // message to each subject only the limit's worth arrive.
+        let client = held.pop().expect("a connection");
+        drop(held);
+        let mut subs = Vec::new();
+        for i in 0..HOST_MAX_SUBSCRIPTIONS * 2 {
+            subs.push(
+                client
+                    .subscribe(format!("many.{i}"))
+                    .await
+                    .expect("subscribe"),
+            );
+        }
+        client.flush().await.expect("flush");
+        for i in 0..HOST_MAX_SUBSCRIPTIONS * 2 {
+            client
+                .publish(format!("many.{i}"), "x".into())
+                .await
+                .expect("publish");
+        }
+        client.flush().await.expect("flush");
+        let mut heard = 0;
+        for sub in &mut subs {
+            if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await
+            {
+                heard += 1;
+            }
+        }
+        assert_eq!(
+            heard, HOST_MAX_SUBSCRIPTIONS,
+            "subscriptions of one connection"
+        );
+    });
+    // The attacker holds h1's credentials, not its process.
+    v.stop_h1();
+    // The JetStream API and the coordinators' sync service, flooded while h2 works.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                let attacker = async_nats::ConnectOptions::with_nkey(seed)
+                    .connect(url)
+                    .await
+                    .expect("connect");
+                let prefix = nats_layout::HOST_API_PREFIX;
+                let requests = [
+                    format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
+                    format!("{prefix}.STREAM.INFO.KV_capstan_results"),
+                    format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
+                    format!(
+                        "{prefix}.DIRECT.GET.KV_capstan_results.$KV.capstan_results.h1._progress"
+                    ),
+                    nats_layout::sync_subject("h1"),
+                ];
+                let mut sent = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for _ in 0..500 {
+                        for r in &requests {
+                            attacker
+                                .publish_with_reply(
+                                    r.clone(),
+                                    "_INBOX.nobody".to_string(),
+                                    r#"{"after":0,"max":64}"#.into(),
+                                )
+                                .await
+                                .expect("publish");
+                            sent += 1;
+                        }
+                    }
+                    attacker.flush().await.expect("flush");
+                }
+                sent
+            })
+        })
+    };
+    v.h2_is_unaffected("during-a-flood");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = flood.join().expect("the flood");
+    eprintln!("h1 sent {sent} requests while h2 worked");
+    v.h2_is_unaffected("after-a-flood");
     v.stop();
 }

@@ -7,9 +7,11 @@
 //! the message is (domain separation: a signed record can never pass for a signed
 //! heartbeat).
 //!
-//! - A heartbeat and an RPC answer are signed one by one, over their exact payload
-//!   (an answer's prefix also names the subject it answers, so an answer to one verb
-//!   or host cannot be replayed as another's).
+//! - A heartbeat, an RPC answer and the results' progress are signed one by one,
+//!   over their exact payload. An answer's prefix also names the subject it answers
+//!   and the request's nonce ([`NONCE_HEADER`], chosen at random by the coordinator
+//!   for each request), so an answer to one verb, host or request cannot be replayed
+//!   as another's.
 //! - Records and results go out in batches (an outbox burst, a round of result puts),
 //!   and a batch is signed **once**: over the root of a Merkle tree (RFC 6962's) of
 //!   its members' payloads and the batch's size. Each member carries the same
@@ -30,6 +32,22 @@ use sha2::{Digest as _, Sha256};
 pub const HEADER: &str = "Capstan-Sig";
 /// The header that carries a batch member's place in its batch's tree.
 pub const PROOF_HEADER: &str = "Capstan-Proof";
+/// The header of an RPC request that carries its nonce, which the answer's signature
+/// covers: [`nonce_of`].
+pub const NONCE_HEADER: &str = "Capstan-Nonce";
+
+/// A request's nonce from its [`NONCE_HEADER`] value: 32 to 64 lower-case hex digits,
+/// else none (an answer to a request without one is signed as before nonces,
+/// `capstan-answer-v1`, which a coordinator of this release refuses).
+pub fn nonce_of(header: Option<&str>) -> Option<&str> {
+    let nonce = header?;
+    let ok = (32..=64).contains(&nonce.len())
+        && nonce
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    ok.then_some(nonce)
+}
+
 /// The most members a signed batch may have (a proof naming more is refused).
 pub const MAX_BATCH: u64 = 1 << 16;
 
@@ -43,8 +61,14 @@ pub enum Publication<'a> {
     /// A command result in `capstan_results`, and its notice on `capstan.v1.res.…`
     /// (batched).
     Result,
-    /// An answer to the request on `subject`.
-    Answer { subject: &'a str },
+    /// An answer to the request on `subject` that carried `nonce` ([`nonce_of`]).
+    Answer {
+        subject: &'a str,
+        nonce: Option<&'a str>,
+    },
+    /// The results' progress key of the host (`<host>._progress`), which only the host
+    /// reads back: signed, so that no one else's put moves where its results resume.
+    Progress,
 }
 
 impl Publication<'_> {
@@ -58,9 +82,15 @@ impl Publication<'_> {
             Publication::Record => b"capstan-records-v1\n".to_vec(),
             Publication::Beat => b"capstan-beat-v1\n".to_vec(),
             Publication::Result => b"capstan-results-v1\n".to_vec(),
-            Publication::Answer { subject } => {
-                format!("capstan-answer-v1\n{subject}\n").into_bytes()
-            }
+            Publication::Answer {
+                subject,
+                nonce: None,
+            } => format!("capstan-answer-v1\n{subject}\n").into_bytes(),
+            Publication::Answer {
+                subject,
+                nonce: Some(nonce),
+            } => format!("capstan-answer-v2\n{subject}\n{nonce}\n").into_bytes(),
+            Publication::Progress => b"capstan-progress-v1\n".to_vec(),
         }
     }
 }
@@ -171,6 +201,15 @@ pub struct Batch {
 }
 
 impl Signer {
+    /// Its own public key as host `host`'s only one: what a host checks what it reads
+    /// back of its own with (its results' progress, its last record).
+    pub fn own_keys(&self, host: &str) -> HostKeys {
+        HostKeys {
+            host: host.to_string(),
+            keys: vec![self.verifying_key()],
+        }
+    }
+
     /// The signature of a single publication (a beat, an answer), hex: the value of
     /// [`HEADER`].
     pub fn sign_publication(&self, what: Publication<'_>, payload: &[u8]) -> String {
@@ -334,6 +373,7 @@ mod tests {
         );
         let answer = Publication::Answer {
             subject: "capstan.v1.rpc.h1.status",
+            nonce: None,
         };
         assert_eq!(
             keys.verify(answer, beat, Some(&sig), None),
@@ -359,21 +399,54 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_is_bound_to_its_subject() {
+    fn an_answer_is_bound_to_its_subject_and_its_requests_nonce() {
         let h1 = Signer::generate().unwrap();
         let keys = keys_of("h1", &h1);
         let body = br#"{"host":"h1"}"#;
         let subject = "capstan.v1.rpc.h1.status";
-        let sig = h1.sign_publication(Publication::Answer { subject }, body);
-        keys.verify(Publication::Answer { subject }, body, Some(&sig), None)
+        let nonce = Some("0123456789abcdef0123456789abcdef");
+        let sig = h1.sign_publication(Publication::Answer { subject, nonce }, body);
+        keys.verify(
+            Publication::Answer { subject, nonce },
+            body,
+            Some(&sig),
+            None,
+        )
+        .unwrap();
+        let bad = Err(Unverified::BadSignature("h1".into()));
+        for (subject, nonce) in [
+            ("capstan.v1.rpc.h1.intent", nonce),
+            (subject, Some("fedcba9876543210fedcba9876543210")),
+            (subject, None),
+        ] {
+            let other = Publication::Answer { subject, nonce };
+            assert_eq!(keys.verify(other, body, Some(&sig), None), bad);
+        }
+        // Progress is its own domain too.
+        let progress = h1.sign_publication(Publication::Progress, body);
+        keys.verify(Publication::Progress, body, Some(&progress), None)
             .unwrap();
-        let other = Publication::Answer {
-            subject: "capstan.v1.rpc.h1.intent",
-        };
         assert_eq!(
-            keys.verify(other, body, Some(&sig), None),
-            Err(Unverified::BadSignature("h1".into()))
+            keys.verify(Publication::Beat, body, Some(&progress), None),
+            bad
         );
+    }
+
+    #[test]
+    fn a_nonce_is_taken_only_in_its_form() {
+        let good = "0123456789abcdef0123456789abcdef";
+        assert_eq!(nonce_of(Some(good)), Some(good));
+        for bad in [
+            "",
+            "0123",
+            &good.to_uppercase(),
+            &format!("{good}\nx"),
+            &"a".repeat(65),
+            "é",
+        ] {
+            assert_eq!(nonce_of(Some(bad)), None, "{bad:?}");
+        }
+        assert_eq!(nonce_of(None), None);
     }
 
     fn payloads(n: usize) -> Vec<Vec<u8>> {

@@ -102,6 +102,11 @@ impl Signer {
         to_hex(&self.key.to_bytes())
     }
 
+    /// The public key.
+    pub fn verifying_key(&self) -> ed25519_dalek::VerifyingKey {
+        self.key.verifying_key()
+    }
+
     /// The public key's hex form, for agent configs.
     pub fn public_hex(&self) -> String {
         to_hex(self.key.verifying_key().as_bytes())

@@ -213,6 +213,7 @@ impl Fleet {
                     Publication::Beat => "the heartbeat",
                     Publication::Result => "a command result",
                     Publication::Answer { .. } => "the answer",
+                    Publication::Progress => "the results' progress",
                 }
                 .to_string(),
                 why,

@@ -5,7 +5,7 @@
 
 mod common;
 
-use capstan_common::published::Publication;
+use capstan_common::published::{self, Publication};
 use common::{api, code, registered};
 use futures::StreamExt as _;
 use serde_json::{json, Value};
@@ -24,8 +24,15 @@ async fn answer_as_host(api: &common::Api, host: &str, answers: Value) {
         while let Some(request) = requests.next().await {
             let verb = request.subject.rsplit('.').next().unwrap_or_default();
             let body = answers[verb].to_string().into_bytes();
+            // Bound to the request's nonce, as an agent signs.
+            let nonce = request
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(published::NONCE_HEADER))
+                .map(|v| v.as_str());
             let what = Publication::Answer {
                 subject: request.subject.as_str(),
+                nonce: published::nonce_of(nonce),
             };
             let headers = common::signed(&key, what, &body);
             let reply = request.reply.expect("a request");

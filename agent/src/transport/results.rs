@@ -26,7 +26,7 @@ use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats as cnats;
 use capstan_common::nats_layout;
-use capstan_common::published::Publication;
+use capstan_common::published::{self, Publication};
 use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -50,6 +50,19 @@ enum ResultsError {
     Log(#[source] crate::log::LogError),
     #[error("cannot put a result")]
     Put(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A message's signature header.
+fn signature(m: &jetstream::message::StreamMessage) -> Option<&str> {
+    m.headers.get(published::HEADER).map(|v| v.as_str())
+}
+
+/// The `seq` of a record or a progress entry.
+fn seq_of(payload: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()?
+        .get("seq")?
+        .as_u64()
 }
 
 /// The subject of the host's own progress entry (its key `<host>._progress`).
@@ -182,10 +195,15 @@ impl Results {
     }
 
     async fn write_progress(&mut self, seq: u64) -> Result<(), ResultsError> {
-        let progress = serde_json::json!({ "seq": seq }).to_string();
+        let progress = serde_json::json!({ "seq": seq }).to_string().into_bytes();
+        let headers = self.link.sign(
+            async_nats::HeaderMap::new(),
+            Publication::Progress,
+            &progress,
+        );
         self.link
             .js
-            .publish(progress_subject(&self.host), progress.into())
+            .publish_with_headers(progress_subject(&self.host), headers, progress.into())
             .await
             .map_err(|e| ResultsError::Put(e.into()))?
             .await
@@ -212,30 +230,47 @@ impl Results {
         &self,
         bucket: &jetstream::stream::Stream<()>,
     ) -> Result<u64, ResultsError> {
+        let own = self.link.key.own_keys(&self.host);
         let entry = match bucket
             .direct_get_last_for_subject(progress_subject(&self.host))
             .await
         {
-            Ok(m) => Some(m.payload),
+            Ok(m) => Some(m),
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => None,
             Err(e) => return Err(ResultsError::Progress(e.into())),
         };
-        // A deleted key's entry has no body: no progress either.
-        if let Some(seq) = entry
-            .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v).ok())
-            .and_then(|v| v["seq"].as_u64())
-        {
-            return Ok(seq);
+        // Only this host's own signed progress counts: whoever else put it (with the
+        // host's NATS credentials) could have results skipped. A deleted key's entry
+        // has no body: no progress either.
+        if let Some(m) = entry.filter(|m| !m.payload.is_empty()) {
+            match own.verify(Publication::Progress, &m.payload, signature(&m), None) {
+                Ok(()) => {
+                    if let Some(seq) = seq_of(&m.payload) {
+                        return Ok(seq);
+                    }
+                }
+                Err(why) => tracing::warn!(
+                    %why,
+                    "the results' progress is not this host's signed progress; results resume before the last record"
+                ),
+            }
         }
         let (evt, _) = self.link.events().await.map_err(ResultsError::Bucket)?;
         let last = match evt
             .direct_get_last_for_subject(nats_layout::evt_subject(&self.host))
             .await
         {
-            Ok(m) => serde_json::from_slice::<serde_json::Value>(&m.payload)
-                .ok()
-                .and_then(|v| v["seq"].as_u64())
-                .unwrap_or(0),
+            Ok(m) => {
+                let proof = m.headers.get(published::PROOF_HEADER).map(|v| v.as_str());
+                match own.verify(Publication::Record, &m.payload, signature(&m), proof) {
+                    Ok(()) => seq_of(&m.payload).unwrap_or(0),
+                    Err(why) => {
+                        // Not this host's: its claim of a seq is worth nothing.
+                        tracing::warn!(%why, "the last record on this host's subject is not its own; results are put again from the first record");
+                        0
+                    }
+                }
+            }
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => 0,
             Err(e) => return Err(ResultsError::Progress(e.into())),
         };
@@ -324,11 +359,23 @@ mod tests {
         }
     }
 
-    /// Given progress written, when results start again, then they resume there; a
-    /// deleted progress key (no body) counts as none: [`REPUT`] before the host's
-    /// last record. Read by a direct get, as a host account may (no stream info).
+    async fn put_last(link: &Link, subject: String, payload: &str, headers: async_nats::HeaderMap) {
+        link.js
+            .publish_with_headers(subject, headers, payload.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    /// Given progress written, when results start again, then they resume there.
+    /// Progress or a last record that is not the host's own signed one (put with the
+    /// host's NATS credentials by someone else) moves nothing: without trusted
+    /// progress results resume [`REPUT`] before the host's own last record, and
+    /// from the first when that is not its own. Read by direct gets, as a host
+    /// account may (no stream info).
     #[tokio::test]
-    async fn results_resume_from_the_progress_key_and_without_one_before_the_last_record() {
+    async fn results_resume_only_from_the_hosts_own_signed_progress_or_last_record() {
         let server = capstan_testsupport::NatsServer::start(&[]);
         let client = async_nats::connect(&server.url).await.unwrap();
         let link = Link {
@@ -339,28 +386,47 @@ mod tests {
         };
         let rig = crate::testkit::Rig::new(Default::default());
         let bucket = link.results().await.unwrap();
+        link.events().await.unwrap();
         let mut first = results(&link, &rig);
         assert_eq!(first.resume_point(&bucket).await.unwrap(), 0, "nothing yet");
         first.write_progress(42).await.unwrap();
         let again = results(&link, &rig);
         assert_eq!(again.resume_point(&bucket).await.unwrap(), 42);
-        // The host's last record is seq 300; the progress key deleted.
-        link.events().await.unwrap();
-        let record = serde_json::json!({"seq": 300}).to_string();
-        link.js
-            .publish(nats_layout::evt_subject("h1"), record.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        // Progress forged far ahead (unsigned, or signed by another key): not taken.
+        let unsigned = async_nats::HeaderMap::new();
+        let progress = progress_subject("h1");
+        put_last(
+            &link,
+            progress.clone(),
+            r#"{"seq":1000000}"#,
+            unsigned.clone(),
+        )
+        .await;
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 0);
+        let stranger = Signer::generate().unwrap();
+        let mut theirs = async_nats::HeaderMap::new();
+        let forged = br#"{"seq":1000000}"#;
+        theirs.insert(
+            published::HEADER,
+            stranger
+                .sign_publication(Publication::Progress, forged)
+                .as_str(),
+        );
+        put_last(&link, progress.clone(), r#"{"seq":1000000}"#, theirs).await;
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 0);
+        // The host's own last record is seq 300.
+        let record = r#"{"seq":300}"#;
+        let signed = link.sign_batch(Publication::Record, &[record.as_bytes()]);
+        let evt = nats_layout::evt_subject("h1");
+        put_last(&link, evt.clone(), record, signed[0].clone()).await;
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 300 - REPUT);
+        // A deleted progress key is none either.
         let mut deleted = async_nats::HeaderMap::new();
         deleted.insert("KV-Operation", "DEL");
-        link.js
-            .publish_with_headers(progress_subject("h1"), deleted, "".into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        put_last(&link, progress, "", deleted).await;
         assert_eq!(again.resume_point(&bucket).await.unwrap(), 300 - REPUT);
+        // A junk last record after it claims more: not the host's, not taken.
+        put_last(&link, evt, r#"{"seq":9999999}"#, unsigned).await;
+        assert_eq!(again.resume_point(&bucket).await.unwrap(), 0);
     }
 }

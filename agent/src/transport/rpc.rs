@@ -76,8 +76,16 @@ pub async fn run(
         );
         let body = body.to_string().into_bytes();
         let mut headers = async_nats::HeaderMap::new();
+        // Bound to the request's nonce when it has one (every coordinator of this
+        // release sends one): a signed answer cannot be replayed to another request.
+        let nonce = request
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(published::NONCE_HEADER))
+            .map(|v| v.as_str());
         let what = Publication::Answer {
             subject: request.subject.as_str(),
+            nonce: published::nonce_of(nonce),
         };
         headers.insert(
             published::HEADER,

@@ -8,7 +8,7 @@ use super::{HostState, HostStatus};
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use capstan_common::answers::{HostBeat, Verb};
 use capstan_common::nats_layout;
-use capstan_common::published::Publication;
+use capstan_common::published::{self, Publication};
 use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
@@ -176,8 +176,15 @@ impl Fleet {
         if !self.connected() {
             return Err(FleetError::NatsUnavailable);
         }
-        let request = self.client.request(
+        // A fresh nonce a request: the answer's signature covers it, so an answer
+        // signed for another request (replayed by whoever holds the host's NATS
+        // credentials) is refused.
+        let nonce = request_nonce()?;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(published::NONCE_HEADER, nonce.as_str());
+        let request = self.client.request_with_headers(
             nats_layout::rpc_subject(host, verb),
+            headers,
             body.to_string().into(),
         );
         match tokio::time::timeout(Duration::from_secs(5), request).await {
@@ -193,7 +200,10 @@ impl Fleet {
                 let subject = nats_layout::rpc_subject(host, verb);
                 self.check(
                     host,
-                    Publication::Answer { subject: &subject },
+                    Publication::Answer {
+                        subject: &subject,
+                        nonce: Some(&nonce),
+                    },
                     &reply.payload,
                     reply.headers.as_ref(),
                 )
@@ -232,4 +242,11 @@ impl Fleet {
         .await?;
         Ok(events)
     }
+}
+
+/// A fresh RPC nonce: 16 random bytes in hex ([`published::nonce_of`]'s form).
+fn request_nonce() -> Result<String, FleetError> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| FleetError::Nats(e.to_string()))?;
+    Ok(capstan_common::signing::to_hex(&bytes))
 }

@@ -87,10 +87,31 @@ impl Victim {
 
     /// A client of the fleet's NATS server as `user` (a host, or `coordinator`).
     async fn connect(&self, user: &str) -> async_nats::Client {
-        let seed = self.fleet.accounts.as_ref().expect("accounts").seed(user);
-        async_nats::ConnectOptions::with_nkey(seed)
-            .custom_inbox_prefix(format!("_INBOX_{user}"))
-            .connect(self.fleet.server.url())
+        self.credentials(user).connect().await
+    }
+
+    /// What [`Victim::connect`] connects with, to take to another thread.
+    fn credentials(&self, user: &str) -> Credentials {
+        Credentials {
+            user: user.to_string(),
+            seed: self.fleet.accounts.as_ref().expect("accounts").seed(user),
+            url: self.fleet.server.url(),
+        }
+    }
+}
+
+/// A user's nkey seed and the server's URL.
+struct Credentials {
+    user: String,
+    seed: String,
+    url: String,
+}
+
+impl Credentials {
+    async fn connect(&self) -> async_nats::Client {
+        async_nats::ConnectOptions::with_nkey(self.seed.clone())
+            .custom_inbox_prefix(format!("_INBOX_{}", self.user))
+            .connect(&self.url)
             .await
             .expect("connect")
     }
@@ -651,14 +672,13 @@ const AGENT_CONNECTIONS: usize = 1;
 #[test]
 fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api() {
     let mut v = victim("64M");
-    let seed = v.fleet.accounts.as_ref().expect("accounts").seed("h1");
-    let url = v.fleet.server.url();
+    let h1 = v.credentials("h1");
     runtime().block_on(async {
         // Connections: up to the limit (h1's agent holds one), then refused.
         let mut held = Vec::new();
         let refused = loop {
-            let connected = async_nats::ConnectOptions::with_nkey(seed.clone())
-                .connect(url.clone())
+            let connected = async_nats::ConnectOptions::with_nkey(h1.seed.clone())
+                .connect(&h1.url)
                 .await;
             match connected {
                 Ok(c) => {
@@ -721,12 +741,10 @@ fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api(
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {
         let stop = stop.clone();
+        let h1 = v.credentials("h1");
         std::thread::spawn(move || {
             runtime().block_on(async {
-                let attacker = async_nats::ConnectOptions::with_nkey(seed)
-                    .connect(url)
-                    .await
-                    .expect("connect");
+                let attacker = h1.connect().await;
                 let prefix = nats_layout::HOST_API_PREFIX;
                 let requests = [
                     format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
@@ -763,5 +781,98 @@ fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api(
     let sent = flood.join().expect("the flood");
     eprintln!("h1 sent {sent} requests while h2 worked");
     v.h2_is_unaffected("after-a-flood");
+    v.stop();
+}
+
+/// h1's agent signs whatever asks it in h1's own account; with h1's NATS credentials
+/// an attacker gets such answers (with a nonce of its choosing, or none) and, h1's
+/// agent gone, answers the coordinator's next requests with them. Each is refused
+/// (`unverified`): an answer's signature covers the nonce of the request it answers,
+/// which the coordinator draws at random for each.
+#[test]
+fn h1s_signed_answers_replayed_to_a_later_request_are_refused() {
+    let mut v = victim("64M");
+    let captured = runtime().block_on(async {
+        let attacker = v.connect("h1").await;
+        let mut captured = Vec::new();
+        for nonce in [None, Some("0123456789abcdef0123456789abcdef")] {
+            let mut headers = async_nats::HeaderMap::new();
+            if let Some(n) = nonce {
+                headers.insert(capstan_common::published::NONCE_HEADER, n);
+            }
+            let answer = attacker
+                .request_with_headers(
+                    nats_layout::rpc_subject("h1", "intent"),
+                    headers,
+                    "{}".into(),
+                )
+                .await
+                .expect("h1's agent answers its own account");
+            assert!(
+                answer
+                    .headers
+                    .as_ref()
+                    .is_some_and(|h| h.get(capstan_common::published::HEADER).is_some()),
+                "a signed answer"
+            );
+            captured.push((answer.payload, answer.headers.expect("headers")));
+        }
+        captured
+    });
+    v.stop_h1();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let replayer = {
+        let stop = stop.clone();
+        let h1 = v.credentials("h1");
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                let attacker = h1.connect().await;
+                let mut requests = attacker
+                    .subscribe(nats_layout::rpc_subject("h1", "*"))
+                    .await
+                    .expect("subscribe");
+                attacker.flush().await.expect("flush");
+                ready_tx.send(()).expect("ready");
+                let mut replayed = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(Some(request)) =
+                        tokio::time::timeout(Duration::from_millis(100), requests.next()).await
+                    else {
+                        continue;
+                    };
+                    let (payload, headers) = &captured[replayed % captured.len()];
+                    let reply = request.reply.expect("a reply subject");
+                    attacker
+                        .publish_with_headers(reply, headers.clone(), payload.clone())
+                        .await
+                        .expect("publish");
+                    attacker.flush().await.expect("flush");
+                    replayed += 1;
+                }
+                replayed
+            })
+        })
+    };
+    ready.recv().expect("the replayer listens");
+    let c = &v.fleet.coordinator;
+    for _ in 0..2 {
+        let out = c.cli(&["intent", "h1"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "a replayed answer was taken: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(stderr.contains("unverified"), "{stderr}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let replayed = replayer.join().expect("the replayer");
+    assert!(
+        replayed >= 2,
+        "every request was answered by the replayer: {replayed}"
+    );
+    v.h2_is_unaffected("after-replays");
     v.stop();
 }

@@ -8,6 +8,8 @@ use std::process::Command;
 /// nats-config`), its nkeys in its own temp dir.
 pub struct Accounts {
     dir: tempfile::TempDir,
+    host_quota: String,
+    fleet_quota: String,
 }
 
 impl Accounts {
@@ -23,10 +25,22 @@ impl Accounts {
     /// cluster with `replicas = 3` the fleet's streams reserve three times their
     /// `max_bytes` (the command stream alone 3 GiB).
     pub fn generate_with(hosts: &[&str], host_quota: &str, fleet_quota: &str) -> Accounts {
-        let dir = tempfile::tempdir().expect("accounts dir");
+        let accounts = Accounts {
+            dir: tempfile::tempdir().expect("accounts dir"),
+            host_quota: host_quota.to_string(),
+            fleet_quota: fleet_quota.to_string(),
+        };
+        accounts.regenerate(hosts);
+        accounts
+    }
+
+    /// `nats-config` again into the same dir, for `hosts` (the keys of those already
+    /// there kept), as an operator adds hosts; the server then reloads it.
+    pub fn regenerate(&self, hosts: &[&str]) {
         let mut c = Command::new(crate::binary("capstan-coordinator"));
-        c.arg("nats-config").arg("--out").arg(dir.path());
-        c.args(["--host-quota", host_quota, "--fleet-quota", fleet_quota]);
+        c.arg("nats-config").arg("--out").arg(self.dir.path());
+        c.args(["--host-quota", &self.host_quota]);
+        c.args(["--fleet-quota", &self.fleet_quota]);
         for h in hosts {
             c.args(["--host", h]);
         }
@@ -36,7 +50,6 @@ impl Accounts {
             "nats-config: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Accounts { dir }
     }
 
     /// The server config.

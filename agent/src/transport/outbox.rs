@@ -27,7 +27,11 @@
 //! Where to resume is read from JetStream itself — the last message on the host's
 //! subject, its record seq and stream sequence — at start and after every failure
 //! (a refused publish included), so nothing is lost across an outage or an agent
-//! crash, and nothing is kept locally about it.
+//! crash. Only the host's own signed record counts there, and only one at or past
+//! the log's mark [`MARK`] (the highest seq acknowledged, kept with the log's next
+//! flush): anything else last on the subject was put by whoever holds the host's NATS
+//! credentials — junk, or a replay of an older record of its own — and the outbox
+//! goes on after it from the mark rather than stall or publish again what it did.
 //!
 //! A `duplicate` publish ack cannot happen without message ids; if one comes, the
 //! record was not stored: it is an alarm (an error log and `outbox_alarm` in the
@@ -38,7 +42,7 @@ use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use capstan_common::nats_layout;
-use capstan_common::published::Publication;
+use capstan_common::published::{self, HostKeys, Publication};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -49,8 +53,6 @@ enum OutboxError {
     Stream(#[source] capstan_common::nats::NatsError),
     #[error("cannot read the last published record")]
     Last(#[source] Box<dyn std::error::Error + Send + Sync>),
-    #[error("the last published record has no seq")]
-    NoSeq,
     #[error("cannot read the log")]
     Log(#[source] crate::log::LogError),
     #[error("cannot publish record {seq}")]
@@ -105,21 +107,54 @@ impl Atomic {
     }
 }
 
-/// The host's last record in the stream: its record seq and its stream sequence
-/// (both 0 when there is none).
-async fn last_published<I>(
+/// The log's mark of the highest record seq the stream acknowledged.
+pub const MARK: &str = "published";
+
+/// The last message on the host's subject (`None` when there is none): its record
+/// seq when it is the host's own signed record (`None` for anything else), and its
+/// stream sequence.
+async fn last_on_subject<I>(
     stream: &stream::Stream<I>,
     subject: &str,
-) -> Result<(u64, u64), OutboxError> {
+    own: &HostKeys,
+) -> Result<Option<(Option<u64>, u64)>, OutboxError> {
     match stream.direct_get_last_for_subject(subject).await {
-        Ok(message) => {
-            let value: serde_json::Value = serde_json::from_slice(&message.payload)
-                .map_err(|e| OutboxError::Last(e.into()))?;
-            let seq = value["seq"].as_u64().ok_or(OutboxError::NoSeq)?;
-            Ok((seq, message.sequence))
+        Ok(m) => {
+            let header = |name| m.headers.get(name).map(|v| v.as_str());
+            let signed = own.verify(
+                Publication::Record,
+                &m.payload,
+                header(published::HEADER),
+                header(published::PROOF_HEADER),
+            );
+            let seq = signed.ok().and_then(|()| {
+                serde_json::from_slice::<serde_json::Value>(&m.payload)
+                    .ok()?
+                    .get("seq")?
+                    .as_u64()
+            });
+            Ok(Some((seq, m.sequence)))
         }
-        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok((0, 0)),
+        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
         Err(e) => Err(OutboxError::Last(e.into())),
+    }
+}
+
+/// Where to resume: the last record acknowledged and its stream sequence, from what
+/// is last on the subject and the log's [`MARK`].
+fn resume_point(last: Option<(Option<u64>, u64)>, mark: u64) -> (u64, u64) {
+    match last {
+        // Empty (never published, or emptied): the whole log, from seq 1.
+        None => (0, 0),
+        Some((Some(seq), stream_seq)) if seq >= mark => (seq, stream_seq),
+        Some((seq, stream_seq)) => {
+            tracing::warn!(
+                claimed_seq = ?seq,
+                published_mark = mark,
+                "the last message on this host's subject is not its own latest record (junk or a replay, put there with its NATS credentials); publishing after it from the log's mark"
+            );
+            (mark, stream_seq)
+        }
     }
 }
 
@@ -179,7 +214,10 @@ async fn publish_all(
     let subject = nats_layout::evt_subject(host);
     let (stream, allowed) = link.events().await.map_err(OutboxError::Stream)?;
     atomic.allowed = allowed;
-    let (mut acked, mut last_stream_seq) = last_published(&stream, &subject).await?;
+    let own = link.key.own_keys(host);
+    let mark = log.mark(MARK).map_err(OutboxError::Log)?;
+    let (mut acked, mut last_stream_seq) =
+        resume_point(last_on_subject(&stream, &subject, &own).await?, mark);
     let local = log.last_seq();
     if acked > local {
         tracing::error!(
@@ -227,16 +265,23 @@ async fn publish_all(
                 atomic.fail();
             }
             (acked, last_stream_seq) = sent?;
-            published.send_replace(acked);
+            acknowledged(log, published, acked)?;
         } else {
             // One at a time, every record read (none is read and encoded twice).
             for (seq, body) in batch {
                 (acked, last_stream_seq) =
                     send_one(link, &subject, seq, body, last_stream_seq).await?;
-                published.send_replace(acked);
+                acknowledged(log, published, acked)?;
             }
         }
     }
+}
+
+/// Records up to `acked` are in the stream: the log's [`MARK`] moves, and the watch.
+fn acknowledged(log: &Log, published: &watch::Sender<u64>, acked: u64) -> Result<(), OutboxError> {
+    log.advance_mark(MARK, acked).map_err(OutboxError::Log)?;
+    published.send_replace(acked);
+    Ok(())
 }
 
 /// Test builds only: `CAPSTAN_FAULT_MSG_ID_AT=<seq>:<id>` sends record `seq`, the

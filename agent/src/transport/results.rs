@@ -265,9 +265,14 @@ impl Results {
                 match own.verify(Publication::Record, &m.payload, signature(&m), proof) {
                     Ok(()) => seq_of(&m.payload).unwrap_or(0),
                     Err(why) => {
-                        // Not this host's: its claim of a seq is worth nothing.
-                        tracing::warn!(%why, "the last record on this host's subject is not its own; results are put again from the first record");
-                        0
+                        // Not this host's: its claim of a seq is worth nothing; the
+                        // outbox's mark says how far the stream has this host's own.
+                        let mark = self
+                            .log
+                            .mark(super::outbox::MARK)
+                            .map_err(ResultsError::Log)?;
+                        tracing::warn!(%why, mark, "the last record on this host's subject is not its own; results resume before the outbox's mark");
+                        mark
                     }
                 }
             }
@@ -372,7 +377,8 @@ mod tests {
     /// Progress or a last record that is not the host's own signed one (put with the
     /// host's NATS credentials by someone else) moves nothing: without trusted
     /// progress results resume [`REPUT`] before the host's own last record, and
-    /// from the first when that is not its own. Read by direct gets, as a host
+    /// before the outbox's mark (0 here: this log published nothing) when that is not
+    /// its own. Read by direct gets, as a host
     /// account may (no stream info).
     #[tokio::test]
     async fn results_resume_only_from_the_hosts_own_signed_progress_or_last_record() {

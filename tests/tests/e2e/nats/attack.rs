@@ -21,8 +21,7 @@ use std::time::Duration;
 /// running, h2 with one command done.
 struct Victim {
     fleet: Fleet,
-    /// Kept for its dir while its daemon runs.
-    _h1: Agent,
+    h1: Agent,
     h2: Agent,
     daemons: Vec<capstan_tests::process::Process>,
 }
@@ -40,7 +39,7 @@ fn victim(quota: &str) -> Victim {
         .run_all(&[h1.commands("mine").ensure_namespace("mine")]);
     Victim {
         fleet,
-        _h1: h1,
+        h1,
         h2,
         daemons,
     }
@@ -508,7 +507,7 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
 fn a_result_claiming_a_billion_records_is_refused_not_read() {
     let mut v = victim("64M");
     v.stop_h1();
-    let key = std::fs::read_to_string(v._h1.data_dir().join("host.key")).expect("h1's key");
+    let key = std::fs::read_to_string(v.h1.data_dir().join("host.key")).expect("h1's key");
     let key = capstan_common::signing::Signer::from_hex(&key).expect("a key");
     runtime().block_on(async {
         let attacker = jetstream::new(v.connect("h1").await);
@@ -874,5 +873,103 @@ fn h1s_signed_answers_replayed_to_a_later_request_are_refused() {
         "every request was answered by the replayer: {replayed}"
     );
     v.h2_is_unaffected("after-replays");
+    v.stop();
+}
+
+/// With h1's NATS credentials, junk and a replay of one of h1's own signed records (its
+/// last, read early on) are put last on h1's subject, once while h1's agent runs and once while it is down.
+/// Neither stalls its outbox (before: junk last on the subject stopped it for good)
+/// nor has it publish again what it did: each time h1's next command completes and
+/// its records follow, once each, after the junk; the coordinator refuses the junk
+/// when reading (`capstan verify h1` exits 2), never takes it as h1's.
+#[test]
+fn junk_or_a_replayed_record_last_on_h1s_subject_stalls_nothing() {
+    let mut v = victim("64M");
+    let h1 = v.credentials("h1");
+    // What h1's credentials can read of h1's records: the last one, signed.
+    let captured = runtime().block_on(async {
+        let attacker = jetstream::with_prefix(h1.connect().await, nats_layout::HOST_API_PREFIX);
+        last_record(&attacker).await
+    });
+    let put_last = |junk: bool| {
+        runtime().block_on(async {
+            let attacker = h1.connect().await;
+            let attacker = jetstream::new(attacker);
+            let (payload, headers) = if junk {
+                ("not a record".into(), async_nats::HeaderMap::new())
+            } else {
+                // Its signature and proof; not the expected last sequence it was
+                // published with.
+                let mut headers = async_nats::HeaderMap::new();
+                for name in [
+                    capstan_common::published::HEADER,
+                    capstan_common::published::PROOF_HEADER,
+                ] {
+                    let value = captured.headers.get(name).expect("signed").as_str();
+                    headers.insert(name, value);
+                }
+                (captured.payload.clone(), headers)
+            };
+            attacker
+                .publish_with_headers("capstan.v1.evt.h1", headers, payload)
+                .await
+                .expect("publish")
+                .await
+                .expect("stored last on h1's subject");
+        })
+    };
+    for (round, junk) in [(1, true), (2, false)] {
+        put_last(junk);
+        v.fleet.coordinator.run_all(&[v
+            .h1
+            .commands("mine")
+            .ensure_namespace(&format!("running-{round}"))]);
+    }
+    v.stop_h1();
+    for (round, junk) in [(3, true), (4, false)] {
+        put_last(junk);
+        let daemon = v.h1.run();
+        v.fleet.coordinator.run_all(&[v
+            .h1
+            .commands("mine")
+            .ensure_namespace(&format!("restarted-{round}"))]);
+        daemon.stop();
+    }
+    // Every record of h1's once, in order, between the planted messages.
+    let seqs: Vec<u64> = runtime().block_on(async {
+        let store = jetstream::with_prefix(
+            v.connect("coordinator").await,
+            &nats_layout::store_api_prefix("h1"),
+        );
+        let stream = store.get_stream("CAPSTAN_EVT").await.expect("h1's stream");
+        let mut seqs = Vec::new();
+        let mut at = 1;
+        while let Ok(m) = stream.get_raw_message(at).await {
+            if let Ok(body) = serde_json::from_slice::<Value>(&m.payload) {
+                seqs.push(body["seq"].as_u64().expect("seq"));
+            }
+            at += 1;
+        }
+        seqs
+    });
+    let mut once = seqs.clone();
+    once.sort_unstable();
+    once.dedup();
+    let replays = seqs.len() - once.len();
+    assert_eq!(
+        replays, 2,
+        "only the two planted replays repeat a seq: {seqs:?}"
+    );
+    assert_eq!(
+        once,
+        (1..=once.len() as u64).collect::<Vec<_>>(),
+        "{seqs:?}"
+    );
+    assert_eq!(
+        v.fleet.coordinator.cli(&["verify", "h1"]).status.code(),
+        Some(2),
+        "the junk is refused when read"
+    );
+    v.h2_is_unaffected("after-junk-on-h1s-subject");
     v.stop();
 }

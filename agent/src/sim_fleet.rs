@@ -41,6 +41,9 @@ pub struct FleetOptions {
     /// Each host's data dir is `<data_dir>/<host>`.
     pub data_dir: PathBuf,
     pub log: LogOptions,
+    /// Per-host accounts: host `h` connects with the nkey seed `<dir>/<h>.nk`, as
+    /// `host_accounts = true`.
+    pub nats_credentials: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,12 @@ pub enum FleetError {
     NotSim(DriverSetting),
     #[error("--hosts must be at least 1")]
     NoHosts,
+    #[error("--nats-credentials needs the config's [nats] section (the server's url)")]
+    NoNats,
+    #[error("--nats-credentials gives each host its own nkey: the config's [nats] names credentials too (`user`, `nkey_seed_file` or `creds_file`)")]
+    Credentials,
+    #[error("--nats-credentials: no nkey for host {host} at {}", path.display())]
+    NoNkey { host: String, path: PathBuf },
     #[error("host name {0:?} (from --prefix) must be a DNS label (1-63 of [a-z0-9-])")]
     Name(String),
     #[error("cannot write {}", path.display())]
@@ -100,6 +109,24 @@ pub async fn run<S>(
         .find(|n| !capstan_common::validate::is_dns_label(n))
     {
         return Err(FleetError::Name(bad.clone()));
+    }
+    if let Some(dir) = &options.nats_credentials {
+        let Some(nats) = &config.nats else {
+            return Err(FleetError::NoNats);
+        };
+        if nats.user.is_some() || nats.nkey_seed_file.is_some() || nats.creds_file.is_some() {
+            return Err(FleetError::Credentials);
+        }
+        // Every host's nkey is there before any host starts.
+        if let Some(host) = names
+            .iter()
+            .find(|h| !dir.join(format!("{h}.nk")).is_file())
+        {
+            return Err(FleetError::NoNkey {
+                host: host.clone(),
+                path: dir.join(format!("{host}.nk")),
+            });
+        }
     }
     if config.metrics.enabled {
         // One process, many hosts: per-host series would multiply by the fleet size.
@@ -185,6 +212,20 @@ async fn start_host<'a>(
     let data_dir = options.data_dir.join(name);
     // Each host its own key, beside its log (`host_key_file` is not used).
     let host_key = data_dir.join(crate::host_key::FILE);
+    // On per-host accounts its own NATS credentials too.
+    let own;
+    let config = match &options.nats_credentials {
+        Some(dir) => {
+            let mut c = config.clone();
+            if let Some(nats) = c.nats.as_mut() {
+                nats.nkey_seed_file = Some(dir.join(format!("{name}.nk")));
+                nats.host_accounts = true;
+            }
+            own = c;
+            &own
+        }
+        None => config,
+    };
     let setup = HostSetup {
         config,
         host: name,
@@ -233,6 +274,7 @@ mod tests {
             prefix: prefix.into(),
             data_dir: PathBuf::from("/nonexistent/capstan-sim-fleet"),
             log: LogOptions::default(),
+            nats_credentials: None,
         }
     }
 
@@ -251,6 +293,36 @@ mod tests {
             matches!(err, FleetError::Name(ref n) if n == "Bad_-0001"),
             "{err}"
         );
+        // Per-host credentials: a [nats] section naming none, one nkey a host.
+        let creds = tempfile::tempdir().unwrap();
+        std::fs::write(creds.path().join("sim-0001.nk"), "SU…").unwrap();
+        let with_creds = FleetOptions {
+            nats_credentials: Some(creds.path().to_path_buf()),
+            ..options(2, "sim")
+        };
+        let refused = |config: AgentConfig| {
+            let with_creds = with_creds.clone();
+            async move {
+                run(&config, None, &with_creds, std::future::ready(()))
+                    .await
+                    .unwrap_err()
+            }
+        };
+        let err = refused(sim.clone()).await;
+        assert!(matches!(err, FleetError::NoNats), "{err}");
+        let mut nats = AgentConfig::default();
+        nats.nats = Some(capstan_common::nats::NatsConfig::default());
+        let err = refused(nats.clone()).await;
+        assert!(
+            matches!(err, FleetError::NoNkey { ref host, .. } if host == "sim-0002"),
+            "{err}"
+        );
+        let mut named = nats;
+        if let Some(n) = named.nats.as_mut() {
+            n.nkey_seed_file = Some(creds.path().join("sim-0001.nk"));
+        }
+        let err = refused(named).await;
+        assert!(matches!(err, FleetError::Credentials), "{err}");
         let mut docker = AgentConfig::default();
         docker.driver = DriverSetting::Builtin(DriverKind::DOCKER);
         let err = run(&docker, None, &options(2, "sim"), std::future::ready(()))

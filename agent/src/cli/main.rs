@@ -119,6 +119,11 @@ enum Cmd {
         /// Each host's log cache (sled's page cache), in MiB.
         #[arg(long, default_value_t = sim_fleet::DEFAULT_LOG_CACHE_MIB)]
         log_cache_mib: u64,
+        /// Per-host accounts: each host connects with its own nkey, `DIR/<host>.nk`
+        /// (the `credentials/` dir `capstan-coordinator nats-config` writes), as
+        /// `host_accounts = true`; the config then names no NATS credentials.
+        #[arg(long, value_name = "DIR")]
+        nats_credentials: Option<std::path::PathBuf>,
     },
     /// Show the audit log.
     Log(LogArgs),
@@ -265,6 +270,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             hosts,
             prefix,
             log_cache_mib,
+            nats_credentials,
         } => runtime.block_on(run::sim_fleet(
             &ctx,
             FleetOptions {
@@ -275,6 +281,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     cache_bytes: Some(log_cache_mib.saturating_mul(1 << 20)),
                     ..LogOptions::default()
                 },
+                nats_credentials,
             },
         )),
         Cmd::Log(args) => log::show_log(&ctx, &args),

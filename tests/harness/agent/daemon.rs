@@ -45,8 +45,14 @@ impl Agent {
     /// [`Agent::sim_fleet`] without waiting: the caller waits for `sim fleet ready`
     /// (a large fleet takes longer than [`crate::READY`]).
     pub fn spawn_sim_fleet(&self, hosts: usize, prefix: &str) -> Process {
+        self.spawn_sim_fleet_with(hosts, prefix, &[])
+    }
+
+    /// [`Agent::spawn_sim_fleet`] with more arguments (`--nats-credentials DIR`).
+    pub fn spawn_sim_fleet_with(&self, hosts: usize, prefix: &str, more: &[&str]) -> Process {
         let hosts = hosts.to_string();
-        let args = ["--hosts", hosts.as_str(), "--prefix", prefix];
+        let mut args = vec!["--hosts", hosts.as_str(), "--prefix", prefix];
+        args.extend_from_slice(more);
         self.spawn("sim-fleet", prefix, &args, &[])
     }
 

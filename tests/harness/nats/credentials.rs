@@ -59,10 +59,12 @@ impl Accounts {
 
     /// The nkey seed file of `user` (a host, or `coordinator`).
     pub fn seed_file(&self, user: &str) -> PathBuf {
-        self.dir
-            .path()
-            .join("credentials")
-            .join(format!("{user}.nk"))
+        self.credentials_dir().join(format!("{user}.nk"))
+    }
+
+    /// Where every user's seed file is (`<user>.nk`): `sim-fleet --nats-credentials`.
+    pub fn credentials_dir(&self) -> PathBuf {
+        self.dir.path().join("credentials")
     }
 
     /// The nkey seed of `user`.

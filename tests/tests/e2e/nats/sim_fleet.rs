@@ -72,3 +72,47 @@ fn a_hundred_simulated_hosts_in_one_process_take_commands_and_stop_on_sigterm() 
     }
     fleet.stop();
 }
+
+/// On per-host accounts (the documented secure layout): `sim-fleet --nats-credentials`
+/// connects each simulated host with its own nkey, as its own account; each takes its
+/// command and its records land in its own storage (`capstan verify` ok).
+#[test]
+fn simulated_hosts_on_per_host_accounts_each_connect_with_their_own_credentials() {
+    const HOSTS: usize = 5;
+    let names: Vec<String> = (1..=HOSTS).map(|i| format!("simp-{i:04}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let fleet = Fleet::with_accounts(&refs, "64M");
+    let coordinator = &fleet.coordinator;
+    let accounts = fleet.accounts.as_ref().expect("accounts");
+    // The shared config names no credentials: each host gets its own.
+    let config = capstan_tests::agent::Agent::builder("simp")
+        .nats(&fleet.server.url())
+        .signing(&fleet.keys.public)
+        .build();
+    let creds = accounts.credentials_dir();
+    let creds = creds.to_str().expect("path");
+    let process = config.spawn_sim_fleet_with(HOSTS, "simp", &["--nats-credentials", creds]);
+    process.wait_for_text("sim fleet ready");
+    let keys = config.data_dir().join("host-keys");
+    let out = coordinator.cli(&["register", "--file", keys.to_str().expect("path")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    coordinator.wait_for_hosts("every simulated host alive", |v| {
+        names.iter().all(|n| alive(v, n))
+    });
+    let commands: Vec<_> = names
+        .iter()
+        .map(|n| Commands::new(n, "tenant").ensure_namespace(&format!("ns-{n}")))
+        .collect();
+    coordinator.run_all(&commands);
+    for n in &names {
+        let verified = coordinator.cli_json(&["verify", n], 0);
+        assert_eq!(verified["result"], "ok", "{n}: {verified}");
+    }
+    let stopped = process.stop();
+    assert!(stopped.contains("sim fleet stopped"), "{stopped}");
+    fleet.stop();
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const ROUNDS: usize = 5;
 
 pub async fn run(args: &Args) -> anyhow::Result<()> {
-    let mut stack = Stack::shared();
+    let mut stack = Stack::for_sim_fleet(args.hosts, "fan");
     let t = Instant::now();
     let hosts = stack.sim_fleet(args.hosts, "fan");
     eprintln!(

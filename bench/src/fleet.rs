@@ -1,9 +1,12 @@
 //! `fleet`: a rollout to N simulated hosts over a three-node JetStream cluster
 //! (`replicas = 3` for every stream and bucket), for each N of `--fleet-sizes`.
 //!
-//! For each size: three nats-servers (the harness's `NatsCluster`), a coordinator, and
-//! `capstan-agent sim-fleet` processes of at most `--fleet-per-process` hosts each,
-//! started at once; every host's key registered; every host alive in `GET /v1/hosts`.
+//! For each size: three nats-servers (the harness's `NatsCluster`) on the documented
+//! secure layout — an account per host (`capstan-coordinator nats-config`) —, a
+//! coordinator, and `capstan-agent sim-fleet` processes of at most
+//! `--fleet-per-process` hosts each, started at once, each host connecting with its
+//! own nkey (`--nats-credentials`); every host's key registered; every host alive in
+//! `GET /v1/hosts`.
 //! Then one rollout, three steps, each `capstan --json rollout FILE --hosts alive`
 //! (the CLI, as an operator runs it): ensure a namespace, prepare a revision, activate
 //! it. Measured: each step's wall time, the coordinator's CPU and memory over the
@@ -21,7 +24,7 @@ use crate::Args;
 use anyhow::Context as _;
 use capstan_common::nats_layout;
 use capstan_tests::agent::Agent;
-use capstan_tests::nats::{alive_count, Coordinator, Keys, NatsCluster};
+use capstan_tests::nats::{alive_count, Accounts, Coordinator, Keys, NatsCluster};
 use capstan_tests::process::Process;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
@@ -101,22 +104,36 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 
 /// One size: the cluster, coordinator and fleet started, the rollout run, all stopped.
 async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
-    let cluster = NatsCluster::start(3);
-    let keys = Keys::generate();
-    let coordinator = Coordinator::start(&cluster.url(), &keys, "replicas = 3");
     let per = args.fleet_per_process.max(1);
+    let prefixes: Vec<(String, usize)> = (0..hosts)
+        .step_by(per)
+        .enumerate()
+        .map(|(n, first)| (format!("f{n}"), per.min(hosts - first)))
+        .collect();
+    let names: Vec<String> = prefixes
+        .iter()
+        .flat_map(|(prefix, count)| crate::stack::sim_names(*count, prefix))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // With replicas = 3 the fleet's account holds the command stream three times.
+    let accounts = Accounts::generate_with(&names, "64M", "8G");
+    let cluster = NatsCluster::start_with(3, Some(&accounts.config()));
+    let keys = Keys::generate();
+    let coordinator_nats = format!("replicas = 3\n{}", accounts.nats_lines("coordinator"));
+    let coordinator = Coordinator::start(&cluster.url(), &keys, &coordinator_nats);
+    let credentials = accounts.credentials_dir().display().to_string();
     let t = Instant::now();
     let mut fleets: Vec<(Agent, Process, usize)> = Vec::new();
-    for (n, first) in (0..hosts).step_by(per).enumerate() {
-        let count = per.min(hosts - first);
-        let prefix = format!("f{n}");
+    for (prefix, count) in prefixes {
+        // The shared config names no credentials: each host connects with its own.
         let config = Agent::builder(&prefix)
             .without_hooks()
             .nats(&cluster.url())
             .nats_extra("replicas = 3")
             .signing(&keys.public)
             .build();
-        let process = config.spawn_sim_fleet(count, &prefix);
+        let process =
+            config.spawn_sim_fleet_with(count, &prefix, &["--nats-credentials", &credentials]);
         fleets.push((config, process, count));
     }
     for (config, process, _) in &fleets {
@@ -135,7 +152,7 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
         );
     }
     let started_s = t.elapsed().as_secs_f64();
-    let beats = Beats::watch(&cluster.url()).await?;
+    let beats = Beats::watch(&cluster.url(), &accounts.seed("coordinator")).await?;
     let http = reqwest::Client::new();
     let list = |http: reqwest::Client| {
         let url = format!("{}/v1/hosts", coordinator.url);
@@ -340,12 +357,15 @@ struct Beats {
 }
 
 impl Beats {
-    async fn watch(url: &str) -> anyhow::Result<Beats> {
+    /// As the coordinators' user (`seed`): the hosts bucket is the fleet account's.
+    async fn watch(url: &str, seed: &str) -> anyhow::Result<Beats> {
         let servers = url
             .split(',')
             .map(str::parse)
             .collect::<Result<Vec<async_nats::ServerAddr>, _>>()?;
-        let client = async_nats::connect(servers).await?;
+        let client = async_nats::ConnectOptions::with_nkey(seed.to_string())
+            .connect(servers)
+            .await?;
         let mut beats = client
             .subscribe(format!("$KV.{}.>", nats_layout::HOSTS_BUCKET))
             .await?;

@@ -5,10 +5,9 @@
 //! follows them.
 //!
 //! The layout is the documented secure one (docs/nats.md): every host's key
-//! registered with the coordinator, and, for a stack whose hosts are known when it
-//! starts ([`Stack::start`]), per-host NATS accounts (`capstan-coordinator
-//! nats-config`). `sim-fleet` hosts share one config and so one NATS credential:
-//! their stack ([`Stack::shared`]) has one account for every client.
+//! registered with the coordinator, and per-host NATS accounts (`capstan-coordinator
+//! nats-config`), for agents ([`Stack::start`]) and for a `sim-fleet`'s hosts
+//! ([`Stack::for_sim_fleet`]: each connects with its own nkey, `--nats-credentials`).
 
 use anyhow::Context as _;
 use capstan_common::signing::Signer;
@@ -21,6 +20,13 @@ use futures::StreamExt;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
+
+/// The names `sim-fleet --hosts N --prefix P` gives its hosts.
+pub fn sim_names(hosts: usize, prefix: &str) -> Vec<String> {
+    (1..=hosts)
+        .map(|i| capstan_agent::sim_fleet::host_name(prefix, i))
+        .collect()
+}
 
 /// Each host's storage quota (its event stream and results) on per-host accounts.
 pub const HOST_QUOTA: &str = "256M";
@@ -44,10 +50,14 @@ impl Stack {
         Stack::on(server, Some(accounts), hosts)
     }
 
-    /// nats-server with one account for every client (what `sim-fleet`'s hosts, one
-    /// config between them, can join) and a coordinator; no agent yet.
-    pub fn shared() -> Stack {
-        Stack::on(NatsServer::start(), None, &[])
+    /// nats-server on per-host accounts for the `hosts` hosts `<prefix>-0001…` that
+    /// [`Stack::sim_fleet`] then runs, and a coordinator; no agent yet.
+    pub fn for_sim_fleet(hosts: usize, prefix: &str) -> Stack {
+        let names = sim_names(hosts, prefix);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let accounts = Accounts::generate(&names, HOST_QUOTA);
+        let server = NatsServer::start_with(Some(&accounts.config()));
+        Stack::on(server, Some(accounts), &[])
     }
 
     /// [`Stack::start`] with a nats-server already started (e.g. on a fleet's hub),
@@ -94,12 +104,21 @@ impl Stack {
     /// Adds `capstan-agent sim-fleet` with `hosts` hosts `<prefix>-0001…` and waits
     /// until every one is alive in the coordinator's registry.
     pub fn sim_fleet(&mut self, hosts: usize, prefix: &str) -> Vec<String> {
-        assert!(
-            self.accounts.is_none(),
-            "sim-fleet hosts share one NATS credential: start the stack with Stack::shared"
-        );
-        let config = self.join(Agent::builder(prefix).without_hooks()).build();
-        let process = config.sim_fleet(hosts, prefix);
+        // The shared config names no credentials: each host connects with its own.
+        let config = Agent::builder(prefix)
+            .without_hooks()
+            .nats(&self.server.url())
+            .signing(&self.keys.public)
+            .build();
+        let credentials = self
+            .accounts
+            .as_ref()
+            .expect("a stack on per-host accounts: Stack::for_sim_fleet")
+            .credentials_dir();
+        let credentials = credentials.display().to_string();
+        let process =
+            config.spawn_sim_fleet_with(hosts, prefix, &["--nats-credentials", &credentials]);
+        process.wait_for_text("sim fleet ready");
         // Every host's key (`sim-fleet` lists them in `host-keys`), registered in one
         // call: a host is alive only with a registered key.
         let keys = config.data_dir().join(capstan_agent::sim_fleet::KEYS_FILE);
@@ -112,7 +131,7 @@ impl Stack {
             String::from_utf8_lossy(&out.stderr)
         );
         self.agents.push((config, process));
-        let names: Vec<String> = (1..=hosts).map(|i| format!("{prefix}-{i:04}")).collect();
+        let names = sim_names(hosts, prefix);
         self.coordinator
             .wait_for_hosts("every simulated host alive", |v| {
                 let alive: HashSet<&str> = v["hosts"]

@@ -1,5 +1,7 @@
 //! A rollout to a thousand simulated hosts (`capstan-agent sim-fleet`) over a
-//! three-node JetStream cluster (`replicas = 3` everywhere), with `capstan rollout`
+//! three-node JetStream cluster (`replicas = 3` everywhere), on the documented secure
+//! layout — an account per host (`capstan-coordinator nats-config`), each simulated
+//! host connecting with its own nkey (`--nats-credentials`) — with `capstan rollout`
 //! as an operator runs it: a namespace, then a revision prepared while the JetStream
 //! meta leader is SIGKILLed mid-rollout, then the revision activated with one server
 //! still down. Every host succeeds at every step, and every host started its revision
@@ -7,7 +9,9 @@
 //! the coordinator answers 503 while the cluster elects are asked again.
 
 use capstan_tests::agent::Agent;
-use capstan_tests::nats::{alive_count, capstan_cli_within, Coordinator, Keys, NatsCluster};
+use capstan_tests::nats::{
+    alive_count, capstan_cli_within, Accounts, Coordinator, Keys, NatsCluster,
+};
 use capstan_tests::wait_until;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -65,16 +69,24 @@ fn assert_all_succeeded(step: &str, (code, summary): &(Option<i32>, Value)) {
 
 #[test]
 fn a_rollout_to_a_thousand_simulated_hosts_survives_a_server_killed_mid_rollout() {
-    let mut cluster = NatsCluster::start(3);
+    let names: Vec<String> = (1..=HOSTS).map(|i| format!("{PREFIX}-{i:04}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // With replicas = 3 the fleet's account holds the command stream three times.
+    let accounts = Accounts::generate_with(&refs, "64M", "8G");
+    let mut cluster = NatsCluster::start_with(3, Some(&accounts.config()));
     let keys = Keys::generate();
-    let coordinator = Coordinator::start(&cluster.url(), &keys, "replicas = 3");
+    let coordinator_nats = format!("replicas = 3\n{}", accounts.nats_lines("coordinator"));
+    let coordinator = Coordinator::start(&cluster.url(), &keys, &coordinator_nats);
+    // The shared config names no credentials: each host connects with its own.
     let config = Agent::builder(PREFIX)
         .without_hooks()
         .nats(&cluster.url())
         .nats_extra("replicas = 3")
         .signing(&keys.public)
         .build();
-    let fleet = config.spawn_sim_fleet(HOSTS, PREFIX);
+    let credentials = accounts.credentials_dir();
+    let credentials = credentials.to_str().expect("path");
+    let fleet = config.spawn_sim_fleet_with(HOSTS, PREFIX, &["--nats-credentials", credentials]);
     let started = Instant::now();
     wait_until("the simulated fleet to start", FLEET_READY, || {
         assert!(

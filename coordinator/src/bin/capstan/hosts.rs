@@ -7,9 +7,13 @@ use capstan_common::answers::{read_answer, AnswerError, IntentAnswer};
 use capstan_coordinator::answers::HostsAnswer;
 use capstan_coordinator::client::Client;
 use capstan_coordinator::verify::{Finding, Verdict};
+use futures::StreamExt as _;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// How many registrations of `capstan register --file` are in flight at once.
+const REGISTER_IN_FLIGHT: usize = 16;
 
 /// `capstan hosts`: every host, with its heartbeat's status and age.
 pub(crate) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
@@ -111,14 +115,34 @@ pub(crate) async fn register(
         }
         _ => anyhow::bail!("give HOST and KEY, or --file FILE"),
     };
-    for (host, key) in pairs {
-        let entry = client
-            .put(
-                &format!("/v1/hosts/{host}/keys"),
-                &json!({"public_key": key}),
-            )
-            .await?;
-        print(json, &entry, human_keys);
+    // One key is one host's: a file giving a key to two hosts is refused before any
+    // request (the coordinator checks against what is registered, not against
+    // registrations in flight beside each other).
+    let mut owners = std::collections::HashMap::new();
+    for (host, key) in &pairs {
+        if let Some(other) = owners.insert(key.trim().to_ascii_lowercase(), host) {
+            if other != host {
+                anyhow::bail!(
+                    "the key {key} is given to hosts {other} and {host}: a key is one host's"
+                );
+            }
+        }
+    }
+    // Up to REGISTER_IN_FLIGHT at once (on per-host accounts each registration also
+    // makes the host's storage on the server): printed in the file's order, stopping
+    // at the first refusal.
+    let mut answers = futures::stream::iter(pairs)
+        .map(|(host, key)| async move {
+            client
+                .put(
+                    &format!("/v1/hosts/{host}/keys"),
+                    &json!({"public_key": key}),
+                )
+                .await
+        })
+        .buffered(REGISTER_IN_FLIGHT);
+    while let Some(entry) = answers.next().await {
+        print(json, &entry?, human_keys);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -142,9 +142,11 @@ fn rollout_losing(victim: Victim) {
     );
 
     // The killed server rejoins: current again, the cluster has 3 current peers.
+    // (Waited on, each: right after a rejoin a peer may be catching up for a moment,
+    // which a one-off check once caught on a loaded CI machine.)
     cluster.restart(killed);
     for i in 0..3 {
-        assert!(cluster.current(i), "{} is not current", cluster.name(i));
+        cluster.wait_current(i);
     }
 
     // Everything each agent logged is in CAPSTAN_EVT before the agents stop (the

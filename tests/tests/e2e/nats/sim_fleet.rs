@@ -94,12 +94,37 @@ fn simulated_hosts_on_per_host_accounts_each_connect_with_their_own_credentials(
     let process = config.spawn_sim_fleet_with(HOSTS, "simp", &["--nats-credentials", creds]);
     process.wait_for_text("sim fleet ready");
     let keys = config.data_dir().join("host-keys");
+    // A file giving one key to two hosts is refused whole, before any registration.
+    let listed = std::fs::read_to_string(&keys).expect("host-keys");
+    let first_key = listed.split_whitespace().nth(1).expect("a key");
+    let twice = config.data_dir().join("twice");
+    std::fs::write(&twice, format!("{listed}simp-0099 {first_key}\n")).expect("write");
+    let out = coordinator.cli(&["register", "--file", twice.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("a key is one host's"), "{stderr}");
+    assert_ne!(
+        coordinator.cli(&["keys", "simp-0001"]).status.code(),
+        Some(0)
+    );
+    // The fleet's keys, registered several at a time, printed in the file's order.
     let out = coordinator.cli(&["register", "--file", keys.to_str().expect("path")]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let order: Vec<String> = printed
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line")["host"].to_string())
+        .map(|h| h.trim_matches('"').to_string())
+        .collect();
+    let listed_order: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(order, listed_order, "{printed}");
     coordinator.wait_for_hosts("every simulated host alive", |v| {
         names.iter().all(|n| alive(v, n))
     });

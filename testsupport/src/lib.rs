@@ -204,7 +204,7 @@ mod tests {
     }
 
     /// The limit goes into the server's own block, never an account's, or a block of
-    /// its own; nats-server takes it (the store it reports).
+    /// its own when there is none.
     #[test]
     fn the_store_limit_goes_into_the_servers_jetstream_block() {
         let dir = tempfile::tempdir().unwrap();

@@ -179,6 +179,25 @@ impl Link {
     }
 }
 
+/// The `seq` of `m` (a record, or the results' progress) when it is this host's own
+/// signed `what`, checked with its own key: what the host reads back of its own could
+/// have been put there by whoever holds its NATS credentials.
+pub(crate) fn own_seq(
+    own: &published::HostKeys,
+    what: Publication<'_>,
+    m: &jetstream::message::StreamMessage,
+) -> Result<Option<u64>, published::Unverified> {
+    let header = |name| m.headers.get(name).map(|v| v.as_str());
+    let proof = what
+        .batched()
+        .then(|| header(published::PROOF_HEADER))
+        .flatten();
+    own.verify(what, &m.payload, header(published::HEADER), proof)?;
+    Ok(serde_json::from_slice::<serde_json::Value>(&m.payload)
+        .ok()
+        .and_then(|v| v.get("seq")?.as_u64()))
+}
+
 /// The running transport.
 pub struct Transport {
     stop_commands: watch::Sender<bool>,

@@ -42,7 +42,7 @@ use crate::log::Log;
 use async_nats::header;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use capstan_common::nats_layout;
-use capstan_common::published::{self, HostKeys, Publication};
+use capstan_common::published::{HostKeys, Publication};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -120,19 +120,7 @@ async fn last_on_subject<I>(
 ) -> Result<Option<(Option<u64>, u64)>, OutboxError> {
     match stream.direct_get_last_for_subject(subject).await {
         Ok(m) => {
-            let header = |name| m.headers.get(name).map(|v| v.as_str());
-            let signed = own.verify(
-                Publication::Record,
-                &m.payload,
-                header(published::HEADER),
-                header(published::PROOF_HEADER),
-            );
-            let seq = signed.ok().and_then(|()| {
-                serde_json::from_slice::<serde_json::Value>(&m.payload)
-                    .ok()?
-                    .get("seq")?
-                    .as_u64()
-            });
+            let seq = super::own_seq(own, Publication::Record, &m).ok().flatten();
             Ok(Some((seq, m.sequence)))
         }
         Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),

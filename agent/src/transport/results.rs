@@ -26,7 +26,7 @@ use crate::log::Log;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats as cnats;
 use capstan_common::nats_layout;
-use capstan_common::published::{self, Publication};
+use capstan_common::published::Publication;
 use capstan_common::status::{summarize, MAX_EVENTS_BYTES};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -50,19 +50,6 @@ enum ResultsError {
     Log(#[source] crate::log::LogError),
     #[error("cannot put a result")]
     Put(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// A message's signature header.
-fn signature(m: &jetstream::message::StreamMessage) -> Option<&str> {
-    m.headers.get(published::HEADER).map(|v| v.as_str())
-}
-
-/// The `seq` of a record or a progress entry.
-fn seq_of(payload: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()?
-        .get("seq")?
-        .as_u64()
 }
 
 /// The subject of the host's own progress entry (its key `<host>._progress`).
@@ -243,12 +230,9 @@ impl Results {
         // host's NATS credentials) could have results skipped. A deleted key's entry
         // has no body: no progress either.
         if let Some(m) = entry.filter(|m| !m.payload.is_empty()) {
-            match own.verify(Publication::Progress, &m.payload, signature(&m), None) {
-                Ok(()) => {
-                    if let Some(seq) = seq_of(&m.payload) {
-                        return Ok(seq);
-                    }
-                }
+            match super::own_seq(&own, Publication::Progress, &m) {
+                Ok(Some(seq)) => return Ok(seq),
+                Ok(None) => {}
                 Err(why) => tracing::warn!(
                     %why,
                     "the results' progress is not this host's signed progress; results resume before the last record"
@@ -261,9 +245,8 @@ impl Results {
             .await
         {
             Ok(m) => {
-                let proof = m.headers.get(published::PROOF_HEADER).map(|v| v.as_str());
-                match own.verify(Publication::Record, &m.payload, signature(&m), proof) {
-                    Ok(()) => seq_of(&m.payload).unwrap_or(0),
+                match super::own_seq(&own, Publication::Record, &m) {
+                    Ok(seq) => seq.unwrap_or(0),
                     Err(why) => {
                         // Not this host's: its claim of a seq is worth nothing; the
                         // outbox's mark says how far the stream has this host's own.
@@ -349,6 +332,7 @@ impl Results {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_common::published;
     use capstan_common::signing::Signer;
 
     fn results(link: &Link, rig: &crate::testkit::Rig) -> Results {

@@ -15,6 +15,8 @@ use capstan_tests::{wait_until, READY};
 use futures::StreamExt as _;
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// h1 and h2 on per-host accounts, each storage account `quota`; both agents
@@ -122,6 +124,35 @@ fn host_status<'a>(hosts: &'a Value, host: &str) -> Option<&'a str> {
         .iter()
         .find(|h| h["host"] == host)?["status"]
         .as_str()
+}
+
+/// `work` on a thread and runtime of its own, as h1's attacker, until stopped: it is
+/// handed h1's credentials and the flag [`Background::stop`] raises.
+struct Background<T> {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<T>,
+}
+
+fn background<T, F>(
+    h1: Credentials,
+    work: impl FnOnce(Credentials, Arc<AtomicBool>) -> F + Send + 'static,
+) -> Background<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T>,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let raised = stop.clone();
+    let thread = std::thread::spawn(move || runtime().block_on(work(h1, raised)));
+    Background { stop, thread }
+}
+
+impl<T> Background<T> {
+    /// Raises the flag; what `work` returned.
+    fn stop(self) -> T {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("the attacker's thread")
+    }
 }
 
 /// The subjects stream `name` holds, as the coordinators' account sees it (`js`).
@@ -737,47 +768,37 @@ fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api(
     // The attacker holds h1's credentials, not its process.
     v.stop_h1();
     // The JetStream API and the coordinators' sync service, flooded while h2 works.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flood = {
-        let stop = stop.clone();
-        let h1 = v.credentials("h1");
-        std::thread::spawn(move || {
-            runtime().block_on(async {
-                let attacker = h1.connect().await;
-                let prefix = nats_layout::HOST_API_PREFIX;
-                let requests = [
-                    format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
-                    format!("{prefix}.STREAM.INFO.KV_capstan_results"),
-                    format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
-                    format!(
-                        "{prefix}.DIRECT.GET.KV_capstan_results.$KV.capstan_results.h1._progress"
-                    ),
-                    nats_layout::sync_subject("h1"),
-                ];
-                let mut sent = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    for _ in 0..500 {
-                        for r in &requests {
-                            attacker
-                                .publish_with_reply(
-                                    r.clone(),
-                                    "_INBOX.nobody".to_string(),
-                                    r#"{"after":0,"max":64}"#.into(),
-                                )
-                                .await
-                                .expect("publish");
-                            sent += 1;
-                        }
-                    }
-                    attacker.flush().await.expect("flush");
+    let flood = background(v.credentials("h1"), |h1, stop| async move {
+        let attacker = h1.connect().await;
+        let prefix = nats_layout::HOST_API_PREFIX;
+        let requests = [
+            format!("{prefix}.STREAM.INFO.CAPSTAN_EVT"),
+            format!("{prefix}.STREAM.INFO.KV_capstan_results"),
+            format!("{prefix}.DIRECT.GET.CAPSTAN_EVT.capstan.v1.evt.h1"),
+            format!("{prefix}.DIRECT.GET.KV_capstan_results.$KV.capstan_results.h1._progress"),
+            nats_layout::sync_subject("h1"),
+        ];
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..500 {
+                for r in &requests {
+                    attacker
+                        .publish_with_reply(
+                            r.clone(),
+                            "_INBOX.nobody".to_string(),
+                            r#"{"after":0,"max":64}"#.into(),
+                        )
+                        .await
+                        .expect("publish");
+                    sent += 1;
                 }
-                sent
-            })
-        })
-    };
+            }
+            attacker.flush().await.expect("flush");
+        }
+        sent
+    });
     v.h2_is_unaffected("during-a-flood");
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let sent = flood.join().expect("the flood");
+    let sent = flood.stop();
     eprintln!("h1 sent {sent} requests while h2 worked");
     v.h2_is_unaffected("after-a-flood");
     v.stop();
@@ -819,40 +840,33 @@ fn h1s_signed_answers_replayed_to_a_later_request_are_refused() {
         captured
     });
     v.stop_h1();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ready_tx, ready) = std::sync::mpsc::channel();
-    let replayer = {
-        let stop = stop.clone();
-        let h1 = v.credentials("h1");
-        std::thread::spawn(move || {
-            runtime().block_on(async {
-                let attacker = h1.connect().await;
-                let mut requests = attacker
-                    .subscribe(nats_layout::rpc_subject("h1", "*"))
-                    .await
-                    .expect("subscribe");
-                attacker.flush().await.expect("flush");
-                ready_tx.send(()).expect("ready");
-                let mut replayed = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let Ok(Some(request)) =
-                        tokio::time::timeout(Duration::from_millis(100), requests.next()).await
-                    else {
-                        continue;
-                    };
-                    let (payload, headers) = &captured[replayed % captured.len()];
-                    let reply = request.reply.expect("a reply subject");
-                    attacker
-                        .publish_with_headers(reply, headers.clone(), payload.clone())
-                        .await
-                        .expect("publish");
-                    attacker.flush().await.expect("flush");
-                    replayed += 1;
-                }
-                replayed
-            })
-        })
-    };
+    let replayer = background(v.credentials("h1"), move |h1, stop| async move {
+        let attacker = h1.connect().await;
+        let mut requests = attacker
+            .subscribe(nats_layout::rpc_subject("h1", "*"))
+            .await
+            .expect("subscribe");
+        attacker.flush().await.expect("flush");
+        ready_tx.send(()).expect("ready");
+        let mut replayed = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(Some(request)) =
+                tokio::time::timeout(Duration::from_millis(100), requests.next()).await
+            else {
+                continue;
+            };
+            let (payload, headers) = &captured[replayed % captured.len()];
+            let reply = request.reply.expect("a reply subject");
+            attacker
+                .publish_with_headers(reply, headers.clone(), payload.clone())
+                .await
+                .expect("publish");
+            attacker.flush().await.expect("flush");
+            replayed += 1;
+        }
+        replayed
+    });
     ready.recv().expect("the replayer listens");
     let c = &v.fleet.coordinator;
     for _ in 0..2 {
@@ -866,8 +880,7 @@ fn h1s_signed_answers_replayed_to_a_later_request_are_refused() {
         );
         assert!(stderr.contains("unverified"), "{stderr}");
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let replayed = replayer.join().expect("the replayer");
+    let replayed = replayer.stop();
     assert!(
         replayed >= 2,
         "every request was answered by the replayer: {replayed}"

@@ -52,6 +52,7 @@ tokens_file = "$dir/tokens"
 [nats]
 url = "nats://127.0.0.1:$nats_port"
 nkey_seed_file = "$dir/nats/credentials/coordinator.nk"
+hosts_nkey_seed_file = "$dir/nats/credentials/coordinator-hosts.nk"
 host_accounts = true
 TOML
 RUST_LOG=info "$bin/capstan-coordinator" run --config "$dir/coordinator.toml" 2>"$dir/coordinator.log" & pids+=($!)

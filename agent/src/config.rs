@@ -246,6 +246,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    #[error("`[nats] hosts_nkey_seed_file` is a coordinator's setting: an agent connects with its own `nkey_seed_file` only")]
+    HostsSeed,
     #[error("invalid config {path}")]
     Parse {
         path: PathBuf,
@@ -317,6 +319,13 @@ impl AgentConfig {
         let defaults = Resolved::default();
         #[cfg(feature = "external")]
         self.external.validate()?;
+        if self
+            .nats
+            .as_ref()
+            .is_some_and(|n| n.hosts_nkey_seed_file.is_some())
+        {
+            return Err(ConfigError::HostsSeed);
+        }
         if let Some(h) = &self.host {
             if !capstan_common::validate::is_dns_label(h) {
                 return Err(ConfigError::Host(h.clone()));

@@ -116,7 +116,7 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
         .collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     // With replicas = 3 the fleet's account holds the command stream three times.
-    let accounts = Accounts::generate_with(&names, "64M", "8G");
+    let accounts = Accounts::generate_with(&names, "1G", "8G");
     let cluster = NatsCluster::start_with(3, Some(&accounts.config()));
     let keys = Keys::generate();
     let coordinator_nats = format!("replicas = 3\n{}", accounts.nats_lines("coordinator"));

@@ -28,8 +28,9 @@ pub fn sim_names(hosts: usize, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Each host's storage quota (its event stream and results) on per-host accounts.
-pub const HOST_QUOTA: &str = "256M";
+/// Each storage shard's quota (its hosts' event streams and results) on per-host
+/// accounts.
+pub const SHARD_QUOTA: &str = "16G";
 
 pub struct Stack {
     pub server: NatsServer,
@@ -45,7 +46,7 @@ impl Stack {
     /// nats-server on per-host accounts for `hosts`, a coordinator, and one sim agent
     /// per host, its key registered.
     pub fn start(hosts: &[&str]) -> Stack {
-        let accounts = Accounts::generate(hosts, HOST_QUOTA);
+        let accounts = Accounts::generate(hosts, SHARD_QUOTA);
         let server = NatsServer::start_with(Some(&accounts.config()));
         Stack::on(server, Some(accounts), hosts)
     }
@@ -55,7 +56,7 @@ impl Stack {
     pub fn for_sim_fleet(hosts: usize, prefix: &str) -> Stack {
         let names = sim_names(hosts, prefix);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let accounts = Accounts::generate(&names, HOST_QUOTA);
+        let accounts = Accounts::generate(&names, SHARD_QUOTA);
         let server = NatsServer::start_with(Some(&accounts.config()));
         Stack::on(server, Some(accounts), &[])
     }
@@ -169,9 +170,22 @@ impl Stack {
         Ok(options.connect(self.server.url()).await?)
     }
 
-    /// The subjects `host`'s results can be followed on from [`Stack::connect`]'s
+    /// A connection as the coordinators reach the hosts: on per-host accounts with
+    /// their second nkey (`CAPSTAN_HOSTS`: the hosts' RPC, notices and storage), else
+    /// as [`Stack::connect`].
+    pub async fn connect_reach(&self) -> anyhow::Result<async_nats::Client> {
+        let options = match &self.accounts {
+            Some(accounts) => {
+                async_nats::ConnectOptions::with_nkey(accounts.seed("coordinator-hosts"))
+            }
+            None => async_nats::ConnectOptions::new(),
+        };
+        Ok(options.connect(self.server.url()).await?)
+    }
+
+    /// The subjects `host`'s results can be followed on from [`Stack::connect_reach`]'s
     /// account: the results bucket's puts, or on per-host accounts (where the bucket is
-    /// the host's own) the notices the agent publishes of each put.
+    /// in the host's storage shard) the notices the agent publishes of each put.
     pub fn results_subjects(&self, host: &str) -> String {
         match self.accounts {
             // `nats_layout::result_notice_subject(host, *)`.
@@ -220,6 +234,8 @@ impl Stack {
 /// followed where the coordinator follows them ([`Stack::results_subjects`]).
 pub struct Publisher {
     pub client: async_nats::Client,
+    /// Where the results are heard ([`Stack::connect_reach`]).
+    reach: async_nats::Client,
     signer: Signer,
     host: String,
     /// Where its results are followed ([`Stack::results_subjects`]).
@@ -230,6 +246,7 @@ impl Publisher {
     pub async fn new(stack: &Stack, host: &str) -> anyhow::Result<Publisher> {
         Ok(Publisher {
             client: stack.connect().await?,
+            reach: stack.connect_reach().await?,
             signer: Signer::from_hex(&stack.keys.secret_hex())?,
             host: host.to_string(),
             results: stack.results_subjects(host),
@@ -258,7 +275,7 @@ impl Publisher {
     /// (on its own machine in a fleet), and the in-process baseline signs nothing.
     pub async fn run(&self, commands: &[Command], timeout: Duration) -> anyhow::Result<Duration> {
         let js = async_nats::jetstream::new(self.client.clone());
-        let mut results = self.client.subscribe(self.results.clone()).await?;
+        let mut results = self.reach.subscribe(self.results.clone()).await?;
         let mut waiting: HashSet<&str> = commands.iter().map(|c| c.id.as_str()).collect();
         let bodies: Vec<String> = commands.iter().map(|c| self.body(c)).collect();
         let t = Instant::now();

@@ -14,9 +14,10 @@ mod streams;
 pub use delivery::{commands_after, Queued, SyncAnswer, SyncRequest, SYNC_BATCH, SYNC_MAX_BYTES};
 pub use legacy::migrate_commands;
 pub use streams::{
-    atomic_publish_supported, bucket, cmd_stream, evt_stream, migrate, migrate_host,
-    results_bucket, Retention, Scope, CMD_MAX_AGE, CMD_MAX_BYTES, CMD_MAX_PER_HOST, EVT_MAX_BYTES,
-    EVT_MAX_PER_HOST, MAX_MESSAGE_BYTES, MAX_VALUE_BYTES, RESULTS_MAX_BYTES, RESULT_MAX_BYTES,
+    atomic_publish_supported, bucket, cmd_stream, empty_subject_trusted, evt_stream, migrate,
+    migrate_host, results_bucket, Retention, Scope, CMD_MAX_AGE, CMD_MAX_BYTES, CMD_MAX_PER_HOST,
+    EVT_MAX_BYTES, EVT_MAX_PER_HOST, MAX_MESSAGE_BYTES, MAX_VALUE_BYTES, RESULTS_MAX_BYTES,
+    RESULT_MAX_BYTES,
 };
 
 /// The `[nats]` section of agent and coordinator configs (and `[hooks.nats]` of a
@@ -55,6 +56,12 @@ pub struct NatsConfig {
     /// each host's storage under [`nats_layout::store_api_prefix`] (`docs/nats.md`).
     #[serde(default)]
     pub host_accounts: bool,
+    /// Coordinators on per-host accounts only: the nkey seed of their second user
+    /// (`credentials/coordinator-hosts.nk`, account `CAPSTAN_HOSTS`), through which
+    /// they reach each host's RPC, result notices and storage. Without it a
+    /// coordinator does all of that through its one connection (configs generated
+    /// before this account existed).
+    pub hosts_nkey_seed_file: Option<PathBuf>,
 }
 
 fn default_url() -> String {
@@ -122,6 +129,7 @@ impl Default for NatsConfig {
             tls_key_file: None,
             require_tls: false,
             host_accounts: false,
+            hosts_nkey_seed_file: None,
         }
     }
 }
@@ -273,9 +281,15 @@ impl NatsConfig {
                 "`tls_cert_file` and `tls_key_file` go together".into(),
             ));
         }
+        if self.hosts_nkey_seed_file.is_some() && !self.host_accounts {
+            return Err(NatsError::Config(
+                "`hosts_nkey_seed_file` is for coordinators on per-host accounts: set `host_accounts = true` too".into(),
+            ));
+        }
         let files = [
             &self.password_file,
             &self.nkey_seed_file,
+            &self.hosts_nkey_seed_file,
             &self.creds_file,
             &self.tls_ca_file,
             &self.tls_cert_file,
@@ -285,6 +299,17 @@ impl NatsConfig {
             read(f)?;
         }
         Ok(())
+    }
+
+    /// The config of a coordinator's second connection, the one that reaches the hosts
+    /// (`hosts_nkey_seed_file` as its nkey), if it has one.
+    pub fn reach(&self) -> Option<NatsConfig> {
+        let seed = self.hosts_nkey_seed_file.clone()?;
+        Some(NatsConfig {
+            nkey_seed_file: Some(seed),
+            hosts_nkey_seed_file: None,
+            ..self.clone()
+        })
     }
 
     /// `options` with this config's credentials and TLS settings, after

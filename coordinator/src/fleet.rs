@@ -91,7 +91,11 @@ pub struct Trust {
 }
 
 pub struct Fleet {
+    /// In the fleet's account: its JetStream, the hosts' bells and sync requests.
     client: async_nats::Client,
+    /// What reaches the hosts — their RPC, result notices and storage: on per-host
+    /// accounts the coordinators' second connection (`CAPSTAN_HOSTS`), else `client`.
+    reach: async_nats::Client,
     js: jetstream::Context,
     signer: Signer,
     stale_after: Duration,
@@ -129,17 +133,22 @@ pub fn check_host(host: &str) -> Result<(), FleetError> {
 }
 
 impl Fleet {
+    /// `reach`: the connection to the hosts' RPC, notices and storage, where that is
+    /// not `client` (`[nats] hosts_nkey_seed_file`).
     pub fn new(
         client: async_nats::Client,
+        reach: Option<async_nats::Client>,
         signer: Signer,
         stale_after: Duration,
         retention: Retention,
         trust: Trust,
     ) -> Fleet {
+        let reach = reach.unwrap_or_else(|| client.clone());
         Fleet {
             js: jetstream::new(client.clone()),
-            stores: storage::Stores::new(client.clone(), retention, trust.host_accounts),
+            stores: storage::Stores::new(reach.clone(), retention, trust.host_accounts),
             client,
+            reach,
             signer,
             stale_after,
             retention,
@@ -149,7 +158,10 @@ impl Fleet {
     }
 
     pub fn connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
+        let up = |c: &async_nats::Client| {
+            c.connection_state() == async_nats::connection::State::Connected
+        };
+        up(&self.client) && up(&self.reach)
     }
 
     async fn layout(&self) -> Result<&Layout, FleetError> {

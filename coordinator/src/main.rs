@@ -50,9 +50,16 @@ enum Cmd {
         /// Where to write the config and the credentials.
         #[arg(long)]
         out: PathBuf,
-        /// Each host's storage quota: its event stream and results together.
-        #[arg(long, default_value = "2G")]
-        host_quota: String,
+        /// How many hosts share a storage shard (1-1000): a new host goes to the
+        /// lowest shard with room; hosts already placed stay (`OUT/shards`).
+        #[arg(long, default_value_t = capstan_coordinator::natsconf::DEFAULT_HOSTS_PER_SHARD)]
+        hosts_per_shard: u32,
+        /// Each storage shard's quota: its hosts' event records and results together.
+        #[arg(long, default_value = "16G")]
+        shard_quota: String,
+        /// Replaced by --shard-quota (hosts share storage shards).
+        #[arg(long, hide = true)]
+        host_quota: Option<String>,
         /// The coordinators' account's quota: the command stream and the buckets.
         #[arg(long, default_value = "8G")]
         fleet_quota: String,
@@ -87,9 +94,26 @@ fn main() -> std::process::ExitCode {
             hosts,
             hosts_file,
             out,
+            hosts_per_shard,
+            shard_quota,
             host_quota,
             fleet_quota,
-        } => nats_config(hosts, hosts_file, &out, &host_quota, &fleet_quota),
+        } => match host_quota {
+            Some(_) => Err(anyhow::anyhow!(
+                "--host-quota is gone: hosts share storage shards now; give --shard-quota \
+                 (each shard's, default 16G) and --hosts-per-shard (default {}) instead \
+                 (docs/nats.md, \"Storage shards\")",
+                capstan_coordinator::natsconf::DEFAULT_HOSTS_PER_SHARD
+            )),
+            None => nats_config(
+                hosts,
+                hosts_file,
+                &out,
+                hosts_per_shard,
+                &shard_quota,
+                &fleet_quota,
+            ),
+        },
         Cmd::Token {
             role,
             name,
@@ -114,7 +138,8 @@ fn nats_config(
     mut hosts: Vec<String>,
     hosts_file: Option<PathBuf>,
     out: &std::path::Path,
-    host_quota: &str,
+    hosts_per_shard: u32,
+    shard_quota: &str,
     fleet_quota: &str,
 ) -> anyhow::Result<()> {
     use capstan_coordinator::natsconf;
@@ -123,15 +148,28 @@ fn nats_config(
             .with_context(|| format!("cannot read {}", file.display()))?;
         hosts.extend(natsconf::hosts_of(&text));
     }
-    let accounts = natsconf::generate(out, &hosts, host_quota, fleet_quota)?;
+    let accounts = natsconf::generate(
+        out,
+        &natsconf::Request {
+            hosts: &hosts,
+            hosts_per_shard,
+            shard_quota,
+            fleet_quota,
+        },
+    )?;
     let creds = natsconf::credentials_dir(out);
     println!("{}", out.join("nats-server.conf").display());
     println!(
         "coordinator {}  # [nats] nkey_seed_file, host_accounts = true",
         creds.join("coordinator.nk").display()
     );
-    for (host, _) in &accounts.hosts {
-        println!("{host} {}", creds.join(format!("{host}.nk")).display());
+    println!(
+        "coordinator-hosts {}  # [nats] hosts_nkey_seed_file",
+        creds.join("coordinator-hosts.nk").display()
+    );
+    for host in &accounts.hosts {
+        let name = &host.name;
+        println!("{name} {}", creds.join(format!("{name}.nk")).display());
     }
     Ok(())
 }
@@ -204,8 +242,13 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let signer = Signer::from_hex(&key)
         .with_context(|| format!("bad signing key in {}", config.signing_key_file.display()))?;
     let client = config.nats.connect("capstan-coordinator", None).await?;
+    let reach = match config.nats.reach() {
+        Some(nats) => Some(nats.connect("capstan-coordinator hosts", None).await?),
+        None => None,
+    };
     let fleet = Fleet::new(
         client,
+        reach,
         signer,
         Duration::from_secs(config.stale_after_secs),
         Retention {

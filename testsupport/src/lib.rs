@@ -25,11 +25,17 @@ pub const TEST_STORE_LIMIT: &str = "1T";
 
 /// Writes `dir/nats-server.test.conf`: `base`'s text (a config of `capstan-coordinator
 /// nats-config`, …) or nothing, with the server's `max_file_store` set to
-/// [`TEST_STORE_LIMIT`], and returns its path. A test's server loads it with `-c`.
+/// [`TEST_STORE_LIMIT`] (in place of the base's), and returns its path. A test's server loads it with `-c`.
 pub fn store_limited_config(dir: &Path, base: Option<&Path>) -> PathBuf {
     let text = base.map_or_else(String::new, |b| {
         std::fs::read_to_string(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()))
     });
+    // The base's own limit (nats-config writes the sum of its quotas) gives way.
+    let text: String = text
+        .lines()
+        .filter(|l| !l.starts_with("  max_file_store:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     const OPEN: &str = "jetstream {\n";
     let limit = format!("max_file_store: {TEST_STORE_LIMIT}");
     // The server's own block starts a line (an account's is `jetstream { max_file: …`).

@@ -70,6 +70,13 @@ fn reads_nats_and_signing_and_names_bad_keys_there() {
     let err = AgentConfig::load(Some(&path)).unwrap_err();
     let text = format!("{err}: {}", std::error::Error::source(&err).unwrap());
     assert!(text.contains("pasword"), "{text}");
+    std::fs::write(
+        &path,
+        "[nats]\nhost_accounts = true\nhosts_nkey_seed_file = \"/etc/hostname\"\n",
+    )
+    .unwrap();
+    let err = AgentConfig::load(Some(&path)).unwrap_err();
+    assert!(matches!(err, ConfigError::HostsSeed), "{err}");
 }
 
 #[test]

@@ -106,6 +106,11 @@ impl Link {
         ))
     }
 
+    /// Whether the server's "nothing on this subject" holds ([`cnats::empty_subject_trusted`]).
+    pub fn empty_subject_trusted(&self) -> bool {
+        cnats::empty_subject_trusted(&self.js)
+    }
+
     /// The results bucket's stream ([`Link::events`] for why without info): puts are
     /// publishes, the progress key a direct get.
     pub async fn results(&self) -> Result<jetstream::stream::Stream<()>, NatsError> {

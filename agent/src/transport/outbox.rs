@@ -129,11 +129,21 @@ async fn last_on_subject<I>(
 }
 
 /// Where to resume: the last record acknowledged and its stream sequence, from what
-/// is last on the subject and the log's [`MARK`].
-fn resume_point(last: Option<(Option<u64>, u64)>, mark: u64) -> (u64, u64) {
+/// is last on the subject and the log's [`MARK`]. An empty subject is re-filled from
+/// seq 1 (a new stream, a host moved to another shard) unless the server cannot be
+/// believed on that (`trust_empty` false: nats-server 2.9, which forgets a subject's
+/// messages once it refuses a publish there for quota) and the log says records were
+/// acknowledged: then from the mark.
+fn resume_point(last: Option<(Option<u64>, u64)>, mark: u64, trust_empty: bool) -> (u64, u64) {
     match last {
-        // Empty (never published, or emptied): the whole log, from seq 1.
-        None => (0, 0),
+        None if trust_empty || mark == 0 => (0, 0),
+        None => {
+            tracing::warn!(
+                published_mark = mark,
+                "this host's subject reads empty though the stream acknowledged records up to the mark (nats-server 2.9 after refusing a publish for quota); publishing after the mark"
+            );
+            (mark, 0)
+        }
         Some((Some(seq), stream_seq)) if seq >= mark => (seq, stream_seq),
         Some((seq, stream_seq)) => {
             tracing::warn!(
@@ -204,8 +214,11 @@ async fn publish_all(
     atomic.allowed = allowed;
     let own = link.key.own_keys(host);
     let mark = log.mark(MARK).map_err(OutboxError::Log)?;
-    let (mut acked, mut last_stream_seq) =
-        resume_point(last_on_subject(&stream, &subject, &own).await?, mark);
+    let (mut acked, mut last_stream_seq) = resume_point(
+        last_on_subject(&stream, &subject, &own).await?,
+        mark,
+        link.empty_subject_trusted(),
+    );
     let local = log.last_seq();
     if acked > local {
         tracing::error!(
@@ -424,4 +437,23 @@ fn batch_id() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 16];
     getrandom::getrandom(&mut bytes)?;
     Ok(capstan_common::signing::to_hex(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resume_point;
+
+    #[test]
+    fn where_the_outbox_resumes() {
+        // Its own record at or past the mark: after it.
+        assert_eq!(resume_point(Some((Some(9), 40)), 7, true), (9, 40));
+        // Junk, a replay or someone else's record last: after it, from the mark.
+        assert_eq!(resume_point(Some((None, 41)), 7, true), (7, 41));
+        assert_eq!(resume_point(Some((Some(3), 42)), 7, true), (7, 42));
+        // Empty: the whole log, where the server can be believed or nothing was
+        // acknowledged yet; else from the mark.
+        assert_eq!(resume_point(None, 7, true), (0, 0));
+        assert_eq!(resume_point(None, 0, false), (0, 0));
+        assert_eq!(resume_point(None, 7, false), (7, 0));
+    }
 }

@@ -4,7 +4,7 @@
 
 use super::timeline::{self, Timeline};
 use super::{value, verify, write};
-use crate::stack::{Stack, HOST_QUOTA};
+use crate::stack::{Stack, SHARD_QUOTA};
 use anyhow::Context as _;
 use capstan_driver::RevisionRef;
 use capstan_tests::command::{Cmd, Commands, Spec};
@@ -47,7 +47,7 @@ impl<'h, 'f> Capstan<'h, 'f> {
         ssh_ok(host, "dpkg -i /root/capstan-agent.deb")?;
         // The documented secure layout: per-host accounts (the host's nkey where
         // `capstan install --nats-credentials` puts it) and the host's key registered.
-        let accounts = Accounts::generate(&[host.name()], HOST_QUOTA);
+        let accounts = Accounts::generate(&[host.name()], SHARD_QUOTA);
         let server = NatsServer::start_on_with(&fleet.hub_addr().to_string(), &accounts.config());
         let seed = accounts.seed(host.name());
         let stack = Stack::on(server, Some(accounts), &[]);

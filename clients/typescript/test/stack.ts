@@ -231,7 +231,7 @@ class LiveStack implements Stack {
     if (this.accounts === "shared") return;
     const args = ["nats-config", "--out", this.natsDir];
     // Small quotas, as the Rust harness's (tests/harness/nats/credentials.rs).
-    args.push("--host-quota", "256M", "--fleet-quota", "2G");
+    args.push("--shard-quota", "256M", "--fleet-quota", "2G");
     for (const host of this.agentHosts) args.push("--host", host);
     await tool(binary("capstan-coordinator"), args);
   }
@@ -360,8 +360,11 @@ class LiveStack implements Stack {
   /** The `[nats]` auth lines of `user` (a host, or `coordinator`). */
   private natsAuth(user: string): string[] {
     if (this.accounts === "shared") return [];
-    const seed = path.join(this.natsDir, "credentials", `${user}.nk`);
-    return [`nkey_seed_file = ${q(seed)}`, "host_accounts = true"];
+    const seed = (name: string) => path.join(this.natsDir, "credentials", `${name}.nk`);
+    const lines = [`nkey_seed_file = ${q(seed(user))}`, "host_accounts = true"];
+    // A coordinator's second user reaches the hosts (account CAPSTAN_HOSTS).
+    if (user === "coordinator") lines.push(`hosts_nkey_seed_file = ${q(seed("coordinator-hosts"))}`);
+    return lines;
   }
 
   /** A request to the coordinator with the submit token; the status and JSON body. */

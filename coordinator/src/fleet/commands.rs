@@ -288,7 +288,7 @@ impl Fleet {
             nats_layout::result_subject(&submission.host, &submission.id)
         };
         let mut live = self
-            .client
+            .reach
             .subscribe(subject)
             .await
             .map_err(FleetError::nats)?;

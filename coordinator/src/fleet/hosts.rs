@@ -182,7 +182,7 @@ impl Fleet {
         let nonce = request_nonce()?;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(published::NONCE_HEADER, nonce.as_str());
-        let request = self.client.request_with_headers(
+        let request = self.reach.request_with_headers(
             nats_layout::rpc_subject(host, verb),
             headers,
             body.to_string().into(),

@@ -3,12 +3,15 @@
 //! - One account for the fleet: one stream and one bucket for every host, in the
 //!   coordinators' account ([`Scope::Shared`]).
 //! - Per-host accounts (`[nats] host_accounts`, `capstan-coordinator nats-config`):
-//!   each host's own stream and bucket, in its **storage account**, which the host
-//!   reaches only through the subjects it is given and the coordinators' account
-//!   reaches whole under [`nats_layout::store_api_prefix`] ([`Scope::Host`]). The host's
-//!   quota is that account's: nothing one host writes can evict or crowd out
-//!   another's. A coordinator makes a host's stream and bucket the first time it
-//!   needs them (a registration, a submission, a read), with today's limits.
+//!   the stream and bucket of the host's **storage shard** (an account `SHARD_<n>`
+//!   for up to `--hosts-per-shard` hosts), which the host reaches only through its
+//!   own subjects and the coordinators' `CAPSTAN_HOSTS` account reaches whole under
+//!   [`nats_layout::store_api_prefix`] of each of its hosts ([`Scope::Host`]): a
+//!   coordinator needs no map of shards, the host's name finds them. The shard's
+//!   quota bounds its hosts together (nothing is evicted; a full shard refuses). A
+//!   coordinator makes a shard's stream and bucket the first time one of its hosts
+//!   needs them (a registration, a submission, a read), with today's limits; for
+//!   the shard's other hosts they are then already there.
 
 use super::FleetError;
 use async_nats::jetstream::{self, stream};

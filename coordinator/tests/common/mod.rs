@@ -35,6 +35,7 @@ pub async fn api_with(tokens: Option<Tokens>, limits: Limits, metrics: Metrics) 
     let client = async_nats::connect(&nats.url).await.expect("connect");
     let fleet = Fleet::new(
         client,
+        None,
         Signer::generate().expect("key"),
         Duration::from_secs(15),
         Retention::default(),

@@ -56,11 +56,16 @@ impl Fleet {
         }
     }
 
-    /// On per-host accounts for `hosts` (`capstan-coordinator nats-config`, each
-    /// host's storage quota `host_quota`): the coordinator and every agent
+    /// On per-host accounts for `hosts` (`capstan-coordinator nats-config`, the hosts
+    /// in one storage shard of quota `shard_quota`): the coordinator and every agent
     /// [`Fleet::join`] makes authenticate with their nkeys.
-    pub(crate) fn with_accounts(hosts: &[&str], host_quota: &str) -> Fleet {
-        let accounts = Accounts::generate(hosts, host_quota);
+    pub(crate) fn with_accounts(hosts: &[&str], shard_quota: &str) -> Fleet {
+        Fleet::with(Accounts::generate(hosts, shard_quota))
+    }
+
+    /// On the per-host accounts `accounts` (made with [`Accounts::generate_sharded`],
+    /// say).
+    pub(crate) fn with(accounts: Accounts) -> Fleet {
         let nats = accounts.nats_lines("coordinator");
         let mut fleet = Fleet::start_with(Some(&accounts.config()), "", &nats);
         fleet.accounts = Some(accounts);

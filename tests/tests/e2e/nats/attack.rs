@@ -921,6 +921,33 @@ fn h1s_credentials_cannot_use_up_connections_subscriptions_or_the_jetstream_api(
     });
     // The attacker holds h1's credentials, not its process.
     v.stop_h1();
+    // Sync requests asked all at once: the coordinator works on two of h1's at a
+    // time and answers the rest `busy` at once, without reading the stream; every
+    // request is answered.
+    let answers: Vec<Value> = runtime().block_on(async {
+        let attacker = v.connect("h1").await;
+        let asked = (0..200).map(|_| {
+            attacker.request(
+                nats_layout::sync_subject("h1"),
+                r#"{"after":0,"max":64}"#.into(),
+            )
+        });
+        futures::future::join_all(asked)
+            .await
+            .into_iter()
+            .map(|a| serde_json::from_slice(&a.expect("an answer").payload).expect("json"))
+            .collect()
+    });
+    let busy = answers
+        .iter()
+        .filter(|a| a["error"].as_str().is_some_and(|e| e.starts_with("busy")))
+        .count();
+    let served = answers.iter().filter(|a| a["error"].is_null()).count();
+    eprintln!("{busy} busy, {served} served of 200 sync requests asked at once");
+    assert!(
+        busy > 0 && served > 0,
+        "{busy} busy, {served} served of 200"
+    );
     // The JetStream API and the coordinators' sync service, flooded while h2 works.
     let flood = background(v.credentials("h1"), |h1, stop| async move {
         let attacker = h1.connect().await;

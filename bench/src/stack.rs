@@ -163,21 +163,20 @@ impl Stack {
     /// A connection to the server as the coordinators connect: on per-host accounts
     /// with their nkey, in the fleet's account.
     pub async fn connect(&self) -> anyhow::Result<async_nats::Client> {
-        let options = match &self.accounts {
-            Some(accounts) => async_nats::ConnectOptions::with_nkey(accounts.seed("coordinator")),
-            None => async_nats::ConnectOptions::new(),
-        };
-        Ok(options.connect(self.server.url()).await?)
+        self.connect_as("coordinator").await
     }
 
     /// A connection as the coordinators reach the hosts: on per-host accounts with
     /// their second nkey (`CAPSTAN_HOSTS`: the hosts' RPC, notices and storage), else
     /// as [`Stack::connect`].
     pub async fn connect_reach(&self) -> anyhow::Result<async_nats::Client> {
+        self.connect_as("coordinator-hosts").await
+    }
+
+    /// A connection with `user`'s nkey on per-host accounts, else without credentials.
+    async fn connect_as(&self, user: &str) -> anyhow::Result<async_nats::Client> {
         let options = match &self.accounts {
-            Some(accounts) => {
-                async_nats::ConnectOptions::with_nkey(accounts.seed("coordinator-hosts"))
-            }
+            Some(accounts) => async_nats::ConnectOptions::with_nkey(accounts.seed(user)),
             None => async_nats::ConnectOptions::new(),
         };
         Ok(options.connect(self.server.url()).await?)

@@ -12,7 +12,7 @@ pub use host::{
     NamespaceAnswer, PingAnswer, RevisionState, RunIntent, StatusAnswer, Verb, WorkloadAnswer,
 };
 
-/// One entry of the host registry (`capstan_hosts`, key = host).
+/// A host's heartbeat (`capstan.v1.beat.<host>`), as its agent signs it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostBeat {
     pub host: String,

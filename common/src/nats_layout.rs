@@ -12,8 +12,9 @@ pub const CMD_STREAM: &str = "CAPSTAN_COMMANDS";
 pub const LEGACY_CMD_STREAM: &str = "CAPSTAN_CMD";
 /// The JetStream stream holding every host's log records: the central audit copy.
 pub const EVT_STREAM: &str = "CAPSTAN_EVT";
-/// The KV bucket of host heartbeats.
-pub const HOSTS_BUCKET: &str = "capstan_hosts";
+/// The KV bucket of host heartbeats of releases before [`beat_subject`]: no longer
+/// made or read (an existing one ages out; `docs/nats.md`, *Upgrading*).
+pub const LEGACY_HOSTS_BUCKET: &str = "capstan_hosts";
 /// The KV bucket the coordinators share to find a command's host by id.
 pub const COMMANDS_BUCKET: &str = "capstan_commands";
 /// The KV bucket of command results: what happened to each command, written by its
@@ -22,8 +23,19 @@ pub const RESULTS_BUCKET: &str = "capstan_results";
 /// The KV bucket of the hosts' registered public keys (`capstan_host_keys`, key =
 /// host): written by the coordinators only, what host signatures are checked against.
 pub const HOST_KEYS_BUCKET: &str = "capstan_host_keys";
-/// How often an agent refreshes its registry entry.
+/// How often an agent beats in a fleet small enough for the fastest pace, and
+/// until a coordinator tells it the fleet's pace (`SyncAnswer::beat_secs`).
 pub const HEARTBEAT_SECS: u64 = 5;
+/// The slowest pace a coordinator may tell an agent (an answer saying more is held
+/// to it).
+pub const MAX_HEARTBEAT_SECS: u64 = 600;
+
+/// `capstan.v1.beat.<host>`: the host's signed heartbeat, a core NATS message every
+/// coordinator hears and keeps in memory (nothing stored). The host is the
+/// subject's: on per-host accounts only host `host` can publish here.
+pub fn beat_subject(host: &str) -> String {
+    format!("capstan.v1.beat.{host}")
+}
 
 /// `capstan.v1.cmd.<host>`: the host's commands.
 pub fn cmd_subject(host: &str) -> String {

@@ -56,7 +56,7 @@ pub const MAX_BATCH: u64 = 1 << 16;
 pub enum Publication<'a> {
     /// A log record on `capstan.v1.evt.<host>` (batched).
     Record,
-    /// A heartbeat in `capstan_hosts`.
+    /// A heartbeat on `capstan.v1.beat.<host>`.
     Beat,
     /// A command result in `capstan_results`, and its notice on `capstan.v1.res.…`
     /// (batched).

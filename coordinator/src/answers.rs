@@ -23,18 +23,27 @@ pub struct CancelAnswer {
     pub command: CommandStatus,
 }
 
-/// `GET /v1/hosts`.
+/// `GET /v1/hosts`: every host, and the fleet's heartbeat pace the statuses are
+/// judged by (it grows with the fleet: `docs/nats.md`, *Heartbeats*). Coordinators of
+/// earlier releases answer without `beat_secs` and `stale_after_secs`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostsAnswer {
     pub hosts: Vec<HostStatus>,
+    /// How often each host beats now.
+    #[serde(default)]
+    pub beat_secs: u64,
+    /// A host whose beat is older is `stale`.
+    #[serde(default)]
+    pub stale_after_secs: u64,
 }
 
-/// One host as the registry and the event stream show it.
+/// One host as its beats, its key and its records show it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostStatus {
     pub host: String,
     pub status: HostState,
-    /// Its last heartbeat (`None` when `gone` or `unverified`).
+    /// Its last heartbeat (`None` when `gone` or `unverified`, and when `warming`
+    /// with none heard).
     pub beat: Option<HostBeat>,
     /// Seconds since that beat was written, by the coordinator's clock.
     pub age_secs: Option<i64>,
@@ -46,12 +55,16 @@ pub struct HostStatus {
 pub enum HostState {
     /// Its beat is within `stale_after`.
     Alive,
-    /// Its last beat is older, still in the bucket.
+    /// Its last beat is older, still kept.
     Stale,
-    /// No beat left, but the host has events or a registered key.
+    /// No beat kept, but the host has events or a registered key.
     Gone,
     /// Its beat is not signed by a key registered for it.
     Unverified,
+    /// No fresh beat heard yet, and this coordinator has heard beats for less than
+    /// `stale_after` (it just started, or came back to NATS): alive or gone, it
+    /// cannot tell yet.
+    Warming,
 }
 
 impl HostState {
@@ -61,6 +74,7 @@ impl HostState {
             HostState::Stale => "stale",
             HostState::Gone => "gone",
             HostState::Unverified => "unverified",
+            HostState::Warming => "warming",
         }
     }
 }
@@ -116,6 +130,7 @@ mod tests {
             HostState::Stale,
             HostState::Gone,
             HostState::Unverified,
+            HostState::Warming,
         ] {
             let json = serde_json::to_value(state).unwrap();
             assert_eq!(json, state.as_str());

@@ -242,7 +242,9 @@ async fn metrics(State(state): Shared) -> Response {
     let fleet = state.metrics.fleet.get(Instant::now(), read).await;
     (
         [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(state.fleet.connected(), fleet),
+        state
+            .metrics
+            .render(state.fleet.connected(), fleet, &state.fleet.beat_receipts()),
     )
         .into_response()
 }

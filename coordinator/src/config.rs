@@ -19,13 +19,18 @@ pub struct CoordinatorConfig {
     /// The ed25519 secret key (hex seed) commands are signed with
     /// (`capstan-coordinator keygen`).
     pub signing_key_file: PathBuf,
-    /// A host whose last beat is older than this is `stale`.
+    /// A host whose last beat is older than this is `stale`, in a fleet small enough
+    /// to beat every 5 s (it grows with the pace).
     #[serde(default = "default_stale")]
     pub stale_after_secs: u64,
-    /// Max age of `capstan_hosts` entries, when this coordinator creates the bucket:
-    /// a host silent this long is `gone`.
+    /// A host silent this long is `gone` (its last beat forgotten), in a fleet small
+    /// enough to beat every 5 s (it grows with the pace).
     #[serde(default = "default_hosts_max_age")]
     pub hosts_max_age_secs: u64,
+    /// The most beats a second the whole fleet sends between rollouts: a host beats
+    /// every `max(5, hosts / max_beats_per_sec)` seconds.
+    #[serde(default = "default_max_beats_per_sec")]
+    pub max_beats_per_sec: u32,
     /// Take what a host without a registered key publishes unchecked (development
     /// only; a host with a key is always checked).
     #[serde(default)]
@@ -47,6 +52,8 @@ pub struct CoordinatorConfig {
 pub const MAX_WAITS: std::ops::RangeInclusive<usize> = 1..=65536;
 /// The range of `max_stream_reads`.
 pub const MAX_STREAM_READS: std::ops::RangeInclusive<usize> = 1..=1024;
+/// The range of `max_beats_per_sec`.
+pub const MAX_BEATS_PER_SEC: std::ops::RangeInclusive<usize> = 1..=100_000;
 
 fn default_max_waits() -> usize {
     1024
@@ -66,6 +73,10 @@ fn default_stale() -> u64 {
 
 fn default_hosts_max_age() -> u64 {
     60
+}
+
+fn default_max_beats_per_sec() -> u32 {
+    crate::fleet::liveness::DEFAULT_MAX_BEATS_PER_SEC
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +122,11 @@ impl CoordinatorConfig {
                 "max_stream_reads",
                 config.max_stream_reads,
                 MAX_STREAM_READS,
+            ),
+            (
+                "max_beats_per_sec",
+                config.max_beats_per_sec as usize,
+                MAX_BEATS_PER_SEC,
             ),
         ] {
             if !range.contains(&value) {

@@ -2,7 +2,8 @@
 //! out on `CAPSTAN_COMMANDS`; what happened to each comes back as its entry in the
 //! `capstan_results` bucket (written by its host's agent, read in one get) and as the
 //! host's records in `CAPSTAN_EVT` (both shared, or each host's own on per-host
-//! accounts: [`storage`]); hosts from the `capstan_hosts` bucket. Everything a host
+//! accounts: [`storage`]); hosts from their beats, heard and kept in memory
+//! ([`liveness`]). Everything a host
 //! wrote is taken only with its signature checked against the host's registered
 //! keys ([`keys`]). The only other state is `capstan_commands` (id → host and a hash
 //! of the content the id is bound to) and `capstan_host_keys`, also in NATS, so any
@@ -25,6 +26,7 @@ mod commands;
 mod delivery;
 mod hosts;
 pub mod keys;
+pub mod liveness;
 mod position;
 mod read;
 mod storage;
@@ -98,7 +100,7 @@ pub struct Fleet {
     reach: async_nats::Client,
     js: jetstream::Context,
     signer: Signer,
-    stale_after: Duration,
+    liveness: beats::Liveness,
     retention: Retention,
     trust: Trust,
     stores: storage::Stores,
@@ -108,9 +110,6 @@ pub struct Fleet {
 struct Layout {
     /// The command stream (`CAPSTAN_COMMANDS`), read for hosts' sync requests.
     commands_stream: stream::Stream,
-    /// The hosts bucket's stream, read whole for its latest beats (with their
-    /// signatures: [`beats::latest`]).
-    hosts_stream: stream::Stream,
     commands: kv::Store,
     keys: keys::Registry,
 }
@@ -127,6 +126,27 @@ pub fn beat_status(age: chrono::Duration, stale_after: Duration) -> HostState {
     }
 }
 
+/// Runs `serve` (a subscription to `what`) for as long as the process runs: again
+/// whenever it ends or fails (then `ended`, and a pause that doubles from 200 ms to
+/// 5 s).
+async fn forever<F, R>(what: &str, serve: impl Fn() -> F, ended: impl Fn())
+where
+    F: std::future::Future<Output = Result<R, FleetError>>,
+{
+    let mut retry = Duration::from_millis(200);
+    loop {
+        match serve().await {
+            Ok(_) => tracing::warn!("the subscription to {what} ended; subscribing again"),
+            Err(e) => {
+                tracing::warn!(error = %capstan_common::report(&e), "cannot subscribe to {what} yet; retrying")
+            }
+        }
+        ended();
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// Checks a host name taken from a URL before it goes into a subject.
 pub fn check_host(host: &str) -> Result<(), FleetError> {
     validate::name("host", host).map_err(FleetError::BadCommand)
@@ -134,12 +154,13 @@ pub fn check_host(host: &str) -> Result<(), FleetError> {
 
 impl Fleet {
     /// `reach`: the connection to the hosts' RPC, notices and storage, where that is
-    /// not `client` (`[nats] hosts_nkey_seed_file`).
+    /// not `client` (`[nats] hosts_nkey_seed_file`). Beats are heard only while
+    /// [`Fleet::serve_beats`] runs.
     pub fn new(
         client: async_nats::Client,
         reach: Option<async_nats::Client>,
         signer: Signer,
-        stale_after: Duration,
+        pacing: liveness::Pacing,
         retention: Retention,
         trust: Trust,
     ) -> Fleet {
@@ -150,7 +171,7 @@ impl Fleet {
             client,
             reach,
             signer,
-            stale_after,
+            liveness: beats::Liveness::new(pacing),
             retention,
             trust,
             layout: OnceCell::new(),
@@ -175,8 +196,6 @@ impl Fleet {
                 cnats::migrate_commands(&self.js, replicas).await?;
                 let commands_stream = cnats::cmd_stream(&self.js, replicas).await?;
                 let bucket = |name, max_age| cnats::bucket(&self.js, name, max_age, replicas);
-                // The hosts bucket: its stream is read below.
-                bucket(nats_layout::HOSTS_BUCKET, self.retention.hosts_max_age).await?;
                 let commands = bucket(
                     nats_layout::COMMANDS_BUCKET,
                     self.retention.commands_max_age,
@@ -189,15 +208,9 @@ impl Fleet {
                 }
                 // Streams and buckets an older version made get today's limits.
                 cnats::migrate(&self.js, replicas, self.stores.scope()).await?;
-                let hosts_stream = self
-                    .js
-                    .get_stream(format!("KV_{}", nats_layout::HOSTS_BUCKET))
-                    .await
-                    .map_err(FleetError::nats)?;
                 let keys = keys::Registry::open(keys, self.trust.allow_unregistered).await?;
                 Ok::<_, FleetError>(Layout {
                     commands_stream,
-                    hosts_stream,
                     commands,
                     keys,
                 })

@@ -8,6 +8,7 @@ use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
 use capstan_coordinator::config::CoordinatorConfig;
+use capstan_coordinator::fleet::liveness::Pacing;
 use capstan_coordinator::fleet::{Fleet, Trust};
 use capstan_coordinator::guard::Limits;
 use clap::{Parser, Subcommand};
@@ -250,9 +251,12 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         client,
         reach,
         signer,
-        Duration::from_secs(config.stale_after_secs),
+        Pacing {
+            stale_after: Duration::from_secs(config.stale_after_secs),
+            keep_for: Duration::from_secs(config.hosts_max_age_secs),
+            max_beats_per_sec: config.max_beats_per_sec,
+        },
         Retention {
-            hosts_max_age: Duration::from_secs(config.hosts_max_age_secs),
             replicas: config.nats.replicas,
             ..Retention::default()
         },
@@ -271,6 +275,11 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let sync = tokio::spawn({
         let state = Arc::clone(&state);
         async move { state.fleet.serve_sync().await }
+    });
+    // Every coordinator hears every host's beats.
+    let beats = tokio::spawn({
+        let state = Arc::clone(&state);
+        async move { state.fleet.serve_beats().await }
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -300,6 +309,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         .await;
     watchdog.abort();
     sync.abort();
+    beats.abort();
     served?;
     Ok(())
 }

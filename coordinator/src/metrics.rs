@@ -1,7 +1,8 @@
-//! Prometheus text metrics for `/metrics`: request counters counted in process (per
-//! coordinator), and fleet gauges read from the host registry at most once per
-//! [`FLEET_INTERVAL`] ([`FleetCache`]): `/metrics` needs no token, and a read costs one
-//! bucket get per host.
+//! Prometheus text metrics for `/metrics`: request and beat counters counted in
+//! process (per coordinator), and fleet gauges counted from the coordinator's memory
+//! of beats at most once per [`FLEET_INTERVAL`] ([`FleetCache`]): `/metrics` needs no
+//! token, and a count lists every host (and, on the shared account, reads the event
+//! stream's subjects).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,6 +23,8 @@ pub struct FleetGauges {
     pub gone: usize,
     /// Hosts whose beat is not signed by a key registered for them.
     pub unverified: usize,
+    /// Hosts not heard yet by a coordinator warming up.
+    pub warming: usize,
     /// Hosts whose last beat says their log takes no writes (`healthy: false`: a
     /// degraded log or a failed flush): they refuse every command.
     pub unhealthy: usize,
@@ -37,6 +40,7 @@ impl FleetGauges {
                 HostState::Stale => g.stale += 1,
                 HostState::Unverified => g.unverified += 1,
                 HostState::Gone => g.gone += 1,
+                HostState::Warming => g.warming += 1,
             }
             if h.beat.as_ref().is_some_and(|b| !b.healthy) {
                 g.unhealthy += 1;
@@ -138,8 +142,14 @@ impl Metrics {
     }
 
     /// The text exposition; `fleet` is `None` when the registry could not be read
-    /// (then the fleet gauges are left out rather than reported as zero).
-    pub fn render(&self, nats_connected: bool, fleet: Option<FleetGauges>) -> String {
+    /// (then the fleet gauges are left out rather than reported as zero); `beats`:
+    /// how many beats ended as each outcome (`Fleet::beat_receipts`).
+    pub fn render(
+        &self,
+        nats_connected: bool,
+        fleet: Option<FleetGauges>,
+        beats: &[(&str, u64)],
+    ) -> String {
         let mut out = String::new();
         out.push_str(
             "# HELP capstan_coordinator_commands_submitted_total Commands signed and published.\n",
@@ -162,6 +172,15 @@ impl Metrics {
             "capstan_coordinator_nats_connected {}\n",
             u8::from(nats_connected)
         ));
+        out.push_str(
+            "# HELP capstan_coordinator_beats_total Heartbeats heard, by what became of them.\n",
+        );
+        out.push_str("# TYPE capstan_coordinator_beats_total counter\n");
+        for (outcome, n) in beats {
+            out.push_str(&format!(
+                "capstan_coordinator_beats_total{{outcome=\"{outcome}\"}} {n}\n"
+            ));
+        }
         if let Some(f) = fleet {
             out.push_str("# HELP capstan_coordinator_hosts Hosts by registry status.\n");
             out.push_str("# TYPE capstan_coordinator_hosts gauge\n");
@@ -170,6 +189,7 @@ impl Metrics {
                 ("stale", f.stale),
                 ("gone", f.gone),
                 ("unverified", f.unverified),
+                ("warming", f.warming),
             ] {
                 out.push_str(&format!(
                     "capstan_coordinator_hosts{{status=\"{status}\"}} {n}\n"

@@ -175,15 +175,12 @@ fn shard_account(shard: u32) -> String {
 
 /// What host `host`'s agent may use of the fleet's account (`CAPSTAN`): hear its
 /// command subject (a stream), ask for its commands (a service answered by the
-/// coordinators), put its heartbeat. `(subject, kind)`.
+/// coordinators), beat (a core publish every coordinator hears). `(subject, kind)`.
 fn from_fleet(host: &str) -> Vec<(String, Kind)> {
     vec![
         (nats_layout::cmd_subject(host), Kind::Stream),
         (nats_layout::sync_subject(host), Kind::Service),
-        (
-            format!("$KV.{}.{host}", nats_layout::HOSTS_BUCKET),
-            Kind::Service,
-        ),
+        (nats_layout::beat_subject(host), Kind::Service),
     ]
 }
 
@@ -192,7 +189,7 @@ fn from_fleet(host: &str) -> Vec<(String, Kind)> {
 const FLEET_EXPORTS: [(&str, Kind, u8); 3] = [
     ("capstan.v1.cmd.*", Kind::Stream, 4),
     ("capstan.v1.sync.*", Kind::Service, 4),
-    ("$KV.capstan_hosts.*", Kind::Service, 3),
+    ("capstan.v1.beat.*", Kind::Service, 4),
 ];
 
 /// How a subject is shared between two accounts.
@@ -587,7 +584,7 @@ mod tests {
         for wanted in [
             "{ stream: { account: CAPSTAN, subject: \"capstan.v1.cmd.h1\" } }",
             "{ service: { account: CAPSTAN, subject: \"capstan.v1.sync.h1\" } }",
-            "{ service: { account: CAPSTAN, subject: \"$KV.capstan_hosts.h1\" } }",
+            "{ service: { account: CAPSTAN, subject: \"capstan.v1.beat.h1\" } }",
             "{ service: { account: SHARD_0, subject: \"capstan.v1.evt.h1\" } }",
             "{ service: { account: SHARD_0, subject: \"$KV.capstan_results.h1.>\" } }",
             "{ service: \"capstan.v1.rpc.h1.*\", accounts: [CAPSTAN_HOSTS] }",
@@ -601,7 +598,7 @@ mod tests {
         assert!(capstan.contains(
             "    exports = [\n      { stream: \"capstan.v1.cmd.*\", account_token_position: 4 }\n      \
              { service: \"capstan.v1.sync.*\", account_token_position: 4 }\n      \
-             { service: \"$KV.capstan_hosts.*\", account_token_position: 3 }\n    ]\n  }"
+             { service: \"capstan.v1.beat.*\", account_token_position: 4 }\n    ]\n  }"
         ), "{capstan}");
         assert!(!capstan.contains("imports"), "{capstan}");
         // Each shard exports each of its hosts' subjects to that host alone.

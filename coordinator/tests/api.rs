@@ -249,71 +249,70 @@ async fn metrics_count_hosts_by_status_and_the_unhealthy_ones() {
     assert!(!text.contains("h2"), "no host names: {text}");
 }
 
-/// The hosts list reads every host's latest beat in one pass over the bucket's
-/// stream, reading on to its end: beats put meanwhile are delivered too, and each
-/// must replace its host's earlier one (a 1,000-host cluster run listed 1,002
-/// hosts before). A host whose beat was deleted is `gone`, not an unsigned beat.
+/// Hosts heard are listed once each with their latest beat; a host registered but
+/// not heard yet is `warming` (the coordinator has listened for less than
+/// `stale_after`), never `gone`; a beat replayed after a later one (whoever holds the
+/// host's NATS credentials can send it again) is refused and counted, and the later
+/// one stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_hosts_list_names_each_host_once_while_beats_arrive() {
+async fn the_hosts_list_keeps_each_hosts_latest_beat_and_refuses_a_replayed_one() {
     let api = api(None).await;
-    let hosts: Vec<String> = (0..100).map(|i| format!("h{i:03}")).collect();
+    let hosts: Vec<String> = (0..20).map(|i| format!("h{i:03}")).collect();
     for host in &hosts {
         api.beat(host, true).await;
     }
-    // h099's beat deleted (its key stays registered).
-    let client = async_nats::connect(&api.nats.url).await.expect("connect");
-    let client_for_beats = client.clone();
-    let bucket = async_nats::jetstream::new(client)
-        .get_key_value(capstan_common::nats_layout::HOSTS_BUCKET)
-        .await
-        .expect("bucket");
-    bucket.delete("h099").await.expect("delete");
-    // Beats put as fast as they are acked, for as long as the lists go on.
-    let js = async_nats::jetstream::new(client_for_beats);
-    let mut keys = Vec::new();
-    for host in &hosts[..40] {
-        keys.push((host, registered(&api, host).await));
+    registered(&api, "silent").await;
+    // h000 beats again; then its first beat comes back.
+    let key = registered(&api, "h000").await;
+    // Beats closer than MIN_GAP are dropped unchecked: each waits it out.
+    let gap = capstan_coordinator::fleet::liveness::MIN_GAP;
+    tokio::time::sleep(gap).await;
+    let first = beat_body("h000", true);
+    api.send_beat("h000", &key, &first).await;
+    let first_at: capstan_common::answers::HostBeat = serde_json::from_slice(&first).unwrap();
+    api.heard("h000", first_at.at).await;
+    tokio::time::sleep(gap).await;
+    let later = beat_body("h000", false);
+    api.send_beat("h000", &key, &later).await;
+    let later_at: capstan_common::answers::HostBeat = serde_json::from_slice(&later).unwrap();
+    api.heard("h000", later_at.at).await;
+    tokio::time::sleep(gap).await;
+    api.send_beat("h000", &key, &first).await;
+    let replayed = || {
+        api.state
+            .fleet
+            .beat_receipts()
+            .into_iter()
+            .find(|(outcome, _)| *outcome == "replayed")
+            .map(|(_, n)| n)
+    };
+    for _ in 0..1000 {
+        if replayed() == Some(1) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let listed_enough = std::sync::atomic::AtomicBool::new(false);
-    let beating = async {
-        let mut round = 0;
-        while !listed_enough.load(std::sync::atomic::Ordering::Relaxed) {
-            for (host, key) in &keys {
-                let subject = format!("$KV.{}.{host}", capstan_common::nats_layout::HOSTS_BUCKET);
-                let body = beat_body(host, round % 2 == 0);
-                publish_signed(&js, subject, key, Publication::Beat, body).await;
-            }
-            round += 1;
-        }
-    };
-    let listing = async {
-        let mut lists = 0;
-        loop {
-            let (status, v) = api.get("/v1/hosts", None).await;
-            assert_eq!(status, 200, "{v}");
-            let listed: Vec<&str> = v["hosts"]
-                .as_array()
-                .expect("hosts")
-                .iter()
-                .map(|h| h["host"].as_str().expect("host"))
-                .collect();
-            let mut once = listed.clone();
-            once.dedup();
-            assert_eq!(listed, once, "each host once, in order");
-            assert_eq!(listed.len(), hosts.len(), "{v}");
-            let gone = &v["hosts"][99];
-            assert_eq!(
-                (&gone["host"], &gone["status"]),
-                (&json!("h099"), &json!("gone"))
-            );
-            lists += 1;
-            if lists >= 20 {
-                listed_enough.store(true, std::sync::atomic::Ordering::Relaxed);
-                return;
-            }
-        }
-    };
-    tokio::join!(beating, listing);
+    assert_eq!(replayed(), Some(1), "{:?}", api.state.fleet.beat_receipts());
+    let (status, v) = api.get("/v1/hosts", None).await;
+    assert_eq!(status, 200, "{v}");
+    let listed: Vec<(&str, &str)> = v["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| (h["host"].as_str().unwrap(), h["status"].as_str().unwrap()))
+        .collect();
+    let mut expected: Vec<(&str, &str)> = hosts.iter().map(|h| (h.as_str(), "alive")).collect();
+    expected.push(("silent", "warming"));
+    assert_eq!(listed, expected, "{v}");
+    assert_eq!(
+        v["hosts"][0]["beat"]["healthy"],
+        json!(false),
+        "the later beat stays: {v}"
+    );
+    assert_eq!(
+        (&v["beat_secs"], &v["stale_after_secs"]),
+        (&json!(5), &json!(15))
+    );
 }
 
 /// Seen once on a busy machine: the main job printed an empty audit log as the truth.

@@ -213,7 +213,7 @@ async fn until(what: &str, mut ready: impl FnMut() -> bool) {
 
 /// How many 503 answers the API counted.
 fn unavailable(api: &Api) -> u64 {
-    let text = api.state.metrics.render(true, None);
+    let text = api.state.metrics.render(true, None, &[]);
     text.lines()
         .find_map(|l| l.strip_prefix("capstan_coordinator_http_requests_total{status=\"503\"} "))
         .map_or(0, |n| n.parse().expect("a count"))

@@ -158,6 +158,9 @@ pub(crate) async fn run(
                         Ok(answer) => {
                             retry = Duration::from_millis(200);
                             ask = answer.more;
+                            if let Some(secs) = answer.beat_secs {
+                                follow_pace(&link, secs);
+                            }
                             let took = handler.take(answer, &mut lanes);
                             if let Some(c) = &chase {
                                 if took.iter().any(|id| id == &c.id)
@@ -215,6 +218,21 @@ pub(crate) async fn run(
         }
     }
     lanes.finish().await;
+}
+
+/// Beats at the pace a coordinator says (held to [`nats_layout::HEARTBEAT_SECS`] ..=
+/// [`nats_layout::MAX_HEARTBEAT_SECS`]).
+fn follow_pace(link: &Link, secs: u64) {
+    let secs = secs.clamp(nats_layout::HEARTBEAT_SECS, nats_layout::MAX_HEARTBEAT_SECS);
+    let pace = Duration::from_secs(secs);
+    link.pace.send_if_modified(|now| {
+        let changed = *now != pace;
+        if changed {
+            tracing::info!(beat_secs = secs, "beating at the fleet's pace");
+        }
+        *now = pace;
+        changed
+    });
 }
 
 /// What a command says of itself, read without admitting it (admission judges the

@@ -11,7 +11,7 @@
 //! - [`results`]: behind the outbox, each command's status in the `capstan_results`
 //!   bucket, so that a coordinator reads it in one get;
 //! - [`rpc`], on `capstan.v1.rpc.<host>.{ping,status,intent,log}`;
-//! - [`registry`]: a heartbeat in the `capstan_hosts` bucket every 5 s.
+//! - [`registry`]: a signed heartbeat on `capstan.v1.beat.<host>` at the fleet's pace.
 
 pub mod auth;
 pub mod commands;
@@ -71,6 +71,10 @@ pub(crate) struct Link {
     pub host_accounts: bool,
     /// Signs everything published.
     pub key: Arc<Signer>,
+    /// Core NATS (the heartbeat).
+    pub client: async_nats::Client,
+    /// The heartbeat's pace: what the coordinators last said ([`registry`]).
+    pub pace: Arc<watch::Sender<Duration>>,
 }
 
 impl Link {
@@ -169,19 +173,6 @@ impl Link {
             })
             .collect()
     }
-
-    /// A JetStream publish of `payload` on `subject`, signed as `what`.
-    pub async fn publish_signed(
-        &self,
-        subject: String,
-        what: Publication<'_>,
-        payload: Vec<u8>,
-    ) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
-        let headers = self.sign(async_nats::HeaderMap::new(), what, &payload);
-        self.js
-            .publish_with_headers(subject, headers, payload.into())
-            .await
-    }
 }
 
 /// The `seq` of `m` (a record, or the results' progress) when it is this host's own
@@ -249,6 +240,13 @@ impl Transport {
             replicas: nats.replicas,
             host_accounts: nats.host_accounts,
             key,
+            client: client.clone(),
+            pace: Arc::new(
+                watch::channel(Duration::from_secs(
+                    capstan_common::nats_layout::HEARTBEAT_SECS,
+                ))
+                .0,
+            ),
         };
         let (stop_commands, commands_rx) = watch::channel(false);
         let (stop_rest, rest_rx) = watch::channel(false);

@@ -1,24 +1,28 @@
-//! The host registry: every [`nats_layout::HEARTBEAT_SECS`] (and within [`FRESH`] of its log
-//! growing) the agent puts a [`HostBeat`] under its host name in the `capstan_hosts`
-//! bucket. The bucket's max age removes the entries of hosts that stopped beating.
+//! The heartbeat: the agent publishes a signed [`HostBeat`] on its core subject
+//! `capstan.v1.beat.<host>` once a pace, and soon after its log grows. Every
+//! coordinator hears it and keeps it in memory; nothing is stored in NATS and the
+//! host owns nothing there. The pace is the fleet's: a coordinator says it in each
+//! sync answer (`beat_secs`, larger in larger fleets so that the fleet's beats a
+//! second stay bounded); until one does, and on the shared account, it is
+//! [`nats_layout::HEARTBEAT_SECS`].
 
 use super::{pause, HostInfo, Link};
 use crate::executor::Executor;
 use capstan_common::answers::HostBeat;
-use capstan_common::nats::Retention;
 use capstan_common::nats_layout;
 use capstan_common::published::Publication;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How soon a beat follows new log records (so `last_seq` stays fresh).
+/// How soon a beat follows new log records (so `last_seq` stays fresh), at the
+/// fastest; beats are at least [`FRESH_SHARE`] of the pace apart all the same.
 pub const FRESH: Duration = Duration::from_millis(250);
+/// Beats for new records are at least this part of the pace apart, so that the
+/// fleet's beats a second stay within this many times the pace's during a rollout.
+pub const FRESH_SHARE: u32 = 4;
 
-/// Beats until `stop`. Failures are logged when they start and when they end. Each
-/// beat is a signed put of `$KV.capstan_hosts.<host>`. Without per-host accounts the
-/// bucket is made first if no coordinator has made it yet; on them the host may not
-/// read the bucket (its info names every host) and only puts.
+/// Beats until `stop`. Failures are logged when they start and when they end.
 pub(crate) async fn run(
     link: Link,
     executor: Arc<Executor>,
@@ -27,69 +31,47 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let log = executor.log();
-    let mut bucket = link.host_accounts.then_some(());
+    let mut pace = link.pace.subscribe();
     let mut failing = false;
     let mut appended = log.subscribe();
-    let subject = format!("$KV.{}.{}", nats_layout::HOSTS_BUCKET, info.host);
+    let subject = nats_layout::beat_subject(&info.host);
+    let mut jitter = Jitter::new();
     loop {
-        if bucket.is_none() {
-            match capstan_common::nats::bucket(
-                &link.js,
-                nats_layout::HOSTS_BUCKET,
-                Retention::default().hosts_max_age,
-                link.replicas,
-            )
+        let sent_seq = *appended.borrow_and_update();
+        let beat = beat(&info, &executor, sent_seq, *published.borrow());
+        let body = serde_json::to_vec(&beat).expect("beats serialise");
+        let headers = link.sign(async_nats::HeaderMap::new(), Publication::Beat, &body);
+        match link
+            .client
+            .publish_with_headers(subject.clone(), headers, body.into())
             .await
-            {
-                Ok(_) => bucket = Some(()),
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %e, "host registry not reachable");
-                }
-                Err(_) => {}
+        {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("heartbeat resumed");
             }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "heartbeat failed");
+            }
+            Err(_) => {}
         }
-        // The seq the beat reported, when one was sent.
-        let mut sent = None;
-        if bucket.is_some() {
-            let sent_seq = *appended.borrow_and_update();
-            sent = Some(sent_seq);
-            let beat = beat(&info, &executor, sent_seq, *published.borrow());
-            let body = serde_json::to_vec(&beat).expect("beats serialise");
-            let put = async {
-                link.publish_signed(subject.clone(), Publication::Beat, body)
-                    .await?
-                    .await
-            };
-            match put.await {
-                Ok(_) if failing => {
-                    failing = false;
-                    tracing::info!("host registry heartbeat resumed");
-                }
-                Ok(_) => {}
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %e, "host registry heartbeat failed");
-                }
-                Err(_) => {}
-            }
-        }
-        // The next beat: when the period is up, or FRESH after the log grows past what
-        // the last beat reported (so a burst of records costs one beat).
-        let due = tokio::time::Instant::now() + Duration::from_secs(nats_layout::HEARTBEAT_SECS);
-        let grew = async {
-            match sent {
-                Some(s) => drop(appended.wait_for(|seq| *seq != s).await),
-                None => std::future::pending().await,
-            }
-        };
+        let sent_at = tokio::time::Instant::now();
+        // The next beat: when the pace is up (spread by a tenth either way, so that
+        // hosts started together do not beat together), or soon after the log grows
+        // past what this beat reported (a burst of records costs one beat).
+        let period = *pace.borrow_and_update();
+        let due = sent_at + jitter.spread(period);
+        let grew = async { drop(appended.wait_for(|seq| *seq != sent_seq).await) };
         if *stop.borrow() {
             return;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(due) => {}
             _ = grew => {
-                if pause(&mut stop, FRESH).await {
+                let soonest = (sent_at + period / FRESH_SHARE).max(tokio::time::Instant::now() + FRESH);
+                if pause(&mut stop, soonest.min(due) - tokio::time::Instant::now()).await {
                     return;
                 }
             }
@@ -98,7 +80,7 @@ pub(crate) async fn run(
     }
 }
 
-/// This host's entry: what it runs, how far its log is, whether the log takes
+/// This host's beat: what it runs, how far its log is, whether the log takes
 /// writes, and its key figures (`published`: the outbox's acknowledged seq).
 pub fn beat(info: &HostInfo, executor: &Executor, last_seq: u64, published: u64) -> HostBeat {
     let log = executor.log();
@@ -114,5 +96,49 @@ pub fn beat(info: &HostInfo, executor: &Executor, last_seq: u64, published: u64)
         outbox_alarm: info.outbox_alarm.get(),
         figures: Some(executor.metrics().figures(log, last_seq, published)),
         at: chrono::Utc::now(),
+    }
+}
+
+/// A cheap random spread of each period (xorshift, seeded at random).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        let mut seed = [0u8; 8];
+        // A fixed seed only makes hosts beat in step: never a reason to fail.
+        let _ = getrandom::getrandom(&mut seed);
+        Jitter(u64::from_le_bytes(seed) | 1)
+    }
+
+    /// `period` give or take a tenth.
+    fn spread(&mut self, period: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let tenth = period / 10;
+        let nanos = tenth.as_nanos().max(1) as u64 * 2;
+        period - tenth + Duration::from_nanos(self.0 % nanos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Given a pace, when periods are spread, then each is within a tenth of it and
+    /// they differ (hosts started together drift apart).
+    #[test]
+    fn a_spread_period_stays_within_a_tenth_of_the_pace() {
+        let mut jitter = Jitter::new();
+        let pace = Duration::from_secs(20);
+        let periods: Vec<Duration> = (0..100).map(|_| jitter.spread(pace)).collect();
+        for p in &periods {
+            assert!(
+                *p >= Duration::from_secs(18) && *p < Duration::from_secs(22),
+                "{p:?}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<_> = periods.iter().collect();
+        assert!(distinct.len() > 50, "{distinct:?}");
     }
 }

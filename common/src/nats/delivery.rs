@@ -53,13 +53,17 @@ pub struct Queued {
 
 /// The answer to a [`SyncRequest`]: the host's next commands in stream order, and
 /// whether more may follow them (ask again after the last). `error`: why none could
-/// be read (the host asks again later).
+/// be read (the host asks again later). `beat_secs`: the fleet's heartbeat pace,
+/// how often the host is to beat (coordinators of earlier releases: none, the host
+/// keeps its pace).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncAnswer {
     pub commands: Vec<Queued>,
     pub more: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beat_secs: Option<u64>,
 }
 
 fn read_error(host: &str) -> impl FnOnce(stream::RawMessageError) -> NatsError {

@@ -9,8 +9,6 @@ use std::time::Duration;
 /// Retention and replication of the layout's streams and buckets.
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
-    /// How long a host's registry entry outlives its last heartbeat.
-    pub hosts_max_age: Duration,
     /// How long the coordinators remember which host a command id went to.
     pub commands_max_age: Duration,
     /// Replicas of every stream and bucket (`[nats] replicas`).
@@ -20,7 +18,6 @@ pub struct Retention {
 impl Default for Retention {
     fn default() -> Self {
         Retention {
-            hosts_max_age: Duration::from_secs(60),
             commands_max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: default_replicas(),
         }
@@ -111,7 +108,6 @@ pub async fn migrate(
 ) -> Result<(), NatsError> {
     let mut layout: Vec<(String, Harden)> = vec![
         (nats_layout::CMD_STREAM.into(), harden_cmd),
-        (format!("KV_{}", nats_layout::HOSTS_BUCKET), harden_bucket),
         (
             format!("KV_{}", nats_layout::COMMANDS_BUCKET),
             harden_bucket,

@@ -17,7 +17,13 @@ use std::collections::HashMap;
 
 pub(super) async fn hosts(State(state): Shared) -> ApiResult {
     let hosts = state.fleet.hosts().await?;
-    ok(StatusCode::OK, HostsAnswer { hosts })
+    let pace = state.fleet.pace();
+    let answer = HostsAnswer {
+        hosts,
+        beat_secs: pace.beat_secs,
+        stale_after_secs: pace.stale_after.as_secs(),
+    };
+    ok(StatusCode::OK, answer)
 }
 
 pub(super) async fn intent(State(state): Shared, Path(host): Path<String>) -> ApiResult {

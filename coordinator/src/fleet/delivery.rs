@@ -7,7 +7,8 @@
 //! request's body names. The answer adds no trust: the agent checks each command's
 //! signature as it checks every command. A command the host's results already show
 //! final is handed as finished, not to be carried out again (a host whose data dir
-//! was restored from an older copy).
+//! was restored from an older copy). Each answer says the fleet's heartbeat pace
+//! (`beat_secs`, [`super::liveness`]).
 
 use super::{check_host, Fleet, FleetError};
 use capstan_common::nats::{self as cnats, SyncAnswer, SyncRequest};
@@ -15,7 +16,6 @@ use capstan_common::nats_layout;
 use futures::StreamExt as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// How many sync requests one coordinator answers at once.
 const CONCURRENT: usize = 64;
@@ -71,17 +71,7 @@ impl Fleet {
     /// Answers hosts' sync requests for as long as the process runs, subscribing
     /// again (with a pause) whenever NATS or the stream is not there.
     pub async fn serve_sync(&self) {
-        let mut retry = Duration::from_millis(200);
-        loop {
-            match self.serve_sync_once().await {
-                Ok(()) => tracing::warn!("the sync subscription ended; subscribing again"),
-                Err(e) => {
-                    tracing::warn!(error = %capstan_common::report(&e), "cannot answer sync requests yet; retrying")
-                }
-            }
-            tokio::time::sleep(retry).await;
-            retry = (retry * 2).min(Duration::from_secs(5));
-        }
+        super::forever("sync requests", || self.serve_sync_once(), || {}).await
     }
 
     async fn serve_sync_once(&self) -> Result<(), FleetError> {
@@ -108,13 +98,14 @@ impl Fleet {
                         .subject
                         .strip_prefix(prefix.as_str())
                         .unwrap_or_default();
-                    let answer = match in_flight.take(host) {
+                    let mut answer = match in_flight.take(host) {
                         Some(_place) => self.answer(&stream, host, &request.payload).await,
                         None => SyncAnswer {
                             error: Some(BUSY.to_string()),
                             ..SyncAnswer::default()
                         },
                     };
+                    answer.beat_secs = Some(self.pace().beat_secs);
                     let body = serde_json::to_vec(&answer).expect("sync answers serialise");
                     if let Err(e) = client.publish(reply, body.into()).await {
                         tracing::debug!(error = %e, "a sync answer was not sent");

@@ -1,15 +1,10 @@
-//! The fleet's hosts: the registry of their beats, their registered keys, asking
-//! their agents (RPC), and their records in `CAPSTAN_EVT`.
+//! The fleet's hosts: their registered keys, asking their agents (RPC), and their
+//! records in `CAPSTAN_EVT` (their beats: [`super::beats`]).
 
-use super::{
-    beat_status, beats, check_host, keys, position, read, read_subject, Fleet, FleetError,
-};
-use super::{HostState, HostStatus};
-use async_nats::jetstream::stream::DirectGetErrorKind;
-use capstan_common::answers::{HostBeat, Verb};
+use super::{check_host, keys, position, read, read_subject, Fleet, FleetError};
+use capstan_common::answers::Verb;
 use capstan_common::nats_layout;
 use capstan_common::published::{self, Publication};
-use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -30,7 +25,7 @@ impl Fleet {
     /// has an account (else [`FleetError::NoHostAccount`], whatever `unknown` says: it
     /// could never take the command), and, unless `unknown` is
     /// [`UnknownHost::Queue`], the host is known: it has a registered key or, with
-    /// `allow_unregistered_hosts`, a beat in the hosts bucket (else
+    /// `allow_unregistered_hosts`, this coordinator has heard its beat (else
     /// [`FleetError::UnknownHost`]).
     pub(super) async fn known_host(
         &self,
@@ -47,19 +42,8 @@ impl Fleet {
         if layout.keys.registered(host).await? {
             return Ok(());
         }
-        if self.trust.allow_unregistered {
-            let subject = format!("$KV.{}.{host}", nats_layout::HOSTS_BUCKET);
-            match layout
-                .hosts_stream
-                .direct_get_last_for_subject(subject)
-                .await
-            {
-                // A key deleted or purged keeps a marker (`KV-Operation`), no beat.
-                Ok(m) if m.headers.get("KV-Operation").is_none() => return Ok(()),
-                Ok(_) => {}
-                Err(e) if e.kind() == DirectGetErrorKind::NotFound => {}
-                Err(e) => return Err(FleetError::nats(e)),
-            }
+        if self.trust.allow_unregistered && self.liveness.heard(host) {
+            return Ok(());
         }
         Err(FleetError::UnknownHost(host.to_string()))
     }
@@ -96,76 +80,6 @@ impl Fleet {
         check_host(host)?;
         let layout = self.layout().await?;
         layout.keys.remove(host, public_key).await
-    }
-
-    /// Every host in the registry (its beat checked against its keys), and the hosts
-    /// with events or a registered key but no beat left. Fails (rather than calling
-    /// anyone gone) when NATS is not reachable.
-    pub async fn hosts(&self) -> Result<Vec<HostStatus>, FleetError> {
-        let layout = self.layout().await?;
-        let prefix = format!("$KV.{}.", nats_layout::HOSTS_BUCKET);
-        let latest = beats::latest(&self.client, &layout.hosts_stream, &prefix).await?;
-        let now = chrono::Utc::now();
-        let mut out = Vec::with_capacity(latest.len());
-        for (k, m) in latest {
-            if let Err(e) = self
-                .check(&k, Publication::Beat, &m.payload, m.headers.as_ref())
-                .await
-            {
-                tracing::warn!(error = %e, "a heartbeat not signed by its host");
-                out.push(HostStatus {
-                    host: k.clone(),
-                    status: HostState::Unverified,
-                    beat: None,
-                    age_secs: None,
-                });
-                continue;
-            }
-            let Ok(beat) = serde_json::from_slice::<HostBeat>(&m.payload) else {
-                continue;
-            };
-            // The key is the host: only it may write it (permissions); the body is
-            // whatever the writer said.
-            if beat.host != k {
-                tracing::warn!(key = %k, body_host = %beat.host, "ignoring a heartbeat whose body names another host");
-                continue;
-            }
-            let age = now.signed_duration_since(beat.at);
-            let status = beat_status(age, self.stale_after);
-            out.push(HostStatus {
-                host: k.clone(),
-                status,
-                age_secs: Some(age.num_seconds()),
-                beat: Some(beat),
-            });
-        }
-        let mut known: Vec<String> = layout.keys.hosts();
-        if !self.trust.host_accounts {
-            let evt = &self.stores.shared().await?.evt;
-            let mut subjects = evt
-                .info_with_subjects("capstan.v1.evt.*")
-                .await
-                .map_err(FleetError::nats)?;
-            while let Some(s) = subjects.next().await {
-                let (subject, _count) = s.map_err(FleetError::nats)?;
-                known.push(subject.rsplit('.').next().unwrap_or_default().to_string());
-            }
-        }
-        // A host known by its key and by its events is listed once.
-        let mut listed: std::collections::HashSet<String> =
-            out.iter().map(|h| h.host.clone()).collect();
-        for host in known {
-            if listed.insert(host.clone()) {
-                out.push(HostStatus {
-                    host,
-                    status: HostState::Gone,
-                    beat: None,
-                    age_secs: None,
-                });
-            }
-        }
-        out.sort_by(|a, b| a.host.cmp(&b.host));
-        Ok(out)
     }
 
     /// Asks the host's agent (`rpc.<host>.<verb>`): its answer, an error answer too

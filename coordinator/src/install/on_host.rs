@@ -108,7 +108,7 @@ impl OnHost<'_> {
         }
         self.register(client, name).await?;
         self.progress(&format!(
-            "{outcome}; waiting for {name} to be alive in the registry"
+            "{outcome}; waiting for {name} to be alive (its beat heard)"
         ));
         wait_alive(client, name, self.install.timeout).await?;
         self.progress(&format!("{name} is alive"));

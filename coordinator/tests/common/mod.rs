@@ -8,6 +8,7 @@ use capstan_common::published::Publication;
 use capstan_common::signing::Signer;
 use capstan_coordinator::api::{self, AppState};
 use capstan_coordinator::auth::{self, Role, Tokens};
+use capstan_coordinator::fleet::liveness::Pacing;
 use capstan_coordinator::fleet::{Fleet, Trust};
 use capstan_coordinator::guard::Limits;
 use capstan_coordinator::metrics::Metrics;
@@ -37,7 +38,7 @@ pub async fn api_with(tokens: Option<Tokens>, limits: Limits, metrics: Metrics) 
         client,
         None,
         Signer::generate().expect("key"),
-        Duration::from_secs(15),
+        Pacing::default(),
         Retention::default(),
         Trust::default(),
     );
@@ -46,6 +47,10 @@ pub async fn api_with(tokens: Option<Tokens>, limits: Limits, metrics: Metrics) 
         metrics,
         tokens,
         limits,
+    });
+    tokio::spawn({
+        let state = Arc::clone(&state);
+        async move { state.fleet.serve_beats().await }
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -124,28 +129,48 @@ pub fn ns(id: &str, host: &str, namespace: &str) -> Value {
 }
 
 impl Api {
-    /// Puts a fresh heartbeat of `host` into the host registry (`healthy: false` says
-    /// its log failed a flush).
+    /// Sends a fresh heartbeat of `host`, signed by its registered key (`healthy:
+    /// false` says its log failed a flush), and waits until the coordinator has taken
+    /// it.
     pub async fn beat(&self, host: &str, healthy: bool) {
-        let client = async_nats::connect(&self.nats.url).await.expect("connect");
-        let js = async_nats::jetstream::new(client);
-        let hosts = capstan_common::nats::bucket(
-            &js,
-            capstan_common::nats_layout::HOSTS_BUCKET,
-            Retention::default().hosts_max_age,
-            1,
-        )
-        .await
-        .expect("bucket");
-        let body = beat_body(host, healthy);
-        drop(hosts);
         let key = registered(self, host).await;
-        let subject = format!("$KV.{}.{host}", capstan_common::nats_layout::HOSTS_BUCKET);
-        publish_signed(&js, subject, &key, Publication::Beat, body).await;
+        let body = beat_body(host, healthy);
+        self.send_beat(host, &key, &body).await;
+        let at: capstan_common::answers::HostBeat = serde_json::from_slice(&body).expect("beat");
+        self.heard(host, at.at).await;
+    }
+
+    /// Publishes `body` as `host`'s beat signed by `key`, and waits until NATS has it.
+    pub async fn send_beat(&self, host: &str, key: &Signer, body: &[u8]) {
+        let client = async_nats::connect(&self.nats.url).await.expect("connect");
+        client
+            .publish_with_headers(
+                capstan_common::nats_layout::beat_subject(host),
+                signed(key, Publication::Beat, body),
+                body.to_vec().into(),
+            )
+            .await
+            .expect("publish");
+        client.flush().await.expect("flush");
+    }
+
+    /// Waits (up to 10 s) until the coordinator lists `host` with its beat of `at`.
+    pub async fn heard(&self, host: &str, at: chrono::DateTime<chrono::Utc>) {
+        for _ in 0..1000 {
+            let hosts = self.state.fleet.hosts().await.expect("hosts");
+            if hosts
+                .iter()
+                .any(|h| h.host == host && h.beat.as_ref().is_some_and(|b| b.at == at))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the coordinator did not take {host}'s beat of {at}");
     }
 }
 
-/// A fresh heartbeat of `host`, as its agent puts it (`healthy: false` says its log
+/// A fresh heartbeat of `host`, as its agent sends it (`healthy: false` says its log
 /// failed a flush).
 pub fn beat_body(host: &str, healthy: bool) -> Vec<u8> {
     let beat = capstan_common::answers::HostBeat {

@@ -167,8 +167,16 @@ impl Coordinator {
 
     /// `GET /v1/hosts/{host}/status` (the agent's `status` answer), which must be 200.
     pub fn host_status(&self, host: &str) -> Value {
-        let url = format!("{}/v1/hosts/{host}/status", self.url);
-        let (status, body) = runtime().block_on(async {
+        let path = format!("/v1/hosts/{host}/status");
+        let (status, body) = self.get(&path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// `GET path` with the coordinator's token: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.url);
+        runtime().block_on(async {
             let client = reqwest::Client::builder()
                 .timeout(crate::READY)
                 .build()
@@ -181,9 +189,16 @@ impl Coordinator {
                 .unwrap_or_else(|e| panic!("GET {url}: {e}"));
             let status = response.status().as_u16();
             (status, response.text().await.expect("body"))
-        });
-        assert_eq!(status, 200, "GET {url}: {body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+        })
+    }
+
+    /// The value of `series` (a name with its labels, as `/metrics` writes it), if
+    /// `/metrics` has it.
+    pub fn metric(&self, series: &str) -> Option<u64> {
+        let (status, text) = self.get("/metrics");
+        assert_eq!(status, 200, "GET /metrics: {text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
     /// Waits until the answer of `capstan hosts` satisfies `check`; returns it.

@@ -15,7 +15,8 @@ pub(super) enum Source {
     /// Reads the command stream and the results bucket (one account for the whole
     /// fleet); makes them when this agent is the first to need them.
     Stream {
-        link: Link,
+        /// Boxed, as is `made`: the enum's variants stay of a size.
+        link: Box<Link>,
         host: String,
         /// Boxed: a stream handle holds a whole JetStream context.
         made: Box<tokio::sync::OnceCell<Streams>>,
@@ -36,7 +37,7 @@ impl Source {
             }
         } else {
             Source::Stream {
-                link: link.clone(),
+                link: Box::new(link.clone()),
                 host: host.to_string(),
                 made: Box::default(),
             }

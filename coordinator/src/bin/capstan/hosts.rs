@@ -25,13 +25,13 @@ pub(crate) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
 
 fn human_hosts(answer: &HostsAnswer) -> String {
     let mut out = format!(
-        "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+        "{:<20} {:<10} {:>6} {:<10} {:<10} {:>8}\n",
         "HOST", "STATUS", "AGE", "VERSION", "DRIVERS", "LAST_SEQ"
     );
     for h in &answer.hosts {
         let beat = h.beat.as_ref();
         out.push_str(&format!(
-            "{:<20} {:<6} {:>6} {:<10} {:<10} {:>8}\n",
+            "{:<20} {:<10} {:>6} {:<10} {:<10} {:>8}\n",
             h.host,
             h.status.as_str(),
             h.age_secs.map_or("-".into(), |a| format!("{a}s")),

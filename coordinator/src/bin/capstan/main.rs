@@ -47,7 +47,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List hosts: alive, stale or gone.
+    /// List hosts: alive, stale, gone, unverified or warming (as this coordinator hears their beats).
     Hosts,
     /// Submit commands from FILE (`-` = stdin): one JSON object, an array, or JSON lines.
     Submit {
@@ -122,7 +122,7 @@ enum Cmd {
         each: bool,
     },
     /// Install the capstan-agent PACKAGE (.deb) on hosts over SSH, write its config,
-    /// enable and start it, and wait until each host is alive in the registry.
+    /// enable and start it, and wait until each host is alive (its beat heard).
     Install(install::InstallArgs),
 }
 

@@ -202,8 +202,8 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
         ];
         let targets = [
             "capstan.v1.evt.h2".to_string(),
-            "$KV.capstan_hosts.h2".into(),
-            "$KV.capstan_hosts.madeup".into(),
+            "capstan.v1.beat.h2".into(),
+            "capstan.v1.beat.madeup".into(),
             format!("$KV.capstan_results.h2.{theirs}"),
             "$KV.capstan_results.h2._progress".into(),
             format!("capstan.v1.res.h2.{theirs}"),
@@ -213,7 +213,7 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
             "capstan.v1.rpc.h2.status".into(),
             "capstan.v1.sync.h2".into(),
             "$JS.API.STREAM.PURGE.CAPSTAN_COMMANDS".into(),
-            "$JS.API.STREAM.DELETE.KV_capstan_hosts".into(),
+            "$JS.API.STREAM.DELETE.KV_capstan_host_keys".into(),
             "$JS.API.CONSUMER.DELETE.CAPSTAN_COMMANDS.agent-h2".into(),
             "capstan.store.h2.API.STREAM.PURGE.CAPSTAN_EVT".into(),
             "capstan.store.h2.API.STREAM.DELETE.KV_capstan_results".into(),
@@ -245,10 +245,13 @@ fn replies_h1_names_land_in_its_own_account_never_in_h2s_subjects_streams_or_buc
                 .all(|s| s == "capstan.v1.cmd.h1" || s == "capstan.v1.cmd.h2"),
             "{cmd:?}"
         );
-        let hosts = subjects(&fleet_js, "KV_capstan_hosts").await;
+        let keys = subjects(&fleet_js, "KV_capstan_host_keys").await;
         assert_eq!(
-            hosts,
-            BTreeSet::from(["$KV.capstan_hosts.h1".into(), "$KV.capstan_hosts.h2".into()])
+            keys,
+            BTreeSet::from([
+                "$KV.capstan_host_keys.h1".into(),
+                "$KV.capstan_host_keys.h2".into()
+            ])
         );
         assert_eq!(
             subjects(&fleet_js, "KV_capstan_commands").await,
@@ -392,7 +395,8 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
         // answers, nothing is stored.
         for subject in [
             "capstan.v1.evt.h2".to_string(),
-            "$KV.capstan_hosts.h2".into(),
+            "capstan.v1.beat.h2".into(),
+            "capstan.v1.beat.madeup".into(),
             format!("$KV.capstan_results.h2.{theirs}"),
             "capstan.v1.cmd.h2".into(),
             "capstan.v1.cmd.madeup".into(),
@@ -416,7 +420,7 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
         // what is not imported, "not enabled" for h1's own account's API.
         for (subject, body) in [
             ("capstan.js.API.STREAM.INFO.CAPSTAN_COMMANDS", r#"{"subjects_filter":">"}"#),
-            ("capstan.js.API.STREAM.INFO.KV_capstan_hosts", r#"{"subjects_filter":">"}"#),
+            ("capstan.js.API.STREAM.INFO.KV_capstan_host_keys", r#"{"subjects_filter":">"}"#),
             ("capstan.js.API.STREAM.LIST", "{}"),
             ("capstan.store.h2.API.STREAM.INFO.CAPSTAN_EVT", "{}"),
             // Not even its own streams' info: every STREAM.* request waits in the
@@ -484,7 +488,7 @@ fn h1_can_neither_publish_nor_hear_anything_of_h2s_nor_list_the_fleet() {
             "capstan.v1.rpc.h2.*",
             "capstan.v1.res.h2.>",
             "capstan.v1.evt.h2",
-            "$KV.capstan_hosts.>",
+            "capstan.v1.beat.>",
             "_INBOX_h2.>",
             "_INBOX.>",
             ">",
@@ -623,15 +627,15 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
     let c = &v.fleet.coordinator;
     let (last_seq, last_stream_seq) = runtime().block_on(async {
         let attacker = jetstream::with_prefix(v.connect("h1").await, nats_layout::HOST_API_PREFIX);
-        // An unsigned heartbeat under h1's own key.
+        // An unsigned heartbeat on h1's own subject.
         let beat = serde_json::json!({"host": "h1", "version": "evil", "drivers": [],
             "capabilities": {}, "last_seq": 0, "at": chrono::Utc::now()});
-        attacker
-            .publish("$KV.capstan_hosts.h1", beat.to_string().into())
+        let client = attacker.client();
+        client
+            .publish(nats_layout::beat_subject("h1"), beat.to_string().into())
             .await
-            .expect("publish")
-            .await
-            .expect("stored");
+            .expect("publish");
+        client.flush().await.expect("flush");
         // An unsigned result for h1's own command.
         let status = serde_json::json!({"id": "mine", "host": "h1", "status": "failed",
             "done": true, "error": {"code": "forged", "message": "forged"}, "events": []});
@@ -650,10 +654,18 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
             .expect("seq");
         (seq, last.sequence)
     });
-    // The beat is shown as unverified (never alive), the result refused.
-    c.wait_for_hosts("h1 unverified", |v| {
-        host_status(v, "h1") == Some("unverified")
+    // The beat is refused as unverified (never taken: h1's listed beat stays its
+    // own), the result refused.
+    wait_until("the unsigned beat refused", READY, || {
+        (c.metric(r#"capstan_coordinator_beats_total{outcome="unverified"}"#) >= Some(1))
+            .then_some(())
     });
+    let hosts = c.cli_json(&["hosts"], 0);
+    let h1 = hosts["hosts"]
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["host"] == "h1"))
+        .expect("h1 listed");
+    assert_ne!(h1["beat"]["version"], "evil", "{h1}");
     let out = c.cli(&["status", "mine"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
@@ -1169,4 +1181,80 @@ fn junk_or_a_replayed_record_last_on_h1s_subject_stalls_nothing() {
     );
     v.h2_is_unaffected("after-junk-on-h1s-subject");
     v.stop();
+}
+
+/// More than the least time a coordinator keeps between two beats of one host that
+/// it looks at (`fleet::liveness::MIN_GAP`, 200 ms): one sooner is dropped unchecked.
+const BEAT_GAP: Duration = Duration::from_millis(250);
+
+/// Whoever holds h1's NATS credentials can send one of h1's signed beats again (it
+/// travels on h1's own subject, which its credentials publish on): the coordinator
+/// refuses a beat no later than the one it keeps, and h1's listed beat is never the
+/// replayed one.
+#[test]
+fn h1s_signed_beat_sent_again_later_is_refused() {
+    let v = victim("64M");
+    let c = &v.fleet.coordinator;
+    let (first, second) = runtime().block_on(async {
+        let fleet = v.connect("coordinator").await;
+        let mut beats = fleet
+            .subscribe(nats_layout::beat_subject("h1"))
+            .await
+            .expect("subscribe");
+        fleet.flush().await.expect("flush");
+        let mut two = Vec::new();
+        while two.len() < 2 {
+            let beat = tokio::time::timeout(READY, beats.next())
+                .await
+                .expect("a beat of h1 in time")
+                .expect("a beat");
+            let at = at_of(&serde_json::from_slice::<Value>(&beat.payload).expect("a beat"));
+            two.push((beat, at));
+        }
+        let second = two.pop().expect("two beats").1;
+        (two.pop().expect("two beats"), second)
+    });
+    let listed_at = || {
+        let hosts = c.cli_json(&["hosts"], 0);
+        hosts["hosts"]
+            .as_array()
+            .and_then(|a| a.iter().find(|h| h["host"] == "h1"))
+            .map(|h| at_of(&h["beat"]))
+    };
+    wait_until("h1's second beat taken", READY, || {
+        listed_at().filter(|at| *at >= second).map(drop)
+    });
+    std::thread::sleep(BEAT_GAP);
+    let (beat, first_at) = first;
+    runtime().block_on(async {
+        let attacker = v.connect("h1").await;
+        attacker
+            .publish_with_headers(
+                beat.subject.clone(),
+                beat.headers.clone().expect("signed"),
+                beat.payload.clone(),
+            )
+            .await
+            .expect("publish");
+        attacker.flush().await.expect("flush");
+    });
+    let replayed = r#"capstan_coordinator_beats_total{outcome="replayed"}"#;
+    wait_until("the beat sent again refused", READY, || {
+        (c.metric(replayed) >= Some(1)).then_some(())
+    });
+    let at = listed_at().expect("h1 listed");
+    assert!(
+        at > first_at && at >= second,
+        "{at} listed, replayed {first_at}"
+    );
+    v.h2_is_unaffected("after-replayed-beat");
+    v.stop();
+}
+
+/// A beat's `at`.
+fn at_of(beat: &Value) -> chrono::DateTime<chrono::Utc> {
+    beat["at"]
+        .as_str()
+        .and_then(|at| at.parse().ok())
+        .unwrap_or_else(|| panic!("a beat with its time: {beat}"))
 }

@@ -226,8 +226,8 @@ fn rollout_losing(victim: Victim) {
 const LAYOUT: [&str; 4] = [
     "CAPSTAN_COMMANDS",
     "CAPSTAN_EVT",
-    "KV_capstan_hosts",
     "KV_capstan_commands",
+    "KV_capstan_host_keys",
 ];
 
 /// Waits until `stream` has `replicas` replicas, all current (its leader and

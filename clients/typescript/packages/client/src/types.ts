@@ -30,7 +30,7 @@ export type RecordKind = LogRecord["kind"];
 export type Hosts = Schemas["Hosts"];
 /** One host of `GET /v1/hosts`. */
 export type HostEntry = Hosts["hosts"][number];
-/** A host's heartbeat, as its registry entry holds it. */
+/** A host's heartbeat (`capstan.v1.beat.<host>`), as its agent signed it. */
 export type HostBeat = Schemas["HostBeat"];
 /** The running intent a host rebuilt from its log (`GET /v1/hosts/{host}/intent`). */
 export type Intent = Schemas["Intent"];

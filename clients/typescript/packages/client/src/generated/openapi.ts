@@ -80,7 +80,7 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** The host registry. */
+        /** Every host's liveness, as the heartbeats this coordinator heard show it. */
         get: operations["listHosts"];
         put?: never;
         post?: never;
@@ -610,7 +610,7 @@ export type components = {
                 failed: number;
             };
         };
-        /** @description A host's entry in the registry (`capstan_hosts`), as its agent wrote it (`wire::HostBeat`). */
+        /** @description A host's heartbeat (`capstan.v1.beat.<host>`), as its agent signed it (`wire::HostBeat`). */
         HostBeat: {
             host: string;
             /** @description The agent's version. */
@@ -632,22 +632,28 @@ export type components = {
             figures?: components["schemas"]["Figures"];
             /**
              * Format: date-time
-             * @description When the agent wrote this entry.
+             * @description When the agent made this beat, by its clock: `alive` and `age_secs` are judged by it, and a coordinator takes a beat only if this is later than the beat it keeps.
              */
             at: string;
         };
+        /** @description Every host this coordinator heard a beat of or knows (a registered key; on one account for the whole fleet, records in `CAPSTAN_EVT`), once each, sorted by host, and the fleet's heartbeat pace the statuses are judged by (docs/nats.md, *Heartbeats*). Coordinators of earlier releases answer without `beat_secs` and `stale_after_secs`. */
         Hosts: {
             hosts: {
                 host: string;
                 /**
-                 * @description `alive`, `stale`, `gone` (no beat left, but events or a registered key), `unverified` (a beat not signed by a key registered for the host; `beat` is then null).
+                 * @description The first that holds: `alive` (its latest signed beat at most `stale_after_secs` old and at most 10 s in the future); `unverified` (a beat not signed by a key registered for the host arrived within `stale_after_secs`; `beat` is then null); `warming` (this coordinator has heard beats for less than `stale_after_secs` — it just started, or its NATS connection came back — and cannot judge the host yet: a known host not heard yet, or one whose kept beat is older than `stale_after_secs`); `stale` (its last signed beat older than `stale_after_secs`, or further than 10 s in the future, and still kept); `gone` (no beat kept, but a registered key or events).
                  * @enum {string}
                  */
-                status: "alive" | "stale" | "gone" | "unverified";
-                /** @description The host's registry entry; null when `unverified` or `gone`. */
+                status: "alive" | "stale" | "gone" | "unverified" | "warming";
+                /** @description The host's latest signed heartbeat; null when `unverified` or `gone`, and when `warming` with no beat kept. */
                 beat: components["schemas"]["HostBeat"] | null;
+                /** @description Whole seconds since the beat's `at`, by the coordinator's clock (negative for a beat from the future); null when `beat` is. */
                 age_secs: number | null;
             }[];
+            /** @description The fleet's heartbeat pace now: how often each host beats, in seconds (5 to 600; it grows with the fleet, `max_beats_per_sec`). */
+            beat_secs: number;
+            /** @description The `stale_after` the statuses are judged by, in whole seconds: `stale_after_secs` of coordinator.toml × `beat_secs` / 5. */
+            stale_after_secs: number;
         };
         Intent: {
             applied_seq: number;
@@ -781,7 +787,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description What to do with a command for a host the coordinator does not know (no key registered for it; with `allow_unregistered_hosts`, nor a heartbeat in the registry): `refuse` (the default) answers 404 `host_not_found`; `queue` publishes it all the same, for a host being provisioned (it waits in `CAPSTAN_COMMANDS` for the host's agent, up to 7 days). Not part of the signed command. On per-host accounts a host without an account is 404 `host_not_found` either way.
+                 * @description What to do with a command for a host the coordinator does not know (no key registered for it; with `allow_unregistered_hosts`, nor a heartbeat this coordinator has heard: one that has just started has heard none yet): `refuse` (the default) answers 404 `host_not_found`; `queue` publishes it all the same, for a host being provisioned (it waits in `CAPSTAN_COMMANDS` for the host's agent, up to 7 days). Not part of the signed command. On per-host accounts a host without an account is 404 `host_not_found` either way.
                  * @example queue
                  */
                 unknown_host?: "refuse" | "queue";
@@ -840,7 +846,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiError"];
                 };
             };
-            /** @description The host is unknown: no key is registered for it (`capstan register`; with `allow_unregistered_hosts`, nor does it have a heartbeat in the registry) and `unknown_host=queue` was not asked for; or, on per-host accounts, it has no account on the NATS server (`capstan-coordinator nats-config`), whatever `unknown_host` says. Codes: `host_not_found`. */
+            /** @description The host is unknown: no key is registered for it (`capstan register`; with `allow_unregistered_hosts`, nor has this coordinator heard its heartbeat, which a coordinator that has just started has not yet) and `unknown_host=queue` was not asked for; or, on per-host accounts, it has no account on the NATS server (`capstan-coordinator nats-config`), whatever `unknown_host` says. Codes: `host_not_found`. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1157,7 +1163,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Every host with a beat or events. */
+            /** @description Every host heard or known, and the fleet's heartbeat pace. */
             200: {
                 headers: {
                     [name: string]: unknown;

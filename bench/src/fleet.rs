@@ -32,8 +32,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The longest a step may take before the size counts as failed.
-const STEP_TIMEOUT: &str = "120s";
 /// How long the fleet processes may take to start every host.
 const START_TIMEOUT: Duration = Duration::from_secs(900);
 /// Each step must end within this (the target).
@@ -104,6 +102,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 /// One size: the cluster, coordinator and fleet started, the rollout run, all stopped.
 async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
     let per = args.fleet_per_process.max(1);
+    let step_timeout = format!("{}s", args.fleet_step_timeout.max(1));
     let prefixes: Vec<(String, usize)> = (0..hosts)
         .step_by(per)
         .enumerate()
@@ -215,8 +214,11 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
         let t = Instant::now();
         let url = coordinator.url.clone();
         let token = coordinator.token.clone();
+        let step_timeout = step_timeout.clone();
+        // The CLI's own `--timeout` ends it first; this bounds a CLI that hangs.
+        let bound = Duration::from_secs(args.fleet_step_timeout.max(1) + 60);
         let out = tokio::task::spawn_blocking(move || {
-            capstan_tests::nats::capstan_cli(
+            capstan_tests::nats::capstan_cli_within(
                 &url,
                 &token,
                 &[
@@ -225,8 +227,9 @@ async fn size(args: &Args, hosts: usize) -> anyhow::Result<Value> {
                     "--hosts",
                     "alive",
                     "--timeout",
-                    STEP_TIMEOUT,
+                    &step_timeout,
                 ],
+                bound,
             )
         })
         .await?;

@@ -139,6 +139,10 @@ pub struct Args {
     /// Simulated hosts per `sim-fleet` process in the fleet measurement.
     #[arg(long, default_value_t = 2500)]
     fleet_per_process: usize,
+    /// Seconds a step of the fleet measurement's rollout may take before the size
+    /// counts as failed (past the target, to see how long it takes).
+    #[arg(long, default_value_t = 120)]
+    fleet_step_timeout: u64,
     /// Records in the large log of the replay and query measurements.
     #[arg(long, default_value_t = 1_000_000)]
     log_records: u64,

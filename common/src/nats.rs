@@ -15,9 +15,9 @@ pub use delivery::{commands_after, Queued, SyncAnswer, SyncRequest, SYNC_BATCH, 
 pub use legacy::migrate_commands;
 pub use streams::{
     atomic_publish_supported, bucket, cmd_stream, empty_subject_trusted, evt_stream, migrate,
-    migrate_host, results_bucket, Retention, Scope, CMD_MAX_AGE, CMD_MAX_BYTES, CMD_MAX_PER_HOST,
-    EVT_MAX_BYTES, EVT_MAX_PER_HOST, MAX_MESSAGE_BYTES, MAX_VALUE_BYTES, RESULTS_MAX_BYTES,
-    RESULT_MAX_BYTES,
+    migrate_host, results_bucket, results_stream, Retention, Scope, CMD_MAX_AGE, CMD_MAX_BYTES,
+    CMD_MAX_PER_HOST, EVT_MAX_BYTES, EVT_MAX_PER_HOST, MAX_MESSAGE_BYTES, MAX_VALUE_BYTES,
+    RESULTS_MAX_BYTES, RESULT_MAX_BYTES,
 };
 
 /// The `[nats]` section of agent and coordinator configs (and `[hooks.nats]` of a

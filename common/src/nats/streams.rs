@@ -128,16 +128,21 @@ pub async fn migrate(
 }
 
 /// [`migrate`] for one host's own event stream and results bucket ([`Scope::Host`]),
-/// `js` being the coordinator's view of that host's storage account.
-pub async fn migrate_host(js: &jetstream::Context, replicas: usize) -> Result<(), NatsError> {
-    let layout: Vec<(String, Harden)> = vec![
-        (nats_layout::EVT_STREAM.into(), harden_host_evt),
-        (
-            format!("KV_{}", nats_layout::RESULTS_BUCKET),
-            harden_host_results,
-        ),
-    ];
-    migrate_streams(js, replicas, layout).await
+/// `js` being the coordinator's view of that host's storage account, from the info
+/// `evt` and `results` were opened with ([`evt_stream`], [`results_stream`]): no
+/// request when they are current.
+pub async fn migrate_host(
+    js: &jetstream::Context,
+    replicas: usize,
+    evt: &stream::Stream,
+    results: &stream::Stream,
+) -> Result<(), NatsError> {
+    let layout: [(&stream::Stream, Harden); 2] =
+        [(evt, harden_host_evt), (results, harden_host_results)];
+    for (stream, harden) in layout {
+        bring_up_to_date(js, replicas, stream.cached_info().config.clone(), harden).await?;
+    }
+    Ok(())
 }
 
 async fn migrate_streams(
@@ -153,25 +158,38 @@ async fn migrate_streams(
             .cached_info()
             .config
             .clone();
-        let mut wanted = current.clone();
-        harden(&mut wanted);
-        wanted.num_replicas = replicas;
-        if !atomic_publish_supported(js) {
-            // An older server does not know the field: asking again each time would
-            // update the stream on every call.
-            wanted.allow_atomic_publish = current.allow_atomic_publish;
-        }
-        if wanted != current {
-            js.update_stream(&wanted)
-                .await
-                .map_err(|e| setup_error(&name)(e.into()))?;
-            tracing::info!(
-                stream = %name,
-                replicas,
-                was = current.num_replicas,
-                "stream updated to the current limits and replicas"
-            );
-        }
+        bring_up_to_date(js, replicas, current, harden).await?;
+    }
+    Ok(())
+}
+
+/// Updates the stream whose config is `current` when `harden` or `replicas` would
+/// change it.
+async fn bring_up_to_date(
+    js: &jetstream::Context,
+    replicas: usize,
+    current: stream::Config,
+    harden: Harden,
+) -> Result<(), NatsError> {
+    let name = current.name.clone();
+    let mut wanted = current.clone();
+    harden(&mut wanted);
+    wanted.num_replicas = replicas;
+    if !atomic_publish_supported(js) {
+        // An older server does not know the field: asking again each time would
+        // update the stream on every call.
+        wanted.allow_atomic_publish = current.allow_atomic_publish;
+    }
+    if wanted != current {
+        js.update_stream(&wanted)
+            .await
+            .map_err(|e| setup_error(&name)(e.into()))?;
+        tracing::info!(
+            stream = %name,
+            replicas,
+            was = current.num_replicas,
+            "stream updated to the current limits and replicas"
+        );
     }
     Ok(())
 }
@@ -324,11 +342,28 @@ pub async fn results_bucket(
     replicas: usize,
     scope: Scope,
 ) -> Result<kv::Store, NatsError> {
-    let harden = match scope {
+    let harden = results_harden(scope);
+    bucket_with(js, nats_layout::RESULTS_BUCKET, max_age, replicas, harden).await
+}
+
+/// The limits of the results bucket of `scope`.
+fn results_harden(scope: Scope) -> Harden {
+    match scope {
         Scope::Shared => harden_results,
         Scope::Host => harden_host_results,
-    };
-    bucket_with(js, nats_layout::RESULTS_BUCKET, max_age, replicas, harden).await
+    }
+}
+
+/// [`results_bucket`]'s stream (made when missing), with its info: one request when
+/// it is there.
+pub async fn results_stream(
+    js: &jetstream::Context,
+    max_age: Duration,
+    replicas: usize,
+    scope: Scope,
+) -> Result<stream::Stream, NatsError> {
+    let harden = results_harden(scope);
+    bucket_stream(js, nats_layout::RESULTS_BUCKET, max_age, replicas, harden).await
 }
 
 async fn bucket_with(
@@ -338,6 +373,25 @@ async fn bucket_with(
     replicas: usize,
     harden: Harden,
 ) -> Result<kv::Store, NatsError> {
+    bucket_stream(js, name, max_age, replicas, harden).await?;
+    let mut store = js
+        .get_key_value(name)
+        .await
+        .map_err(|e| setup_error(name)(e.into()))?;
+    // Puts go to `$KV.<bucket>.<key>` whatever the API prefix: on per-host accounts
+    // the API is imported under a prefix, the bucket's subjects as they are.
+    store.use_jetstream_prefix = false;
+    Ok(store)
+}
+
+/// The stream of bucket `name`, made when missing.
+async fn bucket_stream(
+    js: &jetstream::Context,
+    name: &str,
+    max_age: Duration,
+    replicas: usize,
+    harden: Harden,
+) -> Result<stream::Stream, NatsError> {
     let config = stream::Config {
         name: format!("KV_{name}"),
         subjects: vec![format!("$KV.{name}.>")],
@@ -348,15 +402,7 @@ async fn bucket_with(
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    ensure_stream(js, config, harden, replicas).await?;
-    let mut store = js
-        .get_key_value(name)
-        .await
-        .map_err(|e| setup_error(name)(e.into()))?;
-    // Puts go to `$KV.<bucket>.<key>` whatever the API prefix: on per-host accounts
-    // the API is imported under a prefix, the bucket's subjects as they are.
-    store.use_jetstream_prefix = false;
-    Ok(store)
+    ensure_stream(js, config, harden, replicas).await
 }
 
 #[cfg(test)]

@@ -12,12 +12,18 @@
 //!   coordinator makes a shard's stream and bucket the first time one of its hosts
 //!   needs them (a registration, a submission, a read), with today's limits; for
 //!   the shard's other hosts they are then already there.
+//!
+//! Each host's handles are opened once per coordinator, in three requests (the
+//! account's info, each stream's), and hosts are opened side by side: when 10,000
+//! hosts start at once, their first sync requests do not queue behind each other.
 
 use super::FleetError;
 use async_nats::jetstream::{self, stream};
 use capstan_common::nats::{self as cnats, Retention, Scope};
 use capstan_common::nats_layout;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::OnceCell;
 
 /// One host's stream and bucket (the bucket as its backing stream, read with direct
 /// gets so that a result's signature header comes with it).
@@ -31,8 +37,9 @@ pub(super) struct Stores {
     client: async_nats::Client,
     retention: Retention,
     host_accounts: bool,
-    shared: tokio::sync::OnceCell<Storage>,
-    hosts: tokio::sync::Mutex<HashMap<String, Storage>>,
+    shared: OnceCell<Storage>,
+    /// Each host's handles, opened once (a failed open is tried again next time).
+    hosts: Mutex<HashMap<String, Arc<OnceCell<Storage>>>>,
 }
 
 impl Stores {
@@ -45,8 +52,8 @@ impl Stores {
             client,
             retention,
             host_accounts,
-            shared: tokio::sync::OnceCell::new(),
-            hosts: tokio::sync::Mutex::new(HashMap::new()),
+            shared: OnceCell::new(),
+            hosts: Mutex::default(),
         }
     }
 
@@ -75,10 +82,14 @@ impl Stores {
         if !self.host_accounts {
             return self.shared().await.cloned();
         }
-        let mut hosts = self.hosts.lock().await;
-        if let Some(s) = hosts.get(host) {
-            return Ok(s.clone());
-        }
+        let cell = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(hosts.entry(host.to_string()).or_default())
+        };
+        cell.get_or_try_init(|| self.open_host(host)).await.cloned()
+    }
+
+    async fn open_host(&self, host: &str) -> Result<Storage, FleetError> {
         let prefix = nats_layout::store_api_prefix(host);
         // Whether the host has a storage account at all: its JetStream answers
         // account info; nothing answers for a host the server config lacks.
@@ -94,9 +105,14 @@ impl Stores {
             Ok(_) => {}
         }
         let js = jetstream::with_prefix(self.client.clone(), &prefix);
-        let storage = open(&js, self.retention, Scope::Host).await?;
-        cnats::migrate_host(&js, self.retention.replicas).await?;
-        hosts.insert(host.to_string(), storage.clone());
+        // Two hosts of a new shard opened side by side may both find its streams
+        // missing and both make them: the second make fails, and a second open finds
+        // them there.
+        let storage = match open(&js, self.retention, Scope::Host).await {
+            Ok(s) => s,
+            Err(_) => open(&js, self.retention, Scope::Host).await?,
+        };
+        cnats::migrate_host(&js, self.retention.replicas, &storage.evt, &storage.results).await?;
         Ok(storage)
     }
 }
@@ -108,10 +124,6 @@ async fn open(
 ) -> Result<Storage, FleetError> {
     let replicas = retention.replicas;
     let evt = cnats::evt_stream(js, replicas, scope).await?;
-    cnats::results_bucket(js, retention.commands_max_age, replicas, scope).await?;
-    let results = js
-        .get_stream(format!("KV_{}", nats_layout::RESULTS_BUCKET))
-        .await
-        .map_err(FleetError::nats)?;
+    let results = cnats::results_stream(js, retention.commands_max_age, replicas, scope).await?;
     Ok(Storage { evt, results })
 }

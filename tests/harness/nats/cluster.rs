@@ -194,8 +194,9 @@ impl NatsCluster {
         );
     }
 
-    /// The node that is the JetStream meta leader, as the running nodes agree (waits,
-    /// bounded, while there is none: during an election).
+    /// The node that is the JetStream meta leader, as the running nodes agree, and
+    /// running (waits, bounded, while there is none: during an election, or while the
+    /// survivors still name a node that was killed).
     #[track_caller]
     pub fn leader(&self) -> usize {
         crate::wait_until(
@@ -210,8 +211,14 @@ impl NatsCluster {
                             .and_then(|n| self.index(&n))
                     })
                     .collect();
+                // The survivors of a killed leader name it until they notice.
                 match seen.first() {
-                    Some(Some(l)) if seen.iter().all(|s| *s == Some(*l)) => Some(*l),
+                    Some(Some(l))
+                        if seen.iter().all(|s| *s == Some(*l))
+                            && self.running().any(|i| i == *l) =>
+                    {
+                        Some(*l)
+                    }
                     _ => None,
                 }
             },

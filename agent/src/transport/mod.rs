@@ -71,8 +71,6 @@ pub(crate) struct Link {
     pub host_accounts: bool,
     /// Signs everything published.
     pub key: Arc<Signer>,
-    /// Core NATS (the heartbeat).
-    pub client: async_nats::Client,
     /// The heartbeat's pace: what the coordinators last said ([`registry`]).
     pub pace: Arc<watch::Sender<Duration>>,
 }
@@ -240,7 +238,6 @@ impl Transport {
             replicas: nats.replicas,
             host_accounts: nats.host_accounts,
             key,
-            client: client.clone(),
             pace: Arc::new(
                 watch::channel(Duration::from_secs(
                     capstan_common::nats_layout::HEARTBEAT_SECS,

@@ -36,13 +36,13 @@ pub(crate) async fn run(
     let mut appended = log.subscribe();
     let subject = nats_layout::beat_subject(&info.host);
     let mut jitter = Jitter::new();
+    let client = link.js.client();
     loop {
         let sent_seq = *appended.borrow_and_update();
         let beat = beat(&info, &executor, sent_seq, *published.borrow());
         let body = serde_json::to_vec(&beat).expect("beats serialise");
         let headers = link.sign(async_nats::HeaderMap::new(), Publication::Beat, &body);
-        match link
-            .client
+        match client
             .publish_with_headers(subject.clone(), headers, body.into())
             .await
         {

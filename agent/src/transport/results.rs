@@ -369,11 +369,10 @@ mod tests {
         let server = capstan_testsupport::NatsServer::start(&[]);
         let client = async_nats::connect(&server.url).await.unwrap();
         let link = Link {
-            js: jetstream::new(client.clone()),
+            js: jetstream::new(client),
             replicas: 1,
             host_accounts: false,
             key: Arc::new(Signer::generate().unwrap()),
-            client,
             pace: Arc::new(tokio::sync::watch::channel(Duration::ZERO).0),
         };
         let rig = crate::testkit::Rig::new(Default::default());

@@ -133,7 +133,7 @@ impl Fleet {
                 },
                 _ = tick.tick() => {
                     let now = Instant::now();
-                    let hosts = layout.keys.hosts().len().max(lock(&liveness.beats).len());
+                    let hosts = layout.keys.count().max(lock(&liveness.beats).len());
                     let pace = liveness.pacing.pace(hosts);
                     *lock(&liveness.pace) = pace;
                     // Silence is the host's only while this coordinator hears: not

@@ -171,6 +171,11 @@ impl Registry {
         copy.keys().cloned().collect()
     }
 
+    /// How many hosts have a registered key.
+    pub(super) fn count(&self) -> usize {
+        self.copy.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Checks a publication of `host` (its signature and, for a batch member, its
     /// proof, from `headers`): signed by one of its keys, or the host has none and
     /// unregistered hosts are allowed. A batch's signature, once checked, is not

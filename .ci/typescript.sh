@@ -5,7 +5,8 @@
 # description against Redocly's recommended ruleset (no errors), the live tests (each
 # test file starts its own nats-server — $CAPSTAN_NATS_SERVER, else nats-server on
 # PATH — coordinator and agents from target/debug, or $CAPSTAN_BIN_DIR), and both
-# packages packed with `npm pack` and installed into an empty project.
+# packages packed with `npm run pack` (`npm pack --workspaces`, as its README says) and
+# installed into an empty project.
 set -euo pipefail
 cd "$(dirname "$0")/../clients/typescript"
 echo "node $(node --version), npm $(npm --version)"

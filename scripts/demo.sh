@@ -5,8 +5,11 @@
 # running intent rebuilt from the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== building capstan-agent (a few minutes the first time)"
-cargo build --bin capstan-agent
+# The same build as scripts/fleet-demo.sh (one feature set: either runs at once after
+# the other); the first time about 790 CPU-seconds of compiling, 7 to 17 minutes on 2
+# cores (measured: docs/development.md).
+echo "== building (the first time: about 790 CPU-seconds of compiling, 7 to 17 minutes on 2 cores)"
+cargo build -p capstan-agent -p capstan-coordinator --bins
 agent=target/debug/capstan-agent
 dir=$(mktemp -d /tmp/capstan-demo.XXXXXX)
 host=demo-host

@@ -189,7 +189,8 @@ impl Stack {
         match self.accounts {
             // `nats_layout::result_notice_subject(host, *)`.
             Some(_) => format!("capstan.v1.res.{host}.*"),
-            None => format!("$KV.{}.{host}.*", nats_layout::RESULTS_BUCKET),
+            // Unfinished and final results (`nats_layout::final_result_key`).
+            None => format!("$KV.{}.{host}.>", nats_layout::RESULTS_BUCKET),
         }
     }
 

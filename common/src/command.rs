@@ -199,12 +199,34 @@ impl Op {
     }
 }
 
+/// `e`, a JSON error in text that begins on line `first_line` of a file, with its
+/// position counted in the file's lines (serde_json counts from the text's start).
+pub fn json_error_at(e: &serde_json::Error, first_line: usize) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(what) if e.line() > 0 => format!(
+            "{what} at line {} column {}",
+            first_line + e.line() - 1,
+            e.column()
+        ),
+        _ => text,
+    }
+}
+
 impl Command {
     /// Parses and validates one command from its JSON text.
     ///
     /// Checks run from the outside in, so that the code names the first thing wrong:
     /// size, JSON, version, op, field shapes, then every value's grammar.
     pub fn parse(text: &str) -> Result<Command, Rejection> {
+        Command::parse_at(text, 1)
+    }
+
+    /// [`Command::parse`] of the text that begins on line `line` (from 1) of a file,
+    /// as `capstan-agent apply` reads one command a line: a JSON error names the
+    /// file's line and column, not the text's own (always "line 1" for one line).
+    pub fn parse_at(text: &str, line: usize) -> Result<Command, Rejection> {
         if text.len() > MAX_COMMAND_BYTES {
             return Err(Rejection::new(
                 ErrorCode::TooLarge,
@@ -214,8 +236,12 @@ impl Command {
                 ),
             ));
         }
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            Rejection::new(
+                ErrorCode::InvalidJson,
+                format!("not JSON: {}", json_error_at(&e, line)),
+            )
+        })?;
         let object = value
             .as_object()
             .ok_or_else(|| Rejection::new(ErrorCode::InvalidJson, "a command is a JSON object"))?;

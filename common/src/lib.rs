@@ -7,6 +7,7 @@
 //! The format is documented, with examples, in `docs/protocol.md`.
 
 pub mod answers;
+pub mod audit_table;
 mod command;
 mod error;
 pub mod files;
@@ -25,8 +26,8 @@ pub mod status;
 pub mod validate;
 
 pub use command::{
-    is_kind_name, salvage_id, workload_key, BadKind, Command, DriverKind, Mount, Op, PortMapping,
-    Protocol, Section, Sections, Settings, Spec, Strategy, WorkloadRef, KNOWN_OPS,
+    is_kind_name, json_error_at, salvage_id, workload_key, BadKind, Command, DriverKind, Mount, Op,
+    PortMapping, Protocol, Section, Sections, Settings, Spec, Strategy, WorkloadRef, KNOWN_OPS,
     MAX_COMMAND_BYTES, MAX_KIND_LEN, PROTOCOL_VERSION,
 };
 pub use error::{ErrorCode, Rejection};

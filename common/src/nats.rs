@@ -167,6 +167,12 @@ fn read(path: &PathBuf) -> Result<String, NatsError> {
         })
 }
 
+/// The diagnostics directive that leaves async-nats' own line per connection event
+/// out (`event: client error: nats: IO error`, at every reconnect attempt, naming no
+/// server): [`NatsConfig::connect`] says each event itself, naming the servers. The
+/// binaries add it to their filter unless `RUST_LOG` names `async_nats`.
+pub const QUIET_CLIENT: &str = "async_nats=warn";
+
 /// How often a client pings the server while it hears nothing from it. async-nats
 /// drops a connection on the third ping that finds two still unanswered, so a
 /// connection gone silent — a partition: no reset, no FIN, packets just lost — is
@@ -195,17 +201,57 @@ impl NatsConfig {
         name: &str,
         inbox_prefix: Option<String>,
     ) -> Result<async_nats::Client, NatsError> {
+        self.connect_pinging(name, inbox_prefix, PING_INTERVAL)
+            .await
+    }
+
+    /// [`NatsConfig::connect`], the client pinging the server every `ping` while it
+    /// hears nothing from it (an agent on per-host accounts checks its connection at
+    /// its beat's pace instead, and pings only as a backstop).
+    pub async fn connect_pinging(
+        &self,
+        name: &str,
+        inbox_prefix: Option<String>,
+        ping: Duration,
+    ) -> Result<async_nats::Client, NatsError> {
+        // A failed attempt is said once per outage, naming the servers (async-nats
+        // says only "nats: IO error", at every attempt); the next after a connect.
+        let url = redact_all(&self.url);
+        let said = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
             .retry_on_initial_connect()
             .max_reconnects(None)
-            .ping_interval(PING_INTERVAL)
+            .ping_interval(ping)
             .reconnect_delay_callback(reconnect_delay)
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
-                    async_nats::Event::Disconnected => tracing::warn!("disconnected from NATS"),
-                    other => tracing::debug!(event = %other, "NATS event"),
+            .event_callback(move |event| {
+                let (url, said) = (url.clone(), said.clone());
+                async move {
+                    use std::sync::atomic::Ordering;
+                    match event {
+                        async_nats::Event::Connected => {
+                            said.store(false, Ordering::Relaxed);
+                            tracing::info!(url, "connected to NATS");
+                        }
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!(url, "disconnected from NATS")
+                        }
+                        async_nats::Event::ClientError(e)
+                            if !said.swap(true, Ordering::Relaxed) =>
+                        {
+                            tracing::warn!(
+                                url,
+                                "cannot connect to NATS ({e}); retrying until it answers"
+                            )
+                        }
+                        async_nats::Event::ClientError(e) => {
+                            tracing::debug!(url, "cannot connect to NATS ({e}); retrying")
+                        }
+                        async_nats::Event::ServerError(e) => {
+                            tracing::warn!(url, "the NATS server says: {e}")
+                        }
+                        other => tracing::info!(url, event = %other, "NATS event"),
+                    }
                 }
             });
         if let Some(prefix) = inbox_prefix {

@@ -65,6 +65,15 @@ pub fn sync_subject(host: &str) -> String {
     format!("capstan.v1.sync.{host}")
 }
 
+/// `capstan.v1.probe.<host>`: what an agent on per-host accounts sends a request to
+/// after each beat, to learn that its connection still carries traffic both ways. It
+/// stays in the host's own account, where nothing imports or answers it: the server
+/// answers at once that nobody listens (a no-responders status), a round trip like a
+/// PING's at the beat's pace instead of every few seconds.
+pub fn probe_subject(host: &str) -> String {
+    format!("capstan.v1.probe.{host}")
+}
+
 /// The queue group the coordinators answer [`sync_subject`] in.
 pub const SYNC_QUEUE: &str = "capstan-sync";
 
@@ -77,6 +86,21 @@ pub fn result_key(host: &str, id: &str) -> String {
 /// The subject a put of [`result_key`] is published on (and can be subscribed to).
 pub fn result_subject(host: &str, id: &str) -> String {
     format!("$KV.{RESULTS_BUCKET}.{}", result_key(host, id))
+}
+
+/// The key of a command's **final** result (`done`): [`result_key`] and `.done`.
+/// A result is put here once the command is done, and under [`result_key`] while it
+/// is not, so a final result is never overwritten by an unfinished one: whoever holds
+/// the host's NATS credentials can put one of its older signed results again, but
+/// only under the key it came from, and a reader that finds the final key never
+/// looks at the other (`docs/nats.md`, *Replays*).
+pub fn final_result_key(host: &str, id: &str) -> String {
+    format!("{}.done", result_key(host, id))
+}
+
+/// The subject a put of [`final_result_key`] is published on.
+pub fn final_result_subject(host: &str, id: &str) -> String {
+    format!("$KV.{RESULTS_BUCKET}.{}", final_result_key(host, id))
 }
 
 /// `capstan.v1.res.<host>.<hex of the id>`: a notice of each result put, carrying the

@@ -28,12 +28,14 @@ struct Cli {
 enum Cmd {
     /// Serve the HTTP API.
     Run {
+        /// The coordinator's config (TOML; every key: docs/nats.md, *Coordinator*).
         #[arg(long, env = "CAPSTAN_COORDINATOR_CONFIG")]
         config: PathBuf,
     },
     /// Write a new ed25519 signing key (hex seed, mode 0600) to OUT and print its
     /// public key for the agents' `[signing] public_keys`.
     Keygen {
+        /// Where to write the key (refused if the file exists).
         #[arg(long)]
         out: PathBuf,
     },
@@ -75,14 +77,23 @@ enum Cmd {
         /// A one-word name for the line (shown in the coordinator's log).
         #[arg(long)]
         name: Option<String>,
-        #[arg(long)]
+        /// Append the line to this tokens file (made mode 0600 if missing; an existing
+        /// file keeps its mode) and print only the token.
+        #[arg(long, value_name = "FILE")]
         append_to: Option<PathBuf>,
     },
 }
 
 fn main() -> std::process::ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("async_nats")) {
+        filter = filter.add_directive(
+            capstan_common::nats::QUIET_CLIENT
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

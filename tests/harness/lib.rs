@@ -12,6 +12,9 @@
 //! - [`external::SimDriver`]: the standalone sim driver process (`capstan-sim-driver`)
 //!   an agent with `driver = "external"` talks to over its socket.
 //! - [`docker`], [`nats`]: the real dockerd and nats-server the tests drive.
+//! - [`docs`]: the documentation as the docs tests read it (fenced blocks, inline
+//!   code, tables, marked sections) and what the binaries say back (`--help`, the
+//!   config keys their parsers take).
 //! - [`systemd::SystemdHost`]: a real systemd per test, as PID 1 of its own PID and
 //!   mount namespace, and [`systemd::envdump`], the workload that the systemd tests
 //!   run in it (the `capstan-envdump` binary of this crate, [`envdump::main`]).
@@ -27,6 +30,7 @@
 pub mod agent;
 pub mod command;
 pub mod docker;
+pub mod docs;
 pub mod envdump;
 pub mod external;
 pub mod fleet;

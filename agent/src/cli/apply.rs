@@ -26,6 +26,8 @@ pub(crate) async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode
     let mut all_ok = true;
     tokio::pin!(stopped);
     let mut signal = None;
+    // The input's line number, blank lines counted: what a JSON error names.
+    let mut number = 0;
     loop {
         let line = tokio::select! {
             line = lines.recv() => line,
@@ -36,11 +38,12 @@ pub(crate) async fn apply(ctx: &Context, file: &Path) -> anyhow::Result<ExitCode
         };
         let Some(line) = line else { break };
         let text = line.context("cannot read input")?;
+        number += 1;
         if text.trim().is_empty() {
             continue;
         }
         // A degraded log answers every line `rejected`/`log_degraded` and writes nothing.
-        let submit = executor.submit(&text);
+        let submit = executor.submit_at(&text, number);
         tokio::pin!(submit);
         let result = tokio::select! {
             r = &mut submit => r,

@@ -6,6 +6,7 @@ use crate::{log_export, log_files, LogAction, LogArgs};
 use capstan_agent::local_socket;
 use capstan_agent::log::LogError;
 use capstan_common::answers::{LogRequest, Verb, VerifyAnswer};
+use capstan_common::audit_table;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -76,18 +77,14 @@ pub(crate) fn show_log(ctx: &Context, args: &LogArgs) -> anyhow::Result<ExitCode
     };
     let mut out = std::io::stdout().lock();
     if !args.json {
-        writeln!(
-            out,
-            "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  DETAIL",
-            "SEQ", "AT", "KIND", "COMMAND", "TARGET"
-        )?;
+        writeln!(out, "{}", audit_table::header())?;
     }
     for json in &records {
         if args.json {
             serde_json::to_writer(&mut out, json)?;
             writeln!(out)?;
         } else {
-            writeln!(out, "{}", log_files::row(json))?;
+            writeln!(out, "{}", audit_table::row(json))?;
         }
     }
     Ok(if bad > 0 {

@@ -1,5 +1,5 @@
-//! `capstan-agent log` from the log files (no agent runs: [`LogReader`]), its table
-//! rows, and `log layout`.
+//! `capstan-agent log` from the log files (no agent runs: [`LogReader`]), and `log
+//! layout`.
 
 use capstan_agent::event::Record;
 use capstan_agent::local_socket;
@@ -63,51 +63,4 @@ pub fn read_log(dir: &Path, request: &LogRequest) -> anyhow::Result<(Vec<serde_j
     // goes with the process.
     std::mem::forget(log);
     Ok(answer)
-}
-
-/// One record as a table row.
-pub fn row(json: &serde_json::Value) -> String {
-    let field = |k: &str| json.get(k).and_then(|v| v.as_str());
-    let target = match (field("namespace"), field("workload"), field("revision")) {
-        (Some(n), Some(w), Some(v)) => format!("{n}/{w}@{v}"),
-        (Some(n), Some(w), None) => format!("{n}/{w}"),
-        (Some(n), None, _) => n.to_string(),
-        _ => String::new(),
-    };
-    let detail = [
-        "outcome",
-        "code",
-        "cause",
-        "op",
-        "phase",
-        "owner",
-        "exit_code",
-        "reaped",
-    ]
-    .iter()
-    .filter_map(|k| {
-        json.get(*k)
-            .filter(|v| !v.is_null())
-            .map(|v| format!("{k}={}", short(v)))
-    })
-    .collect::<Vec<_>>()
-    .join(" ");
-    format!(
-        "{:>6}  {:<24}  {:<18}  {:<24}  {:<32}  {}",
-        json["seq"],
-        field("at").unwrap_or(""),
-        field("kind").unwrap_or(""),
-        field("command_id").unwrap_or("-"),
-        target,
-        detail
-    )
-}
-
-/// A JSON value in a table cell: strings bare, `{"command": id}` as `command`.
-fn short(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
-        other => other.to_string(),
-    }
 }

@@ -6,7 +6,8 @@ use anyhow::bail;
 use capstan_agent::config::{self, AgentConfig};
 use capstan_agent::log::LogOptions;
 use capstan_agent::sim_fleet::{self, FleetOptions};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use context::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,7 +65,8 @@ struct Cli {
     /// Agent config (TOML). Default: /etc/capstan/agent.toml when it exists.
     #[arg(long, global = true, env = "CAPSTAN_CONFIG")]
     config: Option<PathBuf>,
-    /// Where the log and driver state live (overrides the config).
+    /// Where the log and driver state live. Overrides the config's `data_dir` (and says
+    /// so); default: the config's, else /var/lib/capstan.
     #[arg(long, global = true, env = "CAPSTAN_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// This host's name (overrides the config; default: the machine's hostname).
@@ -94,6 +96,7 @@ enum Cmd {
         /// Run this driver instead of the config's (sim, docker, …).
         #[arg(long)]
         driver: Option<capstan_common::DriverKind>,
+        /// The commands, one JSON object a line, or `-` for stdin.
         file: PathBuf,
     },
     /// Run the agent: finish unfinished commands, reconcile the host to intent, and
@@ -129,6 +132,7 @@ enum Cmd {
     Log(LogArgs),
     /// Show the running intent rebuilt from the log.
     Intent {
+        /// One JSON object (`docs/protocol.md`, *Intent*).
         #[arg(long)]
         json: bool,
     },
@@ -148,8 +152,10 @@ pub(crate) struct LogArgs {
     /// Only records after this seq.
     #[arg(long, default_value_t = 0)]
     since: u64,
+    /// Only records of this namespace (with `--workload`: of that workload).
     #[arg(long)]
     namespace: Option<String>,
+    /// Only records of this workload (with `--namespace`).
     #[arg(long)]
     workload: Option<String>,
     /// Only records of this command id.
@@ -192,9 +198,17 @@ pub(crate) enum LogAction {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    // Where `--data-dir` came from (the command line or `CAPSTAN_DATA_DIR`), to say
+    // so when it overrides the config's `data_dir`.
+    let data_dir_from = match matches.value_source("data_dir") {
+        Some(ValueSource::CommandLine) => Some("--data-dir"),
+        Some(ValueSource::EnvVariable) => Some("CAPSTAN_DATA_DIR"),
+        _ => None,
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_tracing(cli.log_format);
-    match real_main(cli) {
+    match real_main(cli, data_dir_from) {
         Ok(code) => code,
         // The reader went away (`capstan-agent log | head`): nothing is wrong.
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
@@ -214,8 +228,15 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sled=warn"));
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("async_nats")) {
+        filter = filter.add_directive(
+            capstan_common::nats::QUIET_CLIENT
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
     // Colours only on a terminal: under systemd, stderr goes to the journal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -227,13 +248,29 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+fn real_main(cli: Cli, data_dir_from: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut config = AgentConfig::load(cli.config.as_deref())?;
     if let Cmd::Apply {
         driver: Some(d), ..
     } = &cli.command
     {
         config.driver = config::DriverSetting::Builtin(*d);
+    }
+    // `--data-dir` (or `CAPSTAN_DATA_DIR`) wins over the config's `data_dir`, said
+    // when they differ; then the config's; then the default.
+    if let (Some(given), Some(configured)) = (&cli.data_dir, &config.data_dir) {
+        if given != configured {
+            tracing::warn!(
+                "data dir {} (from {}) overrides `data_dir = {:?}` in {}",
+                given.display(),
+                data_dir_from.unwrap_or("--data-dir"),
+                configured.display(),
+                cli.config
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(config::DEFAULT_PATH))
+                    .display()
+            );
+        }
     }
     let data_dir = cli
         .data_dir

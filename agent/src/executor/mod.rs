@@ -178,7 +178,13 @@ impl Executor {
 
     /// Parses one line of input and carries it out, or rejects (and records) it.
     pub async fn submit(&self, text: &str) -> CommandResult {
-        match Command::parse(text) {
+        self.submit_at(text, 1).await
+    }
+
+    /// [`Executor::submit`] of line `line` (from 1) of a file of commands: a JSON
+    /// error names that line (`capstan-agent apply`).
+    pub async fn submit_at(&self, text: &str, line: usize) -> CommandResult {
+        match Command::parse_at(text, line) {
             Ok(command) => self.execute(command).await,
             Err(rejection) => {
                 self.reject(capstan_common::salvage_id(text), rejection)

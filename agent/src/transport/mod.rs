@@ -227,10 +227,18 @@ impl Transport {
         in_flight: usize,
         key: Arc<Signer>,
     ) -> Result<Transport, NatsError> {
+        // On per-host accounts the heartbeat checks the connection at the fleet's pace
+        // (`registry::probe`); the client's own pings are then only a backstop.
+        let ping = if nats.host_accounts {
+            registry::BACKSTOP_PING
+        } else {
+            cnats::PING_INTERVAL
+        };
         let client = nats
-            .connect(
+            .connect_pinging(
                 &format!("capstan-agent {}", info.host),
                 Some(capstan_common::nats_layout::inbox_prefix(&info.host)),
+                ping,
             )
             .await?;
         let link = Link {
@@ -492,12 +500,15 @@ mod tests {
         port
     }
 
-    /// A partition (nothing gets through, nothing is closed) is noticed by the pings:
-    /// the connection is given up and, once the network is back, replaced by a new
-    /// one, instead of waiting for TCP's retransmission backoff to revive the old one.
-    #[tokio::test]
-    async fn a_connection_gone_silent_is_given_up_and_replaced_after_the_partition() {
-        use async_nats::connection::State;
+    /// A client of a fresh server through a [`partitionable_proxy`] (open), pinging
+    /// every `ping`; the server, and the proxy's gate.
+    async fn proxied_client(
+        ping: Duration,
+    ) -> (
+        capstan_testsupport::NatsServer,
+        watch::Sender<bool>,
+        async_nats::Client,
+    ) {
         let server = capstan_testsupport::NatsServer::start(&[]);
         let (open, gate) = watch::channel(true);
         let port = partitionable_proxy(server.port, gate).await;
@@ -506,20 +517,44 @@ mod tests {
             ..NatsConfig::default()
         };
         let client = config
-            .connect("partition-test", None)
+            .connect_pinging("partition-test", None, ping)
             .await
             .expect("connect");
+        (server, open, client)
+    }
+
+    /// How many times `client` has connected.
+    fn connects(client: &async_nats::Client) -> u64 {
+        client
+            .statistics()
+            .connects
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until `client` is connected on its second connection at least.
+    async fn reconnected(client: &async_nats::Client) {
+        use async_nats::connection::State;
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while client.connection_state() != State::Connected || connects(client) < 2 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("a new connection once the partition is over");
+    }
+
+    /// A partition (nothing gets through, nothing is closed) is noticed by the pings:
+    /// the connection is given up and, once the network is back, replaced by a new
+    /// one, instead of waiting for TCP's retransmission backoff to revive the old one.
+    #[tokio::test]
+    async fn a_connection_gone_silent_is_given_up_and_replaced_after_the_partition() {
+        use async_nats::connection::State;
+        let (_server, open, client) = proxied_client(cnats::PING_INTERVAL).await;
         client
             .flush()
             .await
             .expect("a round trip through the proxy");
-        let connects = || {
-            client
-                .statistics()
-                .connects
-                .load(std::sync::atomic::Ordering::Relaxed)
-        };
-        assert_eq!(connects(), 1);
+        assert_eq!(connects(&client), 1);
 
         open.send_replace(false);
         // Bounded by far more than the ~3 pings it takes, far less than async-nats'
@@ -533,16 +568,40 @@ mod tests {
         assert!(given_up.is_ok(), "the silent connection was never given up");
 
         open.send_replace(true);
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while client.connection_state() != State::Connected || connects() < 2 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await
-        .expect("a new connection once the partition is over");
+        reconnected(&client).await;
         client
             .flush()
             .await
             .expect("a round trip on the new connection");
+    }
+
+    /// On per-host accounts the client pings only every [`registry::BACKSTOP_PING`]:
+    /// the probe after each beat is what notices a partition. Given a connection
+    /// through a proxy, a probe is answered (nobody listens, and the server says so
+    /// at once); partitioned, it is not, and the connection, replaced, comes back
+    /// once the partition is over.
+    #[tokio::test]
+    async fn a_probe_unanswered_replaces_the_connection_and_a_new_one_follows_the_partition() {
+        use async_nats::connection::State;
+        let (_server, open, client) = proxied_client(registry::BACKSTOP_PING).await;
+        let subject = capstan_common::nats_layout::probe_subject("h1");
+        let within = Duration::from_secs(2);
+        assert!(
+            !registry::probe(&client, &subject, within).await,
+            "answered"
+        );
+        assert_eq!(connects(&client), 1);
+
+        open.send_replace(false);
+        assert!(registry::probe(&client, &subject, within).await, "silent");
+        // The client's own pings (every 60 s) have not noticed.
+        assert_eq!(client.connection_state(), State::Connected);
+        registry::replace(&client).await;
+        open.send_replace(true);
+        reconnected(&client).await;
+        assert!(
+            !registry::probe(&client, &subject, within).await,
+            "answered again"
+        );
     }
 }

@@ -5,6 +5,13 @@
 //! sync answer (`beat_secs`, larger in larger fleets so that the fleet's beats a
 //! second stay bounded); until one does, and on the shared account, it is
 //! [`nats_layout::HEARTBEAT_SECS`].
+//!
+//! On per-host accounts each beat is followed by a probe of the connection
+//! ([`probe`]): a connection gone silent — a partition: no reset, no FIN, packets
+//! just lost — is replaced once a probe goes unanswered for [`SILENT_AFTER`], and the
+//! client's own pings are only a backstop ([`BACKSTOP_PING`]). A client pinging every
+//! 5 s was 2,000 PINGs and 2,000 PONGs a second for 10,000 hosts, most of an idle
+//! fleet's messages; a probe a beat is one round trip a pace (20 s at that size).
 
 use super::{pause, HostInfo, Link};
 use crate::executor::Executor;
@@ -22,6 +29,13 @@ pub const FRESH: Duration = Duration::from_millis(250);
 /// fleet's beats a second stay within this many times the pace's during a rollout.
 pub const FRESH_SHARE: u32 = 4;
 
+/// How long a probe may go unanswered before the connection is taken for silent and
+/// replaced: as long as async-nats' own pings allowed (two unanswered, 5 s apart).
+pub const SILENT_AFTER: Duration = Duration::from_secs(10);
+/// How often the client pings while it hears nothing, where the beats' probes check
+/// the connection: async-nats' default.
+pub const BACKSTOP_PING: Duration = Duration::from_secs(60);
+
 /// Beats until `stop`. Failures are logged when they start and when they end.
 pub(crate) async fn run(
     link: Link,
@@ -35,6 +49,7 @@ pub(crate) async fn run(
     let mut failing = false;
     let mut appended = log.subscribe();
     let subject = nats_layout::beat_subject(&info.host);
+    let probe_subject = nats_layout::probe_subject(&info.host);
     let mut jitter = Jitter::new();
     let client = link.js.client();
     loop {
@@ -58,6 +73,14 @@ pub(crate) async fn run(
             Err(_) => {}
         }
         let sent_at = tokio::time::Instant::now();
+        if link.host_accounts && !failing {
+            tokio::select! {
+                silent = probe(&client, &probe_subject, SILENT_AFTER) => if silent {
+                    replace(&client).await;
+                },
+                _ = stop.changed() => return,
+            }
+        }
         // The next beat: when the pace is up (spread by a tenth either way, so that
         // hosts started together do not beat together), or soon after the log grows
         // past what this beat reported (a burst of records costs one beat).
@@ -77,6 +100,33 @@ pub(crate) async fn run(
             }
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// Whether the connection is silent: a request to `subject` — which nothing answers,
+/// so the server says at once that nobody listens — got no answer at all within
+/// `within`. A connection that is down is not silent (the client is reconnecting).
+pub async fn probe(client: &async_nats::Client, subject: &str, within: Duration) -> bool {
+    use async_nats::RequestErrorKind;
+    let request = async_nats::Request::new().timeout(Some(within));
+    match tokio::time::timeout(within, client.send_request(subject.to_string(), request)).await {
+        Err(_) => true,
+        Ok(Err(e)) => e.kind() == RequestErrorKind::TimedOut,
+        Ok(Ok(_)) => false,
+    }
+}
+
+/// Replaces a silent connection (the reconnect loop takes a new one as soon as the
+/// network lets it).
+pub(super) async fn replace(client: &async_nats::Client) {
+    tracing::warn!(
+        after = ?SILENT_AFTER,
+        "the NATS connection is silent (a probe went unanswered): replacing it"
+    );
+    match tokio::time::timeout(SILENT_AFTER, client.force_reconnect()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "the reconnect was not taken"),
+        Err(_) => tracing::debug!("the reconnect was not taken in time"),
     }
 }
 

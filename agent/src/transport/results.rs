@@ -1,9 +1,10 @@
 //! Command results follow the outbox. Once a record of a command is in `CAPSTAN_EVT`,
 //! the command's status — summed up from every record with its id so far, the same
 //! way the coordinator would ([`capstan_common::status`]) — is put under
-//! `<host>.<hex id>` in the `capstan_results` bucket. A coordinator then answers
-//! "what happened to command X" with one get, and `wait`s on the key's subject,
-//! however long the host's history is.
+//! `<host>.<hex id>` in the `capstan_results` bucket while the command is not done,
+//! and under `<host>.<hex id>.done` once it is ([`nats_layout::final_result_key`]). A
+//! coordinator then answers "what happened to command X" with one or two gets, and
+//! `wait`s on the keys' subjects, however long the host's history is.
 //!
 //! Order: a result is put only after the records it sums up are acknowledged by
 //! `CAPSTAN_EVT` (it never runs ahead of the audit copy), and each round's puts are
@@ -286,24 +287,28 @@ impl Results {
                 })
                 .collect();
             let status = summarize(id, &self.host, events).fit(MAX_EVENTS_BYTES);
+            // A final result under its own key, which no unfinished one is put under:
+            // a replay of an older result cannot make a done command look undone.
+            let subject = if status.done {
+                nats_layout::final_result_subject(&self.host, id)
+            } else {
+                nats_layout::result_subject(&self.host, id)
+            };
             bodies.push((
                 id.clone(),
+                subject,
                 serde_json::to_vec(&status).expect("statuses serialise"),
             ));
         }
         // One signature for the round's results, each with its proof.
-        let payloads: Vec<&[u8]> = bodies.iter().map(|(_, b)| b.as_slice()).collect();
+        let payloads: Vec<&[u8]> = bodies.iter().map(|(_, _, b)| b.as_slice()).collect();
         let signed = self.link.sign_batch(Publication::Result, &payloads);
         let mut acks = Vec::with_capacity(bodies.len());
-        for ((id, body), headers) in bodies.into_iter().zip(signed) {
+        for ((id, subject, body), headers) in bodies.into_iter().zip(signed) {
             let ack = self
                 .link
                 .js
-                .publish_with_headers(
-                    nats_layout::result_subject(&self.host, &id),
-                    headers.clone(),
-                    body.clone().into(),
-                )
+                .publish_with_headers(subject, headers.clone(), body.clone().into())
                 .await
                 .map_err(|e| ResultsError::Put(e.into()))?;
             acks.push((id, headers, body, ack));

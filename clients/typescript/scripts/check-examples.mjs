@@ -1,5 +1,6 @@
-// Type-checks every ```ts block of the packages' READMEs against the built packages,
-// under the workspace's strict settings: an example a user copies compiles.
+// Type-checks every ```ts block of the workspace's README and the packages' READMEs
+// against the built packages, under the workspace's strict settings: an example a
+// user copies compiles.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -9,12 +10,16 @@ const dir = `${root}examples-check/`;
 rmSync(dir, { recursive: true, force: true });
 mkdirSync(dir);
 let n = 0;
-for (const pkg of ["client", "compute-driver"]) {
-  const readme = readFileSync(`${root}packages/${pkg}/README.md`, "utf8");
+for (const [name, file] of [
+  ["workspace", "README.md"],
+  ["client", "packages/client/README.md"],
+  ["compute-driver", "packages/compute-driver/README.md"],
+]) {
+  const readme = readFileSync(`${root}${file}`, "utf8");
   for (const [, code] of readme.matchAll(/```ts\n([\s\S]*?)```/g)) {
     // Values an example takes from its surroundings.
     const prelude = "declare const token: string;\n";
-    writeFileSync(`${dir}${pkg}-${++n}.ts`, prelude + code);
+    writeFileSync(`${dir}${name}-${++n}.ts`, prelude + code);
   }
 }
 writeFileSync(

@@ -1,5 +1,6 @@
-// `npm pack` both packages, install the tarballs into an empty project and import
-// them there: what a user installs works without this workspace around it.
+// `npm run pack` (the command README.md gives: `npm pack --workspaces`), install the
+// tarballs into an empty project and import them there: what a user installs works
+// without this workspace around it.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,9 +12,7 @@ const scratch = mkdtempSync(join(tmpdir(), "capstan-pack-"));
 const run = (cmd, args, cwd) =>
   execFileSync(cmd, args, { cwd, stdio: ["ignore", "pipe", "inherit"], encoding: "utf8" });
 try {
-  for (const ws of ["@capstan/client", "@capstan/compute-driver"]) {
-    run("npm", ["pack", "--workspace", ws, "--pack-destination", scratch], root);
-  }
+  run("npm", ["run", "pack", "--", "--pack-destination", scratch], root);
   const tarballs = readdirSync(scratch).filter((f) => f.endsWith(".tgz"));
   if (tarballs.length !== 2) throw new Error(`expected 2 tarballs, got ${tarballs.join(", ")}`);
   const app = join(scratch, "app");

@@ -30,7 +30,7 @@ export interface StackOptions {
    * How agents authenticate to NATS. `per-host` (the default with agents and no
    * fleet): an account per host, as in production. `shared`: one account for
    * everyone, the only way `sim-fleet` runs (its hosts share one NATS credential and
-   * `host_accounts` must stay off: README, *Using the agent*), hence the default
+   * `host_accounts` must stay off: docs/agent.md, *`sim-fleet`*), hence the default
    * with a fleet (and without any host); `per-host` with a fleet is an error.
    */
   accounts?: "per-host" | "shared";

@@ -254,3 +254,18 @@ fn a_section_in_a_command_keeps_the_order_it_was_signed_in() {
         assert_eq!(command.to_json(), text);
     }
 }
+
+/// Given a JSON error on line 3 of a file of commands, when that line is parsed as
+/// line 3, then the message names line 3 and the column in it, not the line's own
+/// "line 1".
+#[test]
+fn a_json_error_names_the_files_line() {
+    let text = r#"  {"v":1, "id": oops}"#;
+    let message = |line| super::Command::parse_at(text, line).unwrap_err().message;
+    assert_eq!(message(1), "not JSON: expected value at line 1 column 17");
+    assert_eq!(message(3), "not JSON: expected value at line 3 column 17");
+    // A text of many lines: its own lines, counted from where it begins.
+    let text = "{\n  \"v\": 1,\n  \"id\": oops\n}";
+    let message = super::Command::parse_at(text, 10).unwrap_err().message;
+    assert_eq!(message, "not JSON: expected value at line 12 column 9");
+}

@@ -147,16 +147,28 @@ async fn finished(
         status: String,
         done: bool,
     }
-    let subject = nats_layout::result_subject(host, id);
-    match results.direct_get_last_for_subject(&subject).await {
-        Ok(m) => Ok(serde_json::from_slice::<Entry>(&m.payload)
-            .ok()
-            .filter(|e| e.done)
-            .map(|e| e.status)),
-        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
-        Err(e) => Err(NatsError::Setup {
-            what: format!("the result of command {id} of host {host}"),
-            source: e.into(),
-        }),
+    // The final key, then (results put by an agent of an earlier release) the other.
+    for subject in [
+        nats_layout::final_result_subject(host, id),
+        nats_layout::result_subject(host, id),
+    ] {
+        match results.direct_get_last_for_subject(&subject).await {
+            Ok(m) => {
+                let done = serde_json::from_slice::<Entry>(&m.payload)
+                    .ok()
+                    .filter(|e| e.done);
+                if let Some(e) = done {
+                    return Ok(Some(e.status));
+                }
+            }
+            Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(NatsError::Setup {
+                    what: format!("the result of command {id} of host {host}"),
+                    source: e.into(),
+                })
+            }
+        }
     }
+    Ok(None)
 }

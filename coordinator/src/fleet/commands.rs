@@ -196,12 +196,23 @@ impl Fleet {
         self.status_of(&submission).await
     }
 
-    /// The command's status from its host's result entry, read at the bucket's leader
-    /// ([`at_leader`]): a status once read is never followed by an older one.
+    /// The command's status from its host's result entries, read at the bucket's
+    /// leader ([`at_leader`]): a status once read is never followed by an older one.
+    /// The final entry first ([`nats_layout::final_result_key`]): once it is there, the
+    /// unfinished one — which a replay of an older signed result may have put back —
+    /// is never read. (An agent of an earlier release put its final result under the
+    /// unfinished key: read there as before.)
     async fn status_of(&self, s: &Submission) -> Result<CommandStatus, FleetError> {
         let storage = self.stores.of(&s.host).await?;
-        let subject = nats_layout::result_subject(&s.host, &s.id);
-        match at_leader(&storage.results, &subject).await? {
+        let done = nats_layout::final_result_subject(&s.host, &s.id);
+        let entry = match at_leader(&storage.results, &done).await? {
+            Some(m) => Some(m),
+            None => {
+                let subject = nats_layout::result_subject(&s.host, &s.id);
+                at_leader(&storage.results, &subject).await?
+            }
+        };
+        match entry {
             None => Ok(CommandStatus::pending(&s.id, &s.host)),
             Some(m) => {
                 self.check(&s.host, Publication::Result, &m.payload, Some(&m.headers))
@@ -242,17 +253,36 @@ impl Fleet {
                 records: usize::MAX,
                 bytes: Some(MAX_TRUNCATED_READ_BYTES),
             };
-            let (events, end) = read_subject(
-                &storage.evt,
-                &subject,
-                from,
-                |e| e["command_id"].as_str() == Some(s.id.as_str()),
-                |e| e["seq"].as_u64().is_none_or(|seq| seq >= last),
-                bounds,
-                self.record_check(&s.host).await?,
-            )
-            .await
-            .map_err(|e| match e {
+            let check = self.record_check(&s.host).await?;
+            let read = |from| {
+                read_subject(
+                    &storage.evt,
+                    &subject,
+                    from,
+                    |e| e["command_id"].as_str() == Some(s.id.as_str()),
+                    |e| e["seq"].as_u64().is_none_or(|seq| seq >= last),
+                    bounds,
+                    &check,
+                )
+            };
+            let mut events = read(from).await;
+            // Its first record not first: a replay misled the bisection past it
+            // ([`position`]); from the stream's start, within the same bound.
+            let misled = |read: &Result<(Vec<Value>, read::End), FleetError>| {
+                read.as_ref().is_ok_and(|(events, _)| {
+                    events.first().and_then(|e| e["seq"].as_u64()) != Some(first)
+                })
+            };
+            if from > 1 && misled(&events) {
+                tracing::warn!(
+                    command_id = s.id,
+                    host = s.host,
+                    first,
+                    "a command's records do not begin where the bisection found (a replayed record?): reading from the stream's start"
+                );
+                events = read(1).await;
+            }
+            let (events, end) = events.map_err(|e| match e {
                 FleetError::Unreadable(why) => FleetError::Unreadable(format!(
                     "the events of {} (records {first}..={last} of host {}) cannot be read whole: {why}",
                     s.id, s.host
@@ -281,17 +311,27 @@ impl Fleet {
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<CommandStatus, FleetError> {
         let submission = self.submission(id).await?;
         // Subscribe before looking, so that nothing put in between is missed.
-        // The put itself, or on per-host accounts its notice (the same bytes).
-        let subject = if self.trust.host_accounts {
-            nats_layout::result_notice_subject(&submission.host, &submission.id)
+        // The puts themselves (unfinished and final), or on per-host accounts their
+        // notices (the same bytes).
+        let (host, id) = (&submission.host, &submission.id);
+        let subjects = if self.trust.host_accounts {
+            vec![nats_layout::result_notice_subject(host, id)]
         } else {
-            nats_layout::result_subject(&submission.host, &submission.id)
+            vec![
+                nats_layout::result_subject(host, id),
+                nats_layout::final_result_subject(host, id),
+            ]
         };
-        let mut live = self
-            .reach
-            .subscribe(subject)
-            .await
-            .map_err(FleetError::nats)?;
+        let mut subscriptions = Vec::with_capacity(subjects.len());
+        for subject in subjects {
+            let subscription = self
+                .reach
+                .subscribe(subject)
+                .await
+                .map_err(FleetError::nats)?;
+            subscriptions.push(subscription);
+        }
+        let mut live = futures::stream::select_all(subscriptions);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut status = self.status_of(&submission).await?;
         let mut pause = Duration::from_millis(25);
@@ -308,19 +348,31 @@ impl Fleet {
                             .check(&submission.host, Publication::Result, &m.payload, m.headers.as_ref())
                             .await;
                         match signed {
-                            Ok(()) => self.whole(&submission, &m.payload).await?,
+                            // Never an older one than already read (a replay).
+                            Ok(()) => newer(status, self.whole(&submission, &m.payload).await?),
                             Err(e) => {
                                 tracing::warn!(error = %e, "ignoring a result notice");
                                 status
                             }
                         }
                     }
-                    None => self.status_of(&submission).await?,
+                    None => newer(status, self.status_of(&submission).await?),
                 },
-                _ = recheck => status = self.status_of(&submission).await?,
+                _ = recheck => status = newer(status, self.status_of(&submission).await?),
                 _ = tokio::time::sleep_until(deadline) => return Ok(status),
             }
         }
+    }
+}
+
+/// The later of two statuses of one command: `next`, unless it is an unfinished one
+/// that sums up fewer of the host's records than `now` does (an older result, heard
+/// again).
+fn newer(now: CommandStatus, next: CommandStatus) -> CommandStatus {
+    if now.done || (!next.done && next.last_seq < now.last_seq) {
+        now
+    } else {
+        next
     }
 }
 
@@ -342,6 +394,30 @@ fn new_id() -> Result<String, FleetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(status: &str, done: bool, last_seq: u64) -> CommandStatus {
+        CommandStatus {
+            status: status.into(),
+            done,
+            last_seq,
+            ..CommandStatus::pending("c-1", "h1")
+        }
+    }
+
+    #[test]
+    fn a_status_heard_again_never_takes_the_place_of_a_later_one() {
+        // Given a command running up to record 7,
+        let now = status("running", false, 7);
+        // when an older result of it is heard again, it is not taken;
+        assert_eq!(newer(now.clone(), status("running", false, 5)), now);
+        // when a later or final one is, it is.
+        let later = status("running", false, 9);
+        assert_eq!(newer(now.clone(), later.clone()), later);
+        let done = status("succeeded", true, 8);
+        assert_eq!(newer(now, done.clone()), done.clone());
+        // Once done, nothing replaces it.
+        assert_eq!(newer(done.clone(), status("running", false, 20)), done);
+    }
 
     #[test]
     fn a_cancel_id_is_the_same_for_the_same_command_and_a_valid_id_for_any() {

@@ -128,8 +128,12 @@ impl Fleet {
     }
 
     /// The host's records with seq > `since`, from `CAPSTAN_EVT` (the central copy:
-    /// available when the host is not), each signed by the host. Where they begin in the stream is found by
-    /// bisection ([`position::start_of`]), not by reading what comes before.
+    /// available when the host is not), each signed by the host, each once (a replay
+    /// is refused: [`read::read_all`]). Where they begin in the stream is found by
+    /// bisection ([`position::start_of`]), not by reading what comes before; when what
+    /// that read finds is not the records right after `since` (a replay misled the
+    /// bisection, or the stream no longer holds them), they are read again from the
+    /// stream's start.
     pub async fn events(
         &self,
         host: &str,
@@ -144,17 +148,35 @@ impl Fleet {
             records: limit,
             bytes: None,
         };
-        let (events, _) = read_subject(
-            &storage.evt,
-            &subject,
+        let check = self.record_check(host).await?;
+        let read = |from| {
+            read_subject(
+                &storage.evt,
+                &subject,
+                from,
+                |e| e["seq"].as_u64().is_some_and(|s| s > since),
+                |_| false,
+                bounds,
+                &check,
+            )
+        };
+        let (events, _) = read(from).await?;
+        if from <= 1 || position::whole_after(since, &events) && !events.is_empty() {
+            return Ok(events);
+        }
+        if events.is_empty() {
+            let last = position::last_seq(&storage.evt, &subject).await?;
+            if last.is_none_or(|last| last <= since) {
+                return Ok(events);
+            }
+        }
+        tracing::warn!(
+            host,
+            since,
             from,
-            |e| e["seq"].as_u64().is_some_and(|s| s > since),
-            |_| false,
-            bounds,
-            self.record_check(host).await?,
-        )
-        .await?;
-        Ok(events)
+            "the host's records after `since` do not begin where the bisection found (a replayed record, or records aged out): reading from the stream's start"
+        );
+        Ok(read(1).await?.0)
     }
 }
 

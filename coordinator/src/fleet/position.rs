@@ -5,7 +5,11 @@
 //!
 //! It works because a host's records enter the stream in seq order (the outbox
 //! publishes record n only right after record n - 1), so along the stream the host's
-//! record seqs only grow.
+//! record seqs only grow — unless whoever holds the host's NATS credentials puts an
+//! older record of the host's again (a replay): a probe that lands on it can send the
+//! bisection past records it wants. A read from the start found here therefore checks
+//! what it got ([`whole_after`], [`last_seq`]) and reads from the stream's start when
+//! the bisection was misled.
 
 use super::FleetError;
 use async_nats::jetstream::stream;
@@ -29,6 +33,30 @@ pub(super) async fn start_of(
         return Ok(1);
     }
     bisect(&mut Direct { stream, subject }, since).await
+}
+
+/// Whether `records` (each with a `seq`) are the host's records right after
+/// `since`, none left out: `since + 1`, `since + 2`, … A read from a start that a
+/// replay misled begins later, or skips some.
+pub(super) fn whole_after(since: u64, records: &[serde_json::Value]) -> bool {
+    records.iter().zip(1..).all(|(r, i)| {
+        let want = since.checked_add(i);
+        want.is_some() && r["seq"].as_u64() == want
+    })
+}
+
+/// The record seq of the last message on `subject`, if any.
+pub(super) async fn last_seq(
+    stream: &stream::Stream,
+    subject: &str,
+) -> Result<Option<u64>, FleetError> {
+    match stream.direct_get_last_for_subject(subject).await {
+        Ok(m) => Ok(serde_json::from_slice::<serde_json::Value>(&m.payload)
+            .ok()
+            .and_then(|v| v["seq"].as_u64())),
+        Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
+        Err(e) => Err(FleetError::nats(e)),
+    }
 }
 
 pub(super) async fn bisect(probe: &mut impl Probe, since: u64) -> Result<u64, FleetError> {
@@ -151,6 +179,39 @@ mod tests {
         stream.positions.iter_mut().take(10).for_each(|p| *p = 0);
         let from = bisect(&mut stream, 3).await.unwrap();
         assert_eq!(stream.next_from(from).await.unwrap().unwrap().1, 11);
+    }
+
+    /// Given the host's records 1..=10, then record 3 put again (a replay), then its
+    /// records 11..=20, when the start after 5 is looked for, then the bisection can
+    /// land past records 6..=10 — and a read from there is seen not to be whole.
+    #[tokio::test]
+    async fn a_replay_can_mislead_the_bisection_and_the_read_shows_it() {
+        struct Replayed(Vec<u64>);
+        impl Probe for Replayed {
+            async fn range(&mut self) -> Result<(u64, u64), FleetError> {
+                Ok((1, self.0.len() as u64))
+            }
+            async fn next_from(&mut self, p: u64) -> Result<Option<(u64, u64)>, FleetError> {
+                let at = p.max(1) as usize - 1;
+                Ok(self.0.get(at).map(|seq| (p.max(1), *seq)))
+            }
+        }
+        let seqs: Vec<u64> = (1..=10).chain([3]).chain(11..=20).collect();
+        let from = bisect(&mut Replayed(seqs.clone()), 5).await.unwrap();
+        assert_eq!(from, 12, "misled past records 6..=10");
+        let read: Vec<serde_json::Value> = seqs[from as usize - 1..]
+            .iter()
+            .map(|seq| serde_json::json!({ "seq": seq }))
+            .collect();
+        assert!(!whole_after(5, &read));
+        let from_start: Vec<serde_json::Value> = (6..=20)
+            .map(|seq| serde_json::json!({ "seq": seq }))
+            .collect();
+        assert!(whole_after(5, &from_start));
+        assert!(whole_after(5, &[]));
+        // No record comes after the last seq there can be.
+        assert!(whole_after(u64::MAX, &[]));
+        assert!(!whole_after(u64::MAX, &[serde_json::json!({ "seq": 0 })]));
     }
 
     #[tokio::test]

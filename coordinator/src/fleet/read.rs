@@ -80,6 +80,11 @@ pub(super) enum End {
 /// none after the first that `last` accepts. More than `bounds.bytes` read before the
 /// end is [`FleetError::Unreadable`]; a message missing on the way (its consumer
 /// sequence skipped) is [`FleetError::Nats`]: never fewer messages than were there.
+///
+/// A host's records enter its subject in seq order, so a record whose `seq` is no
+/// greater than one read before it is a replay — one of the host's own signed records
+/// put there again by whoever holds its NATS credentials: it is skipped, never kept
+/// nor taken for the `last` (and logged).
 pub(super) async fn read_all(
     source: &mut impl Source,
     subject: &str,
@@ -89,6 +94,7 @@ pub(super) async fn read_all(
 ) -> Result<(Vec<Value>, End), FleetError> {
     let mut remaining = source.pending().await?;
     let (mut read, mut bytes, mut empty) = (0u64, 0u64, 0);
+    let (mut highest, mut replays) = (0u64, 0u64);
     let mut out = Vec::new();
     while remaining > 0 {
         if out.len() >= bounds.records {
@@ -126,6 +132,21 @@ pub(super) async fn read_all(
                 )));
             }
             let Some(v) = m.value else { continue };
+            if let Some(seq) = v["seq"].as_u64() {
+                if seq <= highest {
+                    replays += 1;
+                    if replays == 1 {
+                        tracing::warn!(
+                            subject,
+                            seq,
+                            after = highest,
+                            "a record read again after a later one (a replay): refused"
+                        );
+                    }
+                    continue;
+                }
+                highest = seq;
+            }
             let end = last(&v);
             if keep(&v) && out.len() < bounds.records {
                 out.push(v);
@@ -392,6 +413,32 @@ mod tests {
         );
         // The second page was never fetched.
         assert_eq!(source.asked.len(), 1);
+    }
+
+    /// Given a subject where older records of the host were put again after later
+    /// ones (replays), when it is read, then each record is kept once, in order, and a
+    /// replay is kept by no filter.
+    #[tokio::test]
+    async fn a_replayed_record_is_skipped_never_kept_again() {
+        let mut pages = vec![records(1..=4), records(2..=3), records(5..=6)];
+        pages[1].push(json!({"seq": 4}));
+        let mut source = Script::new(9, pages.clone());
+        let read = read_all(&mut source, SUBJECT, |_| true, |_| false, ALL)
+            .await
+            .unwrap();
+        assert_eq!(read, (records(1..=6), End::Subject));
+        // A replay is not kept even where `keep` would take its record (4, again).
+        let mut source = Script::new(9, pages);
+        let read = read_all(
+            &mut source,
+            SUBJECT,
+            |v| v["seq"].as_u64() > Some(3),
+            |v| v["seq"].as_u64() == Some(6),
+            ALL,
+        )
+        .await
+        .unwrap();
+        assert_eq!(read, (records(4..=6), End::Last));
     }
 
     #[tokio::test]

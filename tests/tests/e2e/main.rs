@@ -8,15 +8,19 @@
 //! test that needs dockerd, `hooks::docker` included), `nats::`, `hooks::`, `core::`,
 //! `systemd::`, `external::` (the standalone sim driver over its socket), `kube::` (a
 //! real kube-apiserver per test, `capstan_tests::kube`), `fleet::`
-//! (real Debian hosts booted on this machine, `capstan_tests::fleet`).
+//! (real Debian hosts booted on this machine, `capstan_tests::fleet`), `docs::` (the
+//! README's quickstart as written, and the docs' names against the code), `messages::`
+//! (what an operator reads when something is off).
 
 mod bench;
 mod core;
 mod docker;
+mod docs;
 mod external;
 mod fleet;
 mod hooks;
 mod kube;
+mod messages;
 mod nats;
 mod packaging;
 mod systemd;

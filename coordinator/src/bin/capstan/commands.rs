@@ -1,9 +1,9 @@
 //! `capstan submit`, `wait`, `cancel` and `status`: commands through the coordinator,
 //! and how a command's status reads.
 
-use crate::log::event_line;
 use crate::output::{print, typed};
 use anyhow::Context as _;
+use capstan_common::audit_table;
 use capstan_common::status::CommandStatus;
 use capstan_coordinator::answers::{Accepted, CancelAnswer};
 use capstan_coordinator::client::Client;
@@ -99,6 +99,9 @@ fn show_status(json: bool, answer: &Value) -> anyhow::Result<CommandStatus> {
     Ok(status)
 }
 
+/// The commands of FILE (`-`: stdin): one JSON object, an array of them, or a stream
+/// of them (JSON lines, or objects spread over lines). A JSON error names its line and
+/// column in the file.
 pub(crate) fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
     let mut text = String::new();
     if file.as_os_str() == "-" {
@@ -107,19 +110,19 @@ pub(crate) fn read_input(file: &PathBuf) -> anyhow::Result<Vec<Value>> {
         text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read {}", file.display()))?;
     }
-    if let Ok(value) = serde_json::from_str::<Value>(&text) {
-        return Ok(match value {
-            Value::Array(items) => items,
-            other => vec![other],
-        });
-    }
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| format!("line {} is not JSON", i + 1))
-        })
-        .collect()
+    parse_input(&text).with_context(|| format!("{} is not JSON", file.display()))
+}
+
+/// [`read_input`]'s reading of the text.
+fn parse_input(text: &str) -> Result<Vec<Value>, serde_json::Error> {
+    let values = serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(match <[Value; 1]>::try_from(values) {
+        Ok([Value::Array(items)]) => items,
+        Ok([one]) => vec![one],
+        Err(many) => many,
+    })
 }
 
 pub(crate) fn status_code(status: &CommandStatus) -> ExitCode {
@@ -148,8 +151,50 @@ pub(crate) fn human_status(s: &CommandStatus) -> String {
         ));
     }
     out.push('\n');
+    // The events as `capstan log` prints them, under the same header, indented.
+    if !s.events.is_empty() {
+        out.push_str(&format!("  {}\n", audit_table::header()));
+    }
     for e in &s.events {
-        out.push_str(&event_line(e));
+        out.push_str(&format!("  {}\n", audit_table::row(e)));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_input;
+    use serde_json::json;
+
+    /// Given one object, an array, JSON lines with blank lines, and an object spread
+    /// over lines, then each reads as its commands.
+    #[test]
+    fn reads_an_object_an_array_and_json_lines() {
+        assert_eq!(parse_input(r#"{"a":1}"#).unwrap(), [json!({"a": 1})]);
+        assert_eq!(
+            parse_input(r#"[{"a":1},{"a":2}]"#).unwrap(),
+            [json!({"a": 1}), json!({"a": 2})]
+        );
+        assert_eq!(
+            parse_input("{\"a\":1}\n\n{\"a\":2}\n").unwrap(),
+            [json!({"a": 1}), json!({"a": 2})]
+        );
+        assert_eq!(
+            parse_input("{\n  \"a\": 1\n}\n{\"a\":2}").unwrap(),
+            [json!({"a": 1}), json!({"a": 2})]
+        );
+    }
+
+    /// Given a JSON error after blank lines, in an array over many lines, or on a
+    /// later JSON line, then the error names the file's line and column of it.
+    #[test]
+    fn an_error_names_the_files_line_and_column() {
+        let at = |text: &str| {
+            let e = parse_input(text).unwrap_err();
+            (e.line(), e.column())
+        };
+        assert_eq!(at("{\"a\":1}\n\n   {\"a\":x}\n"), (3, 9));
+        assert_eq!(at("[\n{\"op\":\"x\",\n \"b\": 1,}\n]\n"), (3, 9));
+        assert_eq!(at("\n\n\n{\"a\":"), (4, 5));
+    }
 }

@@ -1,5 +1,7 @@
-//! `capstan log HOST [--follow]`: a host's records from the fleet's copy.
+//! `capstan log HOST [--follow]`: a host's records from the fleet's copy, in the table
+//! `capstan-agent log` prints (`capstan_common::audit_table`).
 
+use capstan_common::audit_table;
 use capstan_coordinator::answers::EventsAnswer;
 use capstan_coordinator::client::Client;
 use serde::Deserialize as _;
@@ -20,6 +22,8 @@ pub(crate) async fn log(
     // Following, an outage of the coordinator (or of its NATS) is waited out:
     // said once on stderr, then retried every second from where it was.
     let mut outage = false;
+    // The header once, above the first page read (as `capstan-agent log` prints it).
+    let mut header = !json;
     loop {
         let page = match client
             .get(&format!("/v1/hosts/{host}/events?since={since}"))
@@ -43,11 +47,14 @@ pub(crate) async fn log(
         }
         let events = expect_events(&page)?;
         let mut out = std::io::stdout().lock();
+        if std::mem::take(&mut header) {
+            writeln!(out, "{}", audit_table::header())?;
+        }
         for e in &events {
             if json {
                 writeln!(out, "{e}")?;
             } else {
-                write!(out, "{}", event_line(e))?;
+                writeln!(out, "{}", audit_table::row(e))?;
             }
             since = since.max(e["seq"].as_u64().unwrap_or(since));
         }
@@ -71,32 +78,6 @@ pub(crate) fn expect_events(page: &Value) -> anyhow::Result<Vec<Value>> {
         Ok(answer) => Ok(answer.events),
         Err(e) => anyhow::bail!("the coordinator's answer has no events ({e}): {page}"),
     }
-}
-
-pub(crate) fn event_line(e: &Value) -> String {
-    let target = ["namespace", "workload", "revision"]
-        .iter()
-        .filter_map(|k| e[*k].as_str())
-        .collect::<Vec<_>>()
-        .join("/");
-    let detail = ["outcome", "code", "cause"]
-        .iter()
-        .filter_map(|k| {
-            e.get(*k)
-                .filter(|v| !v.is_null())
-                .map(|v| format!("{k}={v}"))
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    format!(
-        "  {:>6}  {:<24}  {:<18}  {:<20}  {:<28}  {}\n",
-        e["seq"],
-        e["at"].as_str().unwrap_or(""),
-        e["kind"].as_str().unwrap_or(""),
-        e["command_id"].as_str().unwrap_or("-"),
-        target,
-        detail
-    )
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@ struct Cli {
         long,
         global = true,
         env = "CAPSTAN_COORDINATOR",
-        default_value = "http://127.0.0.1:7400"
+        default_value = "http://127.0.0.1:7400",
+        value_name = "URL",
+        value_parser = coordinator_url
     )]
     coordinator: String,
     /// A file holding the API token (first line). Default: `$CAPSTAN_TOKEN_FILE`, else
@@ -51,6 +53,7 @@ enum Cmd {
     Hosts,
     /// Submit commands from FILE (`-` = stdin): one JSON object, an array, or JSON lines.
     Submit {
+        /// The commands: a JSON file, or `-` for stdin.
         file: PathBuf,
         /// Wait for each command to finish.
         #[arg(long)]
@@ -62,27 +65,41 @@ enum Cmd {
     },
     /// Wait for a command to finish and show it.
     Wait {
+        /// The command's id.
         id: String,
+        /// How long to wait (`500ms`, `30s`, `5m`); exit 3 when the command is not
+        /// done by then.
         #[arg(long, default_value = "30s")]
         timeout: String,
     },
     /// Show a command's status and events.
-    Status { id: String },
+    Status {
+        /// The command's id.
+        id: String,
+    },
     /// Cut a command short on its host (a `cancel_command`); with `--wait`, wait for
     /// the command to end and show it (exit 0 once it is done, whatever its outcome;
     /// 3 when it is not done within `--timeout`).
     Cancel {
+        /// The id of the command to cut short.
         id: String,
+        /// Then wait for the command to end and show it.
         #[arg(long)]
         wait: bool,
+        /// With `--wait`: how long to wait (exit 3 when it is not done by then).
         #[arg(long, default_value = "30s")]
         timeout: String,
     },
     /// Show a host's running intent (asks the agent).
-    Intent { host: String },
+    Intent {
+        /// The host's name.
+        host: String,
+    },
     /// Show a host's audit log from the central event stream.
     Log {
+        /// The host's name.
         host: String,
+        /// Only records after this seq.
         #[arg(long, default_value_t = 0)]
         since: u64,
         /// Keep printing new records.
@@ -91,27 +108,43 @@ enum Cmd {
     },
     /// Compare a host's log with its records published in the central event stream:
     /// `ok`, or the first seq where it was rewritten, forked or truncated (exit 1).
-    Verify { host: String },
+    Verify {
+        /// The host's name.
+        host: String,
+    },
     /// Register a host's public key (`capstan-agent host-key` prints it): what the
     /// coordinator checks everything the host publishes against. With `--file`, one
     /// `HOST KEY` pair a line (`#` comments), as `sim-fleet` writes them.
     Register {
+        /// The host's name.
         host: Option<String>,
+        /// Its public key: 64 hex digits.
         key: Option<String>,
+        /// Register every `HOST KEY` line of this file instead.
         #[arg(long, conflicts_with_all = ["host", "key"])]
         file: Option<PathBuf>,
     },
     /// Show the public keys registered for a host.
-    Keys { host: String },
+    Keys {
+        /// The host's name.
+        host: String,
+    },
     /// Remove one of a host's registered keys.
-    Unregister { host: String, key: String },
+    Unregister {
+        /// The host's name.
+        host: String,
+        /// The public key to remove: 64 hex digits.
+        key: String,
+    },
     /// Send the commands of FILE (without `host`) to many hosts, in order on each
     /// host (the next once the last succeeded there), wait, and summarise.
     Rollout {
+        /// The commands, without `host`: a JSON file, or `-` for stdin.
         file: PathBuf,
         /// Comma-separated hosts, or `alive` for every alive host.
         #[arg(long)]
         hosts: String,
+        /// How long each host's wait for each command may take.
         #[arg(long, default_value = "60s")]
         timeout: String,
         /// Requests in flight at once, submissions and waits alike (1 to 1024).
@@ -124,6 +157,25 @@ enum Cmd {
     /// Install the capstan-agent PACKAGE (.deb) on hosts over SSH, write its config,
     /// enable and start it, and wait until each host is alive (its beat heard).
     Install(install::InstallArgs),
+}
+
+/// `--coordinator` (or `$CAPSTAN_COORDINATOR`): an `http://` or `https://` URL with a
+/// host, said at once with what to write instead (rather than the HTTP client's
+/// "relative URL without a base" on the first request).
+fn coordinator_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(text.to_string()),
+        Some(_) => Err(format!("{text:?} names no host")),
+        None if text.contains("://") => Err(format!(
+            "{text:?} is not an http:// or https:// URL (the coordinator's HTTP API)"
+        )),
+        None => Err(format!(
+            "{text:?} is not a URL: say http://{text} (the coordinator's HTTP API)"
+        )),
+    }
 }
 
 fn main() -> ExitCode {
@@ -187,5 +239,33 @@ async fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Register { host, key, file } => hosts::register(&client, json, host, key, file).await,
         Cmd::Keys { host } => hosts::keys(&client, json, &host).await,
         Cmd::Unregister { host, key } => hosts::unregister(&client, json, &host, &key).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coordinator_url;
+
+    /// Given the coordinator's address with and without a scheme, then a URL is taken
+    /// and an address without one is refused saying what to write.
+    #[test]
+    fn the_coordinator_is_an_http_url() {
+        for ok in [
+            "http://127.0.0.1:7400",
+            "https://capstan.example/",
+            "http://[::1]:7400",
+        ] {
+            assert_eq!(coordinator_url(ok).as_deref(), Ok(ok));
+        }
+        assert_eq!(
+            coordinator_url("127.0.0.1:7400").unwrap_err(),
+            "\"127.0.0.1:7400\" is not a URL: say http://127.0.0.1:7400 (the coordinator's HTTP API)"
+        );
+        assert!(coordinator_url("nats://h:4222")
+            .unwrap_err()
+            .contains("not an http://"));
+        assert!(coordinator_url("http://")
+            .unwrap_err()
+            .contains("names no host"));
     }
 }

@@ -9,7 +9,8 @@
 use super::Fleet;
 use async_nats::jetstream;
 use capstan_common::nats_layout;
-use capstan_tests::agent::Agent;
+use capstan_tests::agent::{Agent, AgentBuilder};
+use capstan_tests::hooks::Hook;
 use capstan_tests::nats::{runtime, Accounts};
 use capstan_tests::{wait_until, READY};
 use futures::StreamExt as _;
@@ -29,8 +30,13 @@ struct Victim {
 }
 
 fn victim(quota: &str) -> Victim {
+    victim_with(quota, |h1| h1)
+}
+
+/// [`victim`], with h1's agent built through `h1`.
+fn victim_with(quota: &str, h1: impl FnOnce(AgentBuilder) -> AgentBuilder) -> Victim {
     let fleet = Fleet::with_accounts(&["h1", "h2"], quota);
-    let h1 = fleet.agent("h1").build();
+    let h1 = h1(fleet.agent("h1")).build();
     let h2 = fleet.agent("h2").build();
     let daemons = vec![h1.run(), h2.run()];
     fleet
@@ -636,12 +642,12 @@ fn h1s_nats_credentials_without_its_host_key_forge_nothing_the_coordinator_takes
             .await
             .expect("publish");
         client.flush().await.expect("flush");
-        // An unsigned result for h1's own command.
+        // An unsigned final result for h1's own command, where a final one is read.
         let status = serde_json::json!({"id": "mine", "host": "h1", "status": "failed",
             "done": true, "error": {"code": "forged", "message": "forged"}, "events": []});
         attacker
             .publish(
-                nats_layout::result_subject("h1", "mine"),
+                nats_layout::final_result_subject("h1", "mine"),
                 status.to_string().into(),
             )
             .await
@@ -722,7 +728,7 @@ fn a_result_claiming_a_billion_records_is_refused_not_read() {
         );
         attacker
             .publish_with_headers(
-                nats_layout::result_subject("h1", "mine"),
+                nats_layout::final_result_subject("h1", "mine"),
                 headers,
                 body.into(),
             )
@@ -1082,15 +1088,18 @@ fn h1s_signed_answers_replayed_to_a_later_request_are_refused() {
     v.stop();
 }
 
-/// With h1's NATS credentials, junk and a replay of one of h1's own signed records (its
-/// last, read early on) are put last on h1's subject, once while h1's agent runs and once while it is down.
-/// Neither stalls its outbox (before: junk last on the subject stopped it for good)
-/// nor has it publish again what it did: each time h1's next command completes and
-/// its records follow, once each, after the junk; the coordinator refuses the junk
-/// when reading (`capstan verify h1` exits 2), never takes it as h1's.
+/// With h1's NATS credentials, a replay of one of h1's own signed records (its last,
+/// read early on) and junk are put last on h1's subject, once while h1's agent runs
+/// and once while it is down. Neither stalls its outbox (before: junk last on the
+/// subject stopped it for good) nor has it publish again what it did: each time h1's
+/// next command completes and its records follow, once each, after the planted
+/// message. The coordinator refuses the replays when reading — every read of h1's
+/// records, from any `since`, answers each record once and none left out, and
+/// `capstan verify h1` stays ok — and refuses the junk (`capstan verify h1` exits 2).
 #[test]
 fn junk_or_a_replayed_record_last_on_h1s_subject_stalls_nothing() {
     let mut v = victim("64M");
+    let mut h1_daemon = Some(v.daemons.remove(0));
     let h1 = v.credentials("h1");
     // What h1's credentials can read of h1's records: the last one, signed.
     let captured = runtime().block_on(async {
@@ -1124,23 +1133,65 @@ fn junk_or_a_replayed_record_last_on_h1s_subject_stalls_nothing() {
                 .expect("stored last on h1's subject");
         })
     };
-    for (round, junk) in [(1, true), (2, false)] {
+    let c = &v.fleet.coordinator;
+    let run_while_up = |round: u32, junk: bool| {
         put_last(junk);
-        v.fleet.coordinator.run_all(&[v
+        c.run_all(&[v
             .h1
             .commands("mine")
             .ensure_namespace(&format!("running-{round}"))]);
-    }
-    v.stop_h1();
-    for (round, junk) in [(3, true), (4, false)] {
+    };
+    let run_after_down = |round: u32, junk: bool| {
         put_last(junk);
         let daemon = v.h1.run();
-        v.fleet.coordinator.run_all(&[v
+        c.run_all(&[v
             .h1
             .commands("mine")
             .ensure_namespace(&format!("restarted-{round}"))]);
         daemon.stop();
+    };
+    // The replays first: while up (the captured record is still the last), then, two
+    // commands later, while down (now an older one, behind later records).
+    run_while_up(1, false);
+    run_while_up(2, false);
+    h1_daemon.take().expect("h1 runs").stop();
+    run_after_down(3, false);
+    // (`verify` asks h1's agent for its own copy.)
+    h1_daemon = Some(v.h1.run());
+    // h1's records as its log has them, and as every read of the coordinator answers.
+    let records = wait_until("h1's records of restarted-3 in CAPSTAN_EVT", READY, || {
+        let records = c.events("h1");
+        records
+            .iter()
+            .any(|r| r["command_id"] == "restarted-3" && r["kind"] == "command_completed")
+            .then_some(records)
+    });
+    let last = records.len() as u64;
+    let seqs: Vec<u64> = records.iter().filter_map(|r| r["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "each record once");
+    for since in 0..=last {
+        let (code, body) = c.get(&format!("/v1/hosts/h1/events?since={since}"));
+        assert_eq!(code, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).expect("JSON");
+        let seqs: Vec<u64> = answer["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter_map(|r| r["seq"].as_u64())
+            .collect();
+        assert_eq!(
+            seqs,
+            (since + 1..=last).collect::<Vec<_>>(),
+            "h1's records after {since}: each once, none left out"
+        );
     }
+    let verified = c.cli_json(&["verify", "h1"], 0);
+    assert_eq!(verified["result"], "ok", "the replays refused: {verified}");
+    // Then junk, while up and while down.
+    run_while_up(4, true);
+    h1_daemon.take().expect("h1 runs").stop();
+    run_after_down(5, true);
+    h1_daemon = Some(v.h1.run());
     // Every record of h1's once, in order, between the planted messages.
     let seqs: Vec<u64> = runtime().block_on(async {
         let store = jetstream::with_prefix(
@@ -1166,20 +1217,100 @@ fn junk_or_a_replayed_record_last_on_h1s_subject_stalls_nothing() {
     once.dedup();
     let replays = seqs.len() - once.len();
     assert_eq!(
-        replays, 2,
-        "only the two planted replays repeat a seq: {seqs:?}"
+        replays, 3,
+        "only the three planted replays repeat a seq: {seqs:?}"
     );
     assert_eq!(
         once,
         (1..=once.len() as u64).collect::<Vec<_>>(),
         "{seqs:?}"
     );
-    assert_eq!(
-        v.fleet.coordinator.cli(&["verify", "h1"]).status.code(),
-        Some(2),
-        "the junk is refused when read"
+    let out = c.cli(&["verify", "h1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unverified"),
+        "the junk is refused when read: {stderr}"
     );
     v.h2_is_unaffected("after-junk-on-h1s-subject");
+    h1_daemon.take().expect("h1 runs").stop();
+    v.stop();
+}
+
+/// h1's NATS credentials put one of h1's own unfinished results again — signed by
+/// h1, heard on its way while the command waited in a hook — after the command's
+/// final result: under the key it came from, and as a notice. The command still
+/// reads `succeeded` (`capstan status`, `capstan wait`): a final result lives under
+/// its own key, which no unfinished one is put under (before: the one key held the
+/// last put, and the status went back to `running`).
+#[test]
+fn h1s_unfinished_result_put_again_after_its_final_one_changes_no_status() {
+    // The namespace `slow` waits in its hook until the test opens the gate.
+    let gate = r#"case "$req" in *'"namespace":"slow"'*)
+  while [ ! -e "$(dirname "$0")/gate" ]; do sleep 0.05; done;;
+esac
+exit 0"#;
+    let v = victim_with("64M", |h1| {
+        let phases = ["after_namespace_prepared", "before_namespace_delete"];
+        h1.hook(Hook::new("gate", &phases, gate))
+    });
+    let c = &v.fleet.coordinator;
+    let id = "slow-1";
+    let (unfinished, finished) = runtime().block_on(async {
+        // The coordinators' reach into the hosts, which hears the notices.
+        let fleet = v.connect("coordinator-hosts").await;
+        let mut notices = fleet
+            .subscribe(nats_layout::result_notice_subject("h1", id))
+            .await
+            .expect("subscribe");
+        c.submit(&v.h1.commands("slow").ensure_namespace(id));
+        let mut unfinished = None;
+        let mut finished = None;
+        while finished.is_none() {
+            let notice = tokio::time::timeout(READY, notices.next())
+                .await
+                .expect("h1's results of slow-1 in time")
+                .expect("the subscription");
+            let status: Value = serde_json::from_slice(&notice.payload).expect("a status");
+            if status["done"] == true {
+                finished = Some(status);
+            } else if unfinished.is_none() {
+                // Heard: the gate opens.
+                std::fs::write(v.h1.path("gate"), "").expect("open the gate");
+                unfinished = Some(notice);
+            }
+        }
+        (unfinished.expect("an unfinished result"), finished.unwrap())
+    });
+    assert_eq!(finished["status"], "succeeded", "{finished}");
+    runtime().block_on(async {
+        let attacker = v.connect("h1").await;
+        let headers = unfinished.headers.clone().expect("signed");
+        jetstream::new(attacker.clone())
+            .publish_with_headers(
+                nats_layout::result_subject("h1", id),
+                headers.clone(),
+                unfinished.payload.clone(),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+        attacker
+            .publish_with_headers(
+                nats_layout::result_notice_subject("h1", id),
+                headers,
+                unfinished.payload.clone(),
+            )
+            .await
+            .expect("notice");
+        attacker.flush().await.expect("flush");
+    });
+    let status = c.cli_json(&["status", id], 0);
+    assert_eq!(status["status"], "succeeded", "{status}");
+    let waited = c.cli_json(&["wait", id], 0);
+    assert_eq!(waited["status"], "succeeded", "{waited}");
+    v.h2_is_unaffected("after-the-replayed-result");
     v.stop();
 }
 

@@ -163,15 +163,24 @@ impl Event {
     /// Whether this event records a command's effect on the host: the kinds
     /// [`crate::plan::Step::effect`] returns (whatever the cause of a start or stop).
     pub fn is_effect(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Event::NamespaceReady { .. }
-                | Event::NamespaceDeleted { .. }
-                | Event::RevisionPrepared { .. }
-                | Event::WorkloadStarted { .. }
-                | Event::WorkloadStopped { .. }
-                | Event::RevisionRetired { .. }
-        )
+            | Event::NamespaceDeleted { .. }
+            | Event::RevisionPrepared { .. }
+            | Event::WorkloadStarted { .. }
+            | Event::WorkloadStopped { .. }
+            | Event::RevisionRetired { .. } => true,
+            Event::CommandReceived { .. }
+            | Event::CommandRejected { .. }
+            | Event::CommandCompleted { .. }
+            | Event::WorkloadFailed { .. }
+            | Event::WorkloadExited { .. }
+            | Event::DriftDetected { .. }
+            | Event::HookStarted { .. }
+            | Event::HookSucceeded { .. }
+            | Event::HookFailed { .. }
+            | Event::CancelRequested { .. } => false,
+        }
     }
 
     /// The short name shown in logs and `--json` output (`command_received`, …).

@@ -2,11 +2,15 @@
 //! it out (or the reason it cannot be); [`plan`] compares intent with what the driver
 //! observes and lists the actions that converge the host; [`shutdown_sweep`] lists what
 //! a graceful stop must stop; [`grants`] decides what to grant, revoke or finish
-//! around the driver steps; [`Step::effect`] is what the log records once a step is
+//! around the driver steps; [`resume`] decides what happens next to a command from
+//! what the log holds of its id (answer, refuse, begin, finish, cut, recover, carry
+//! out); [`Step::effect`] is what the log records once a step is
 //! carried out. The executor performs what these return.
 
 pub mod grants;
+pub mod resume;
 mod step;
+pub use resume::{resume, Resume};
 pub use step::{HookSequence, Step};
 
 use crate::intent::{Intent, RevisionState, RunIntent, WorkloadIntent};

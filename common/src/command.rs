@@ -145,6 +145,21 @@ impl Op {
         }
     }
 
+    /// Whether the op starts a revision (an activation, a start): after a crash
+    /// that logged its effect, what a replaced revision still holds is revoked before
+    /// it completes. Every op is named, so a new one is classified where it is added.
+    pub fn starts(&self) -> bool {
+        match self {
+            Op::ActivateRevision { .. } | Op::StartWorkload { .. } => true,
+            Op::EnsureNamespace { .. }
+            | Op::DeleteNamespace { .. }
+            | Op::PrepareRevision { .. }
+            | Op::StopWorkload { .. }
+            | Op::RetireRevision { .. }
+            | Op::CancelCommand { .. } => false,
+        }
+    }
+
     /// The command a cancel is for.
     pub fn cancels(&self) -> Option<&str> {
         match self {

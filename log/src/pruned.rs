@@ -64,6 +64,27 @@ pub struct PrunedCommand {
 }
 
 impl PrunedCommand {
+    /// What is kept of a command received at `received_seq` as `command` (the JSON
+    /// its `command_received` stores) that completed as `outcome`, `code` and
+    /// `message`, once pruned at `pruned_at_ms`.
+    pub fn new(
+        received_seq: u64,
+        pruned_at_ms: i64,
+        command: &str,
+        outcome: Outcome,
+        code: Option<ErrorCode>,
+        message: Option<String>,
+    ) -> PrunedCommand {
+        PrunedCommand {
+            received_seq,
+            pruned_at_ms,
+            content: stored_content(command),
+            outcome,
+            code,
+            message,
+        }
+    }
+
     /// Whether `command` is what this id was received as (everything but `issued_at`
     /// and `sig`, [`Command::content`]); `None` when that cannot be told.
     pub fn same_content(&self, command: &Command) -> Option<bool> {
@@ -102,6 +123,11 @@ fn content_hash(command: &Command) -> Hash {
     Sha256::digest(command.content().as_bytes()).into()
 }
 
+/// The content hash of a stored command's JSON; `None` when it does not parse.
+fn stored_content(command: &str) -> Option<Hash> {
+    Command::parse(command).ok().map(|c| content_hash(&c))
+}
+
 /// How a command completed.
 type Completion = (Outcome, Option<ErrorCode>, Option<String>);
 
@@ -129,7 +155,7 @@ pub(super) struct Collector {
 impl Collector {
     pub fn add<E: Entry>(&mut self, record: &Record<E>) {
         if let Some(CommandMark::Received { id, command }) = record.event.command_mark() {
-            let content = Command::parse(command).ok().map(|c| content_hash(&c));
+            let content = stored_content(command);
             self.received.insert(id.to_string(), (record.seq, content));
         } else if let Some((id, done)) = completion(record) {
             if self.received.contains_key(id) {

@@ -7,8 +7,9 @@
 //! not wait behind the command it cancels); cancels run one at a time.
 
 use super::{arrived, Earlier, Executor};
-use crate::event::{Event, Record};
+use crate::event::Event;
 use crate::log::LogError;
+use crate::plan::resume::{self, Arrival};
 use capstan_common::{Command, CommandResult, Outcome};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -73,19 +74,6 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// The `cancel_requested` among `history`: by which cancel, if any.
-pub(super) fn requested_by(history: &[Record]) -> Option<&str> {
-    history.iter().find_map(|r| match &r.event {
-        Event::CancelRequested { by, .. } => Some(by.as_str()),
-        _ => None,
-    })
-}
-
-/// What the report of a command the controller cancelled starts with.
-pub(super) fn at_request(by: &str) -> String {
-    format!("cancelled at the controller's request (cancel_command {by})")
-}
-
 impl Executor {
     /// Carries out `command`, a cancel of `target` (see the module docs). It succeeds
     /// once recorded, whatever `target`'s state: the controller reads `target`'s own
@@ -98,18 +86,20 @@ impl Executor {
         let id = &command.id;
         let lock = self.lock_for(CANCELS);
         let _serial = lock.lock().await;
-        let history = match self.earlier(command).await? {
+        let course = match self.earlier(command).await? {
             Earlier::Settled(answer) => return Ok(answer),
-            Earlier::Records(history) => history,
+            Earlier::Go(course, _) => course,
         };
         let mut events = Vec::new();
-        if history.is_empty() {
+        if course.arrival == Arrival::New {
             events.push(arrived(command));
         }
         let theirs = self.log.for_command(target)?;
-        let finished = theirs.iter().any(|r| super::completed(r, target).is_some())
+        let finished = theirs
+            .iter()
+            .any(|r| resume::completed(r, target).is_some())
             || (theirs.is_empty() && self.log.pruned_command(target)?.is_some());
-        let request = !finished && requested_by(&theirs).is_none();
+        let request = !finished && resume::requested_by(&theirs).is_none();
         if request {
             events.push(Event::CancelRequested {
                 command_id: target.to_string(),
@@ -129,9 +119,8 @@ impl Executor {
     /// Why `command` is to be cut short now, if it is: a cancel the log recorded for
     /// it, or its deadline having passed.
     pub(super) fn cut_short(&self, command: &Command) -> Result<Option<String>, LogError> {
-        let history = self.log.for_command(&command.id)?;
-        Ok(requested_by(&history)
-            .map(at_request)
-            .or_else(|| super::passed_deadline(command)))
+        let records = self.log.for_command(&command.id)?;
+        Ok((resume::requested_by(&records).map(resume::at_request))
+            .or_else(|| resume::passed_deadline(command, chrono::Utc::now())))
     }
 }

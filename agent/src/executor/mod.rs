@@ -16,10 +16,11 @@
 
 use crate::event::{Event, Record};
 use crate::hooks::{Hooks, Phase, PhaseError};
-use crate::log::{Log, LogError, PrunedCommand};
+use crate::log::{Log, LogError};
 use crate::metrics::Metrics;
 use crate::plan::grants::Duties;
-use crate::plan::{self, Step};
+use crate::plan::resume::{self, Arrival, Course, Next};
+use crate::plan::{self, Resume, Step};
 use capstan_common::{Command, CommandResult, ErrorCode, Op, Outcome, Rejection};
 use capstan_driver::Driver;
 use std::collections::HashMap;
@@ -54,39 +55,6 @@ pub struct Executor {
     metrics: Arc<Metrics>,
     /// What a `cancel_command` cuts: the commands being carried out.
     in_flight: cancel::InFlight,
-}
-
-/// `id_conflict` when the log received this id with other content
-/// ([`Command::content`]: everything but `issued_at` and `sig`), so that a reused id is
-/// never answered "duplicate, succeeded" for a command that was not carried out: its
-/// `command_received` in `history`, or what is kept of it once `pruned`. A stored
-/// command that no longer parses cannot be compared and is not a conflict.
-fn id_conflict(
-    history: &[Record],
-    pruned: Option<&PrunedCommand>,
-    command: &Command,
-) -> Option<Rejection> {
-    let received = history.iter().find_map(|r| match &r.event {
-        Event::CommandReceived { command, .. } => Some((r.seq, command)),
-        _ => None,
-    });
-    let (seq, same, since) = match (received, pruned) {
-        (Some((seq, stored)), _) => {
-            let stored = Command::parse(stored).ok()?;
-            (seq, stored.content() == command.content(), "")
-        }
-        (None, Some(p)) => (p.received_seq, p.same_content(command)?, ", since pruned"),
-        (None, None) => return None,
-    };
-    (!same).then(|| {
-        Rejection::new(
-            ErrorCode::IdConflict,
-            format!(
-                "id {} was already used for another command (received as seq {seq}{since}); send new content under a new id",
-                command.id
-            ),
-        )
-    })
 }
 
 fn result(
@@ -296,71 +264,74 @@ impl Executor {
         cancel: &CancellationToken,
     ) -> Result<CommandResult, LogError> {
         let id = &command.id;
-        let mut history = match self.earlier(command).await? {
+        let (course, history) = match self.earlier(command).await? {
             Earlier::Settled(answer) => return Ok(answer),
-            Earlier::Records(history) => history,
+            Earlier::Go(course, history) => (course, history),
         };
-        // A cancel recorded for it cuts it short (or keeps it from beginning); it is
-        // not part of what the command itself recorded.
-        let cancelled_by = cancel::requested_by(&history).map(String::from);
-        history.retain(|r| !matches!(r.event, Event::CancelRequested { .. }));
-        if cancelled_by.is_some() {
+        if course.cancelled_by.is_some() {
             cancel.cancel();
         }
-        if history.is_empty() {
-            if let Some(rejection) = self.refused_spec(command) {
-                return Ok(self.record_rejection(Some(id.clone()), rejection).await);
-            }
-            self.log.append_durable(&[arrived(command)]).await?;
-        } else {
-            // Act only on what is recorded: records still in memory after a failed
-            // flush (a redelivery after `log_failed`) are not.
-            let last = history.iter().map(|r| r.seq).max().unwrap_or(0);
-            self.log.durable(last).await?;
-            tracing::info!(command_id = %id, "resuming a command the log shows as begun");
-        }
-        // A crash after the effect was logged but before completion: only complete
-        // (and revoke what a replaced revision still holds).
-        if history.iter().any(|r| r.event.is_effect()) {
-            let then = match command.op.workload() {
-                Some(w) if is_start(&command.op) => {
-                    let (ns, wl) = (w.namespace.as_str(), w.workload.as_str());
-                    let running = self.log.with_intent(|i| plan::grants::intended(i, ns, wl));
-                    match running {
-                        Some(running) => {
-                            (self.revoke_stale(id, ns, wl, &running, None, cancel).await).err()
-                        }
-                        None => None,
-                    }
+        match course.arrival {
+            Arrival::New => {
+                if let Some(rejection) = self.refused_spec(command) {
+                    return Ok(self.record_rejection(Some(id.clone()), rejection).await);
                 }
-                _ => None,
-            };
-            return self.finish(id, Done { effect: None, then }).await;
+                self.log.append_durable(&[arrived(command)]).await?;
+            }
+            Arrival::Resumed { last } => {
+                self.log.durable(last).await?;
+                tracing::info!(command_id = %id, "resuming a command the log shows as begun");
+            }
         }
-        // Cancelled, or past its deadline, a command not begun is not begun.
-        let begun = history
-            .iter()
-            .any(|r| matches!(r.event, Event::HookStarted { .. }));
-        let cut = cancelled_by.as_deref().map(cancel::at_request);
-        if let Some(why) = cut.or_else(|| passed_deadline(command)).filter(|_| !begun) {
-            let message = format!("{why} before it began; nothing was done");
-            let error = Rejection::new(ErrorCode::Cancelled, message);
-            return self
-                .complete(id, Vec::new(), Outcome::Failed, Some(error))
-                .await;
+        match course.next {
+            Next::Finish { revoke_stale } => {
+                let then = match command.op.workload().filter(|_| revoke_stale) {
+                    Some(w) => self.revoke_after_start(id, &w, cancel).await,
+                    None => None,
+                };
+                self.finish(id, Done { effect: None, then }).await
+            }
+            Next::Cut(message) => {
+                let error = Rejection::new(ErrorCode::Cancelled, message);
+                (self.complete(id, Vec::new(), Outcome::Failed, Some(error))).await
+            }
+            Next::Carry { recover } => self.carry(command, recover, &history, cancel).await,
         }
+    }
+
+    /// After a crash that logged a start's effect: revokes what a replaced revision of
+    /// `w` still holds (the revision intent now runs keeps its grants).
+    async fn revoke_after_start(
+        &self,
+        id: &str,
+        w: &capstan_common::WorkloadRef,
+        cancel: &CancellationToken,
+    ) -> Option<PhaseError> {
+        let (ns, wl) = (w.namespace.as_str(), w.workload.as_str());
+        let running = self
+            .log
+            .with_intent(|i| plan::grants::intended(i, ns, wl))?;
+        (self.revoke_stale(id, ns, wl, &running, None, cancel).await).err()
+    }
+
+    /// Decides `command`'s step and carries it out; `recover`: a crash interrupted its
+    /// granting, so first finish what the driver applied, or undo it, then fail
+    /// retryably (`history`: its records).
+    async fn carry(
+        &self,
+        command: &Command,
+        recover: bool,
+        history: &[Record],
+        cancel: &CancellationToken,
+    ) -> Result<CommandResult, LogError> {
+        let id = &command.id;
         let step: Result<Step, plan::Refusal> = self.log.with_intent(|intent| {
             let step = plan::decide(intent, self.driver.kind(), &command.op)?;
             Ok(plan::grants::with_grants(step, intent, &self.duties))
         });
-        let began = history
-            .iter()
-            .any(|r| matches!(&r.event, Event::HookStarted { phase, .. } if phase.is_preparing()));
-        if began {
-            // A crash in the middle of granting: finish what the driver applied, or
-            // undo it, then fail retryably.
+        if recover {
             if let Some(done) = self
-                .recover_step(id, command, step.as_ref().ok(), &history, cancel)
+                .recover_step(id, command, step.as_ref().ok(), history, cancel)
                 .await?
             {
                 return self.finish(id, done).await;
@@ -369,14 +340,8 @@ impl Executor {
         let step = match step {
             Ok(step) => step,
             Err(refusal) => {
-                return self
-                    .complete(
-                        id,
-                        Vec::new(),
-                        Outcome::Failed,
-                        Some(Rejection::new(refusal.code, refusal.message)),
-                    )
-                    .await
+                let error = Rejection::new(refusal.code, refusal.message);
+                return (self.complete(id, Vec::new(), Outcome::Failed, Some(error))).await;
             }
         };
         match self.run_step(id, step, cancel).await {
@@ -412,33 +377,33 @@ impl Executor {
         }
     }
 
-    /// What the log already holds of `command`'s id: the answer, when it is settled
-    /// there (completed, also once retention pruned its records, or the id reused for
-    /// other content: `id_conflict`, recorded); else its records, rejections left out.
+    /// What the log already holds of `command`'s id, and what happens next
+    /// ([`plan::resume`]): the answer when it is settled there (completed, also once
+    /// retention pruned its records, or the id reused for other content: that
+    /// rejection recorded); else how it goes on, with its own records.
     async fn earlier(&self, command: &Command) -> Result<Earlier, LogError> {
         let id = &command.id;
-        let history: Vec<Record> = self
-            .log
-            .for_command(id)?
-            .into_iter()
-            .filter(|r| !matches!(r.event, Event::CommandRejected { .. }))
-            .collect();
+        let records = self.log.for_command(id)?;
         // Retention may have pruned its records: what the log kept of it answers.
-        let received = |r: &Record| matches!(r.event, Event::CommandReceived { .. });
-        let pruned = match history.iter().any(received) {
+        let pruned = match resume::received(&records) {
             true => None,
             false => self.log.pruned_command(id)?,
         };
-        if let Some(rejection) = id_conflict(&history, pruned.as_ref(), command) {
-            let answer = self.record_rejection(Some(id.clone()), rejection).await;
-            return Ok(Earlier::Settled(answer));
+        let now = chrono::Utc::now();
+        match plan::resume(command, &records, pruned.as_ref(), now) {
+            Resume::Conflict(rejection) => {
+                let answer = self.record_rejection(Some(id.clone()), rejection).await;
+                Ok(Earlier::Settled(answer))
+            }
+            Resume::Answered(answer) => {
+                tracing::info!(command_id = %id, "duplicate command answered from the log");
+                Ok(Earlier::Settled(answer))
+            }
+            Resume::Go(course) => {
+                let own = resume::own(&records).cloned().collect();
+                Ok(Earlier::Go(course, own))
+            }
         }
-        let answer = history.iter().find_map(|r| completed(r, id));
-        if let Some(answer) = answer.or_else(|| pruned.map(|p| pruned_answer(&p, id))) {
-            tracing::info!(command_id = %id, "duplicate command answered from the log");
-            return Ok(Earlier::Settled(answer));
-        }
-        Ok(Earlier::Records(history))
     }
 
     /// Completes a step that was carried out: with its effect, succeeded, or failed
@@ -480,8 +445,8 @@ impl Executor {
 enum Earlier {
     /// Answered from the log: nothing more is done.
     Settled(CommandResult),
-    /// Its records so far (none for a new command).
-    Records(Vec<Record>),
+    /// How it goes on, and its own records so far (none for a new command).
+    Go(Course, Vec<Record>),
 }
 
 /// The record of `command` arriving, written before anything is done about it.
@@ -496,51 +461,4 @@ fn arrived(command: &Command) -> Event {
         revision: op.revision().map(Into::into),
         command: command.to_json(),
     }
-}
-
-/// "its deadline … passed", once `command`'s deadline has passed.
-fn passed_deadline(command: &Command) -> Option<String> {
-    let at = command.deadline.filter(|at| *at <= chrono::Utc::now())?;
-    Some(format!(
-        "its deadline {} passed",
-        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    ))
-}
-
-/// True for the ops that start a revision.
-fn is_start(op: &capstan_common::Op) -> bool {
-    matches!(
-        op,
-        capstan_common::Op::ActivateRevision { .. } | capstan_common::Op::StartWorkload { .. }
-    )
-}
-
-/// The answer recorded for `id`, if it completed.
-fn completed(record: &Record, id: &str) -> Option<CommandResult> {
-    match &record.event {
-        Event::CommandCompleted {
-            outcome,
-            code,
-            message,
-            ..
-        } => Some(duplicate(id, *outcome, *code, message.as_deref())),
-        _ => None,
-    }
-}
-
-/// The answer for `id` from what the log kept of it once pruned: the same as from
-/// its records.
-fn pruned_answer(pruned: &PrunedCommand, id: &str) -> CommandResult {
-    duplicate(id, pruned.outcome, pruned.code, pruned.message.as_deref())
-}
-
-/// A duplicate's answer: how `id` completed.
-fn duplicate(
-    id: &str,
-    outcome: Outcome,
-    code: Option<ErrorCode>,
-    message: Option<&str>,
-) -> CommandResult {
-    let error = code.map(|c| Rejection::new(c, message.unwrap_or_default().to_string()));
-    result(Some(id.to_string()), outcome, true, error)
 }

@@ -254,7 +254,15 @@ pub fn starting(step: &Step) -> Option<Starting<'_>> {
             readiness: spec.readiness.as_ref(),
             strategy: spec.strategy,
         }),
-        _ => None,
+        // Every step is named: a new one that starts something is classified here
+        // (a crash in the middle of it is then recovered as a start).
+        Step::EnsureNamespace { .. }
+        | Step::DeleteNamespace { .. }
+        | Step::Prepare { .. }
+        | Step::Stop { .. }
+        | Step::Retire { .. }
+        | Step::AlreadyRunning { .. }
+        | Step::AlreadyReady { .. } => None,
     }
 }
 

@@ -131,7 +131,12 @@ impl Step {
             Step::Prepare { spec, .. } | Step::Activate { spec, .. } | Step::Start { spec, .. } => {
                 Some(spec)
             }
-            _ => None,
+            Step::EnsureNamespace { .. }
+            | Step::DeleteNamespace { .. }
+            | Step::Stop { .. }
+            | Step::Retire { .. }
+            | Step::AlreadyRunning { .. }
+            | Step::AlreadyReady { .. } => None,
         }
     }
 
@@ -234,3 +239,6 @@ impl Step {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -530,3 +530,68 @@ fn the_hooks_are_told_the_revision_the_step_concerns() {
     };
     assert_eq!(idle.target(), ("ns".into(), web, None));
 }
+
+#[test]
+fn an_op_starts_a_revision_exactly_when_the_step_it_comes_to_does() {
+    // web runs r1, r2 is prepared; on the second host web was stopped.
+    let mut events = running("r1", image("a"));
+    events.push(prepared("r2", image("b")));
+    let runs = given(&events);
+    events.push(stopped(by("s0"), "r1"));
+    let stopped_web = given(&events);
+    let (ns, wl) = ("ns".to_string(), "web".to_string());
+    let ops = [
+        Op::EnsureNamespace {
+            namespace: "other".into(),
+        },
+        Op::DeleteNamespace {
+            namespace: "other".into(),
+        },
+        prepare_op("r3", image("c")),
+        activate_op("r2"),
+        Op::StopWorkload {
+            namespace: ns.clone(),
+            workload: wl.clone(),
+        },
+        Op::StartWorkload {
+            namespace: ns.clone(),
+            workload: wl.clone(),
+        },
+        Op::RetireRevision {
+            namespace: ns,
+            workload: wl,
+            revision: "r2".into(),
+        },
+        Op::CancelCommand {
+            target: "a1".into(),
+        },
+    ];
+    let mut starts = 0;
+    for op in &ops {
+        // A new op fails to compile here: add one to the list above too.
+        match op {
+            Op::EnsureNamespace { .. }
+            | Op::DeleteNamespace { .. }
+            | Op::PrepareRevision { .. }
+            | Op::ActivateRevision { .. }
+            | Op::StopWorkload { .. }
+            | Op::StartWorkload { .. }
+            | Op::RetireRevision { .. }
+            | Op::CancelCommand { .. } => {}
+        }
+        for intent in [&runs, &stopped_web] {
+            let Ok(step) = decide(intent, SIM, op) else {
+                continue;
+            };
+            let step = grants::with_grants(step, intent, &Default::default());
+            if matches!(step, Step::AlreadyRunning { .. }) {
+                assert!(op.starts(), "{op:?} came to {step:?}");
+                continue;
+            }
+            let is_start = grants::starting(&step).is_some();
+            assert_eq!(op.starts(), is_start, "{op:?} came to {step:?}");
+            starts += usize::from(is_start);
+        }
+    }
+    assert_eq!(starts, 3, "an activation on both hosts and a start");
+}

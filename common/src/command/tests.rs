@@ -269,3 +269,39 @@ fn a_json_error_names_the_files_line() {
     let message = super::Command::parse_at(text, 10).unwrap_err().message;
     assert_eq!(message, "not JSON: expected value at line 12 column 9");
 }
+
+#[test]
+fn known_ops_are_every_ops_name_once() {
+    use super::{Op, KNOWN_OPS};
+    // One line of each op; a new op fails to compile in the match below until it is
+    // listed here (and in KNOWN_OPS).
+    let fields = [
+        r#""op":"ensure_namespace","namespace":"ns""#,
+        r#""op":"delete_namespace","namespace":"ns""#,
+        r#""op":"prepare_revision","namespace":"ns","workload":"web","revision":"r1","spec":{"driver":"sim","image":"a"}"#,
+        r#""op":"activate_revision","namespace":"ns","workload":"web","revision":"r1""#,
+        r#""op":"stop_workload","namespace":"ns","workload":"web""#,
+        r#""op":"start_workload","namespace":"ns","workload":"web""#,
+        r#""op":"retire_revision","namespace":"ns","workload":"web","revision":"r1""#,
+        r#""op":"cancel_command","target":"c0""#,
+    ];
+    let mut names = Vec::new();
+    for f in fields {
+        let text =
+            format!(r#"{{"v":1,"id":"c1","host":"h1","issued_at":"2026-01-01T00:00:00Z",{f}}}"#);
+        let op = super::Command::parse(&text).expect(f).op;
+        let kind = match op {
+            Op::EnsureNamespace { .. } => 0,
+            Op::DeleteNamespace { .. } => 1,
+            Op::PrepareRevision { .. } => 2,
+            Op::ActivateRevision { .. } => 3,
+            Op::StopWorkload { .. } => 4,
+            Op::StartWorkload { .. } => 5,
+            Op::RetireRevision { .. } => 6,
+            Op::CancelCommand { .. } => 7,
+        };
+        assert_eq!(kind, names.len(), "{f}: one of each op, in order");
+        names.push(op.name());
+    }
+    assert_eq!(names, KNOWN_OPS);
+}

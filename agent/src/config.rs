@@ -96,6 +96,10 @@ pub struct AgentConfig {
     /// How many workloads the shutdown sweep stops at once (1 to
     /// [`MAX_SHUTDOWN_CONCURRENCY`], default [`DEFAULT_SHUTDOWN_CONCURRENCY`]).
     pub shutdown_concurrency: Option<usize>,
+    /// Seconds between the reconciler's looks at the host while the agent runs
+    /// (`executor/look.rs`; 0: off; at most [`MAX_RECONCILE_INTERVAL_SECS`], default
+    /// [`DEFAULT_RECONCILE_INTERVAL_SECS`]).
+    pub reconcile_interval_secs: Option<u64>,
     #[serde(default)]
     pub sim: SimConfig,
     /// The docker driver's section; owned by `capstan-docker`.
@@ -147,6 +151,11 @@ pub struct AgentConfig {
     resolved: Resolved,
 }
 
+/// The default `reconcile_interval_secs`.
+pub const DEFAULT_RECONCILE_INTERVAL_SECS: u64 = 60;
+/// The most `reconcile_interval_secs` may be (a day).
+pub const MAX_RECONCILE_INTERVAL_SECS: u64 = 86_400;
+
 /// The default `shutdown_concurrency`.
 pub const DEFAULT_SHUTDOWN_CONCURRENCY: usize = 16;
 /// The most `shutdown_concurrency` may be.
@@ -161,6 +170,8 @@ pub struct Resolved {
     pub shutdown_concurrency: usize,
     /// `commands_in_flight`.
     pub commands_in_flight: usize,
+    /// `reconcile_interval_secs`; `None`: the reconciler looks only at startup.
+    pub reconcile_interval: Option<Duration>,
     /// `hook_cleanup_budget`.
     pub cleanup_budget: Duration,
     /// `[metrics]`: where `run` serves `GET /metrics`; `None`: off.
@@ -174,6 +185,7 @@ impl Default for Resolved {
         Resolved {
             shutdown_concurrency: DEFAULT_SHUTDOWN_CONCURRENCY,
             commands_in_flight: crate::transport::commands::DEFAULT_IN_FLIGHT,
+            reconcile_interval: Some(Duration::from_secs(DEFAULT_RECONCILE_INTERVAL_SECS)),
             cleanup_budget: hooks::DEFAULT_CLEANUP_BUDGET,
             metrics_listen: Some(
                 DEFAULT_METRICS_LISTEN
@@ -271,6 +283,8 @@ pub enum ConfigError {
     ShutdownConcurrency,
     #[error("invalid config: `commands_in_flight` must be 1 to {max}", max = crate::transport::commands::MAX_IN_FLIGHT)]
     InFlight,
+    #[error("invalid config: `reconcile_interval_secs` must be 0 (off) to {MAX_RECONCILE_INTERVAL_SECS}")]
+    ReconcileInterval,
     #[error(transparent)]
     Retention(#[from] crate::log::retention::RetentionError),
     #[error("invalid config: `[metrics] listen` {value:?} must be an IP address and port (e.g. \"127.0.0.1:9464\")")]
@@ -349,9 +363,18 @@ impl AgentConfig {
             Some(n) => n,
             None => defaults.shutdown_concurrency,
         };
+        let reconcile_interval = match self.reconcile_interval_secs {
+            Some(n) if n > MAX_RECONCILE_INTERVAL_SECS => {
+                return Err(ConfigError::ReconcileInterval)
+            }
+            Some(0) => None,
+            Some(n) => Some(Duration::from_secs(n)),
+            None => defaults.reconcile_interval,
+        };
         Ok(Resolved {
             shutdown_concurrency,
             commands_in_flight,
+            reconcile_interval,
             cleanup_budget,
             metrics_listen: self.metrics.listen()?,
             retention: self.log.retention.policy(self.signing.max_age_secs)?,

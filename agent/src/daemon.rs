@@ -2,7 +2,8 @@
 //! order in which it stops. `main.rs` only wires configuration into [`Daemon`].
 //!
 //! Up: supervision first (an exit during startup must be seen) → [`startup`]
-//! (finish what the log shows as begun, reconcile the host) → the transport (new
+//! (finish what the log shows as begun, reconcile the host) → the reconciler's loop
+//! (a look every `reconcile_interval_secs`: `executor/look.rs`) → the transport (new
 //! commands come last) → `/metrics` on the listener `run` bound before anything was
 //! opened ([`crate::metrics::serve`]) → the background verification of the whole log
 //! (opening checked only the tail after the newest snapshot, and trusted that
@@ -13,13 +14,14 @@
 //!
 //! Down ([`Daemon::stop`]): cancel hooks in flight (their owners compensate under a
 //! fresh budget, so the command being carried out ends promptly) → stop taking
-//! commands → stop supervision (no restart may undo the sweep) → the shutdown sweep
+//! commands → stop the reconciler (its look in flight finished) → stop supervision
+//! (no restart may undo the sweep) → the shutdown sweep
 //! (unless leave-running) → give the outbox a bounded time to publish → flush → stop
 //! serving `/metrics` (up to [`METRICS_DRAIN`]).
 
 use crate::config::{AgentConfig, ShutdownMode};
 use crate::drivers::{self, OpenError};
-use crate::executor::{Executor, SweepReport};
+use crate::executor::{Executor, Noticed, ReconcileReport, SweepReport};
 use crate::hooks::{Hooks, Runners};
 use crate::local_socket;
 use crate::log::{Log, LogError, LogOptions, Pace};
@@ -51,12 +53,13 @@ pub const VERIFY_PACE: Pace = Pace {
 
 type Verification = JoinHandle<Result<Option<u64>, LogError>>;
 
-/// Finishes what the log shows as begun, then reconciles the host to intent. A
+/// Finishes what the log shows as begun, then reconciles the host to intent; the
+/// drift and changes it found (the reconciler's loop does not record them again). A
 /// degraded log is left alone: the agent refuses to act on it.
-pub async fn startup(executor: &Executor) -> Result<(), LogError> {
+pub async fn startup(executor: &Executor) -> Result<Noticed, LogError> {
     if let Some(c) = executor.log().degraded() {
         tracing::error!(corruption = %c, "the log is degraded: refusing to act; run `capstan-agent log verify`");
-        return Ok(());
+        return Ok(Noticed::default());
     }
     let recovered = executor.recover().await?;
     if recovered > 0 {
@@ -73,7 +76,42 @@ pub async fn startup(executor: &Executor) -> Result<(), LogError> {
         drift = report.drift,
         "startup reconciliation done"
     );
-    Ok(())
+    Ok(report.noticed)
+}
+
+/// The reconciler's loop: a look at the host every `every` (`executor/look.rs`) until
+/// `stop`; a look under way is finished first (it may hold a namespace's lock between
+/// a driver call and its record). Nothing while the log is degraded.
+fn reconcile_every(
+    executor: Arc<Executor>,
+    every: Duration,
+    mut noticed: Noticed,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    let task = async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            if executor.log().degraded().is_some() {
+                continue;
+            }
+            match executor.look(&mut noticed).await {
+                Ok(r) if r == ReconcileReport::default() => {}
+                Ok(r) => tracing::info!(
+                    stopped = r.stopped,
+                    failed = r.failed,
+                    drift = r.drift,
+                    "the reconciler found the host away from intent"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %e, "the reconciler could not record what it found")
+                }
+            }
+        }
+    };
+    tokio::spawn(task.in_current_span())
 }
 
 /// The NATS side of a daemon: where to connect, whose signatures to accept, and what
@@ -94,6 +132,9 @@ pub struct Settings {
     pub shutdown: ShutdownMode,
     /// How many workloads the shutdown sweep stops at once.
     pub shutdown_concurrency: usize,
+    /// How often the reconciler looks at the host (`reconcile_interval_secs`);
+    /// `None`: only at startup.
+    pub reconcile_interval: Option<Duration>,
     pub backoff: Backoff,
     /// Where to serve `/metrics` once up.
     pub metrics: Option<TcpListener>,
@@ -201,6 +242,7 @@ impl HostSetup<'_> {
             nats,
             shutdown: self.config.shutdown,
             shutdown_concurrency: self.config.resolved().shutdown_concurrency,
+            reconcile_interval: self.config.resolved().reconcile_interval,
             backoff: Backoff::default(),
             metrics,
             local: Some((self.data_dir.join(local_socket::SOCKET), info)),
@@ -236,6 +278,8 @@ impl StopReport {
 pub struct Daemon {
     executor: Arc<Executor>,
     supervisor: Option<JoinHandle<()>>,
+    /// The reconciler's loop, and what stops it (also when dropped).
+    reconciler: Option<(JoinHandle<()>, DropGuard)>,
     transport: Option<Transport>,
     shutdown: ShutdownMode,
     shutdown_concurrency: usize,
@@ -303,7 +347,15 @@ impl Daemon {
             let supervisor = Supervisor::new(Arc::clone(&executor), settings.backoff);
             tokio::spawn(supervisor.run().in_current_span())
         });
-        startup(&executor).await?;
+        let noticed = startup(&executor).await?;
+        let reconciler = match (settings.reconcile_interval, executor.log().degraded()) {
+            (Some(every), None) => {
+                let stop = CancellationToken::new();
+                let task = reconcile_every(Arc::clone(&executor), every, noticed, stop.clone());
+                Some((task, stop.drop_guard()))
+            }
+            _ => None,
+        };
         let transport = match settings.nats {
             Some(n) => Some(
                 Transport::start(
@@ -352,6 +404,7 @@ impl Daemon {
         Ok(Daemon {
             executor,
             supervisor,
+            reconciler,
             transport,
             shutdown: settings.shutdown,
             shutdown_concurrency: settings.shutdown_concurrency,
@@ -395,6 +448,14 @@ impl Daemon {
         }
         if let Some(t) = &mut self.transport {
             t.stop_commands().await;
+        }
+        // The reconciler, with its look in flight: nothing acts on the host after this
+        // but the sweep.
+        if let Some((task, stop)) = self.reconciler.take() {
+            drop(stop);
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "the reconciler failed");
+            }
         }
         if let Some(s) = self.supervisor.take() {
             s.abort();

@@ -17,7 +17,8 @@ pub enum Cause {
     AgentShutdown,
     /// The agent's startup reconciliation.
     AgentStartup,
-    /// The supervisor noticed an exit and acted.
+    /// The agent's supervision: the supervisor acting on an exit, or the reconciler's
+    /// look finding the host away from intent while the agent runs.
     Supervisor,
 }
 

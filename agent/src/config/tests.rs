@@ -302,3 +302,28 @@ fn a_nats_hooks_connection_settings_are_validated_at_load() {
         assert!(!text.contains("\"p\\n\""), "no password in errors");
     }
 }
+
+#[test]
+fn reconcile_interval_is_bounded_defaults_to_60_and_0_turns_the_loop_off() {
+    let d = Resolved::default();
+    assert_eq!(d.reconcile_interval, Some(Duration::from_secs(60)));
+    for (n, expect) in [
+        (0, Some(None)),
+        (1, Some(Some(1))),
+        (86_400, Some(Some(86_400))),
+        (86_401, None),
+    ] {
+        let text = format!("reconcile_interval_secs = {n}\n");
+        match (
+            AgentConfig::from_toml(&text, PathBuf::from("agent.toml")),
+            expect,
+        ) {
+            (Ok(c), Some(secs)) => assert_eq!(
+                c.resolved().reconcile_interval,
+                secs.map(Duration::from_secs)
+            ),
+            (Err(ConfigError::ReconcileInterval), None) => {}
+            (other, _) => panic!("{n}: {other:?}"),
+        }
+    }
+}

@@ -14,6 +14,7 @@ fn settings(shutdown: ShutdownMode, nats: Option<NatsSettings>) -> Settings {
         nats,
         shutdown,
         shutdown_concurrency: 4,
+        reconcile_interval: None,
         backoff: Backoff::default(),
         metrics: None,
         local: None,
@@ -309,4 +310,44 @@ async fn metrics_are_served_until_the_stop_which_a_stalled_connection_does_not_h
         ),
         "still listening"
     );
+}
+
+#[tokio::test]
+async fn a_running_daemon_sees_a_backend_removed_by_hand_without_a_restart() {
+    use capstan_driver::Driver as _;
+    let rig = given_two_running(SimConfig::default()).await;
+    let settings = Settings {
+        reconcile_interval: Some(Duration::from_millis(20)),
+        ..settings(ShutdownMode::LeaveRunning, None)
+    };
+    let daemon = Daemon::start(Arc::clone(&rig.executor), settings)
+        .await
+        .unwrap();
+    let db = capstan_driver::RevisionRef {
+        namespace: "ns",
+        workload: "db",
+        revision: "r1",
+    };
+    rig.sim.retire(db).await.unwrap();
+    let recorded = || {
+        rig.records().iter().any(|r| {
+            matches!(
+                &r.event,
+                crate::event::Event::WorkloadFailed {
+                    workload,
+                    code: capstan_common::ErrorCode::BackendMissing,
+                    ..
+                } if workload == "db"
+            )
+        })
+    };
+    // Waits for the record the loop writes (not for a time): at most 30 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !recorded() {
+        assert!(tokio::time::Instant::now() < deadline, "never recorded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let report = daemon.stop(None).await.unwrap();
+    assert_eq!(report.exit_code(), 0);
+    assert_state(rig.dir.path(), "web", BackendState::Running);
 }

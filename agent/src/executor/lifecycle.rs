@@ -1,8 +1,10 @@
 //! The executor across agent restarts: [`Executor::recover`] finishes what the log
-//! shows as begun, [`Executor::reconcile`] brings the host to intent at startup, and
+//! shows as begun, [`Executor::reconcile`] brings the host to intent at startup (and
+//! [`Executor::look`], in `look.rs`, looks again while the agent runs), and
 //! [`Executor::shutdown_sweep`] stops what a graceful stop must stop. None of them
 //! changes running intent.
 
+use super::look::Noticed;
 use super::Executor;
 use crate::event::{Cause, Event, Record};
 use crate::log::LogError;
@@ -17,6 +19,10 @@ pub struct ReconcileReport {
     pub stopped: usize,
     pub failed: usize,
     pub drift: usize,
+    /// The drift and changes startup found: the reconciler's first look does not
+    /// record them again.
+    #[serde(skip)]
+    pub noticed: Noticed,
 }
 
 impl Executor {
@@ -68,8 +74,7 @@ impl Executor {
     /// given up on or drifted is still recorded, so the log says what the agent found.
     pub async fn reconcile(&self) -> Result<ReconcileReport, LogError> {
         let mut report = ReconcileReport::default();
-        let capabilities = self.driver.capabilities();
-        let manages = capabilities.manages_lifecycle;
+        let manages = self.driver.capabilities().manages_lifecycle;
         let observed = match self.driver.observe().await {
             Ok(o) => o,
             Err(e) => {
@@ -77,141 +82,157 @@ impl Executor {
                 return Ok(report);
             }
         };
-        let intent = self.log.intent();
-        let actions = plan::plan(&intent, &observed)
-            .into_iter()
+        let actions = plan::plan(&self.log.intent(), &observed);
+        report.noticed = Noticed::among(&actions);
+        let actions = (actions.into_iter())
             .filter(|a| manages || !matches!(a, Action::Start { .. } | Action::Stop { .. }));
         for action in actions {
-            match action {
-                Action::Start {
-                    namespace,
-                    workload,
-                    revision,
-                } => {
-                    let rev = RevisionRef {
-                        namespace: &namespace,
-                        workload: &workload,
-                        revision: &revision,
-                    };
-                    let event = match self.driver.resume(rev).await {
-                        Ok(()) => {
-                            report.started += 1;
-                            Event::WorkloadStarted {
-                                cause: Cause::AgentStartup,
-                                namespace,
-                                workload,
-                                revision,
-                                previous: None,
-                            }
-                        }
-                        Err(e) => {
-                            report.failed += 1;
-                            startup_failure(namespace, workload, e.code(), e.report())
-                        }
-                    };
-                    self.log.append(&[event])?;
-                }
-                Action::Stop {
-                    namespace,
-                    workload,
-                    revision,
-                } => {
-                    let rev = RevisionRef {
-                        namespace: &namespace,
-                        workload: &workload,
-                        revision: &revision,
-                    };
-                    if let Err(e) = self.driver.stop(rev).await {
-                        report.failed += 1;
-                        tracing::warn!(error = %e.report(), "could not stop a revision that should not run");
-                        continue;
-                    }
-                    report.stopped += 1;
-                    self.log.append(&[Event::WorkloadStopped {
-                        cause: Cause::AgentStartup,
-                        namespace,
-                        workload,
-                        revision: Some(revision),
-                    }])?;
-                }
-                Action::Missing {
-                    namespace,
-                    workload,
-                    revision,
-                } => {
-                    report.failed += 1;
-                    let message = format!("revision {revision} has no backend on this host");
-                    let code = ErrorCode::BackendMissing;
-                    self.log
-                        .append(&[startup_failure(namespace, workload, code, message)])?;
-                }
-                Action::Failed {
-                    namespace,
-                    workload,
-                    revision,
-                    reason,
-                } => {
-                    report.failed += 1;
-                    let message = format!("the backend gave up on revision {revision}: {reason}");
-                    let code = ErrorCode::BackendFailed;
-                    self.log
-                        .append(&[startup_failure(namespace, workload, code, message)])?;
-                }
-                Action::Changed {
-                    namespace,
-                    workload,
-                    revision,
-                    what,
-                } => {
-                    report.drift += 1;
-                    tracing::warn!(%namespace, %workload, %revision, %what, "found a backend of ours changed outside capstan; left as it is");
-                    self.log.append(&[Event::DriftDetected {
-                        namespace,
-                        workload,
-                        revision,
-                        reaped: false,
-                    }])?;
-                }
-                Action::Drift {
-                    namespace,
-                    workload,
-                    revision,
-                } => {
-                    report.drift += 1;
-                    let reap = capabilities.reaps_orphans;
-                    tracing::warn!(%namespace, %workload, %revision, reap, "found a backend labelled ours that intent does not know");
-                    let mut reaped = false;
-                    if reap {
-                        let rev = RevisionRef {
-                            namespace: &namespace,
-                            workload: &workload,
-                            revision: &revision,
-                        };
-                        match self.driver.retire(rev).await {
-                            Ok(()) => reaped = true,
-                            Err(e) => {
-                                tracing::warn!(error = %e.report(), "could not remove drift")
-                            }
-                        }
-                    }
-                    self.log.append(&[Event::DriftDetected {
-                        namespace,
-                        workload,
-                        revision,
-                        reaped,
-                    }])?;
-                }
-            }
+            self.act(action, Cause::AgentStartup, &mut report).await?;
         }
         self.log.durable(self.log.last_seq()).await?;
         Ok(report)
     }
+
+    /// Carries one reconciliation action out, recorded as caused by `cause`, and counts
+    /// it in `report`.
+    pub(super) async fn act(
+        &self,
+        action: Action,
+        cause: Cause,
+        report: &mut ReconcileReport,
+    ) -> Result<(), LogError> {
+        match action {
+            Action::Start {
+                namespace,
+                workload,
+                revision,
+            } => {
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                let event = match self.driver.resume(rev).await {
+                    Ok(()) => {
+                        report.started += 1;
+                        Event::WorkloadStarted {
+                            cause,
+                            namespace,
+                            workload,
+                            revision,
+                            previous: None,
+                        }
+                    }
+                    Err(e) => {
+                        report.failed += 1;
+                        failure(cause, namespace, workload, e.code(), e.report())
+                    }
+                };
+                self.log.append(&[event])?;
+            }
+            Action::Stop {
+                namespace,
+                workload,
+                revision,
+            } => {
+                let rev = RevisionRef {
+                    namespace: &namespace,
+                    workload: &workload,
+                    revision: &revision,
+                };
+                if let Err(e) = self.driver.stop(rev).await {
+                    report.failed += 1;
+                    tracing::warn!(error = %e.report(), "could not stop a revision that should not run");
+                    return Ok(());
+                }
+                report.stopped += 1;
+                self.log.append(&[Event::WorkloadStopped {
+                    cause,
+                    namespace,
+                    workload,
+                    revision: Some(revision),
+                }])?;
+            }
+            Action::Missing {
+                namespace,
+                workload,
+                revision,
+            } => {
+                report.failed += 1;
+                let message = format!("revision {revision} has no backend on this host");
+                let code = ErrorCode::BackendMissing;
+                (self.log).append(&[failure(cause, namespace, workload, code, message)])?;
+            }
+            Action::Failed {
+                namespace,
+                workload,
+                revision,
+                reason,
+            } => {
+                report.failed += 1;
+                let message = format!("the backend gave up on revision {revision}: {reason}");
+                let code = ErrorCode::BackendFailed;
+                (self.log).append(&[failure(cause, namespace, workload, code, message)])?;
+            }
+            Action::Changed {
+                namespace,
+                workload,
+                revision,
+                what,
+            } => {
+                report.drift += 1;
+                tracing::warn!(%namespace, %workload, %revision, %what, "found a backend of ours changed outside capstan; left as it is");
+                self.log.append(&[Event::DriftDetected {
+                    namespace,
+                    workload,
+                    revision,
+                    reaped: false,
+                }])?;
+            }
+            Action::Drift {
+                namespace,
+                workload,
+                revision,
+            } => {
+                report.drift += 1;
+                let reap = self.driver.capabilities().reaps_orphans;
+                tracing::warn!(%namespace, %workload, %revision, reap, "found a backend labelled ours that intent does not know");
+                let mut reaped = false;
+                if reap {
+                    let rev = RevisionRef {
+                        namespace: &namespace,
+                        workload: &workload,
+                        revision: &revision,
+                    };
+                    match self.driver.retire(rev).await {
+                        Ok(()) => reaped = true,
+                        Err(e) => {
+                            tracing::warn!(error = %e.report(), "could not remove drift")
+                        }
+                    }
+                }
+                self.log.append(&[Event::DriftDetected {
+                    namespace,
+                    workload,
+                    revision,
+                    reaped,
+                }])?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// A workload startup reconciliation could not bring to intent.
-fn startup_failure(namespace: String, workload: String, code: ErrorCode, message: String) -> Event {
+/// A workload reconciliation could not bring to intent.
+fn failure(
+    cause: Cause,
+    namespace: String,
+    workload: String,
+    code: ErrorCode,
+    message: String,
+) -> Event {
     Event::WorkloadFailed {
-        cause: Cause::AgentStartup,
+        cause,
         namespace,
         workload,
         code,

@@ -30,9 +30,11 @@ use tokio_util::sync::CancellationToken;
 mod cancel;
 mod grants;
 mod lifecycle;
+mod look;
 mod ready;
 mod step;
 pub use lifecycle::{ReconcileReport, SweepReport};
+pub use look::Noticed;
 use step::{Done, StepError};
 #[cfg(test)]
 mod tests;

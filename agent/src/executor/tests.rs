@@ -3,6 +3,8 @@
 
 /// A log that cannot be made durable under a running executor.
 mod flush_failure;
+/// The reconciler's looks while the agent runs.
+mod look;
 /// Random valid command sequences through the executor (proptest).
 mod property;
 /// Commands answered from what retention kept of them.

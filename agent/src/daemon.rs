@@ -376,8 +376,13 @@ impl Daemon {
         let metrics = settings.metrics.map(|listener| {
             let stop = CancellationToken::new();
             let published = transport.as_ref().map(Transport::published);
-            let task =
-                metrics::serve::serve(listener, Arc::clone(&executor), published, stop.clone());
+            let scrape = metrics::serve::Scrape {
+                metrics: Arc::clone(executor.metrics()),
+                log: Arc::clone(executor.log()),
+                driver: executor.driver().kind(),
+                published,
+            };
+            let task = metrics::serve::serve(listener, scrape, stop.clone());
             (task, stop.drop_guard())
         });
         let retention = match (settings.retention, executor.log().degraded()) {

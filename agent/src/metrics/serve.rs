@@ -4,9 +4,11 @@
 //! the agent is up ([`serve`]).
 
 use super::render::{self, Gauges};
-use crate::executor::Executor;
+use super::Metrics;
+use crate::log::Log;
 use axum::http::header;
 use axum::response::IntoResponse;
+use capstan_common::DriverKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -31,47 +33,46 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// What a scrape reads.
+/// What a scrape reads: the counters, and the log and driver the gauges come from.
 #[derive(Clone)]
-struct Scrape {
-    executor: Arc<Executor>,
+pub struct Scrape {
+    pub metrics: Arc<Metrics>,
+    pub log: Arc<Log>,
+    pub driver: DriverKind,
     /// The outbox's acknowledged seq, with `[nats]`.
-    published: Option<watch::Receiver<u64>>,
+    pub published: Option<watch::Receiver<u64>>,
 }
 
 impl Scrape {
     fn gauges(&self) -> Gauges {
-        let log = self.executor.log();
+        let log = &self.log;
         Gauges {
             last_seq: log.last_seq(),
             published_seq: self.published.as_ref().map(|p| *p.borrow()),
             degraded: !log.healthy(),
             workloads: log.with_intent(super::workloads),
             version: env!("CARGO_PKG_VERSION"),
-            driver: self.executor.driver().kind(),
+            driver: self.driver,
         }
     }
 }
 
 async fn metrics(axum::extract::State(scrape): axum::extract::State<Scrape>) -> impl IntoResponse {
-    let text = render::render(scrape.executor.metrics(), &scrape.gauges());
+    let text = render::render(&scrape.metrics, &scrape.gauges());
     ([(header::CONTENT_TYPE, render::CONTENT_TYPE)], text)
 }
 
-/// Serves `GET /metrics` on `listener` until `stop` is cancelled.
+/// Serves `GET /metrics` on `listener`, from what `scrape` reads, until `stop` is
+/// cancelled.
 pub fn serve(
     listener: TcpListener,
-    executor: Arc<Executor>,
-    published: Option<watch::Receiver<u64>>,
+    scrape: Scrape,
     stop: tokio_util::sync::CancellationToken,
 ) -> JoinHandle<()> {
     let addr = listener.local_addr().ok();
     let app = axum::Router::new()
         .route("/metrics", axum::routing::get(metrics))
-        .with_state(Scrape {
-            executor,
-            published,
-        });
+        .with_state(scrape);
     tokio::spawn(
         async move {
             if let Some(addr) = addr {

@@ -213,6 +213,35 @@ fn shipped_agent() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// On SIGINT or SIGTERM: kills every process the run started (servers, agents,
+/// coordinators, fleets, booted hosts: `capstan_tests::process::kill_children`) and
+/// exits 128 + the signal's number, without waiting for the measurement in progress.
+/// Its temporary directories stay, and so do containers a `docker` run made (named
+/// after the run's host name, `docs/benchmarks.md`).
+fn stop_on_signals(rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Registered here, before any child starts; heard on the runtime's workers
+    // whatever the main thread is doing.
+    let (mut int, mut term) = rt.block_on(async {
+        anyhow::Ok((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    rt.spawn(async move {
+        let number = tokio::select! {
+            _ = int.recv() => 2, // SIGINT
+            _ = term.recv() => 15, // SIGTERM
+        };
+        let killed = capstan_tests::process::kill_children();
+        eprintln!(
+            "capstan-bench: signal {number}: killed the {killed} processes it started; exiting"
+        );
+        std::process::exit(128 + number);
+    });
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let called = std::env::args_os().next().unwrap_or_default();
     if std::path::Path::new(&called)
@@ -247,6 +276,7 @@ fn main() -> anyhow::Result<()> {
     // Not a test: its runs are as long as they need (the harness's per-test clock).
     capstan_tests::watchdog::off();
     let runtime = tokio::runtime::Runtime::new()?;
+    stop_on_signals(&runtime)?;
     let rt = &runtime;
     let args = &args;
     let wanted = |m| args.only.is_empty() || args.only.contains(&m);

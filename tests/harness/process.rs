@@ -389,3 +389,42 @@ pub fn send_signal(pid: u32, signal: i32) {
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {pid} failed");
 }
+
+/// This process's children that have not been reaped (every thread's:
+/// `/proc/self/task/*/children`), by pid: each is still ours, so killing it hits no
+/// other process.
+pub fn children() -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return pids;
+    };
+    for task in tasks.flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        pids.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// SIGKILLs every child of this process ([`children`]) — the servers, agents,
+/// coordinators and fleets it started, a booted host's `unshare` (whose PID 1 dies
+/// with it) — for a program about to end without its destructors (`capstan-bench` on
+/// SIGINT or SIGTERM, the watchdog's abort). How many it killed.
+pub fn kill_children() -> usize {
+    let pids = children();
+    if !pids.is_empty() {
+        // The `kill` command, as `send_signal`: the workspace forbids unsafe code.
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(u32::to_string))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    pids.len()
+}

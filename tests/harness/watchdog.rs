@@ -103,6 +103,8 @@ pub fn watch() {
                          (CAPSTAN_TEST_TIMEOUT): aborting the test binary",
                         limit.as_secs()
                     );
+                    // The processes the tests started would outlive the abort.
+                    crate::process::kill_children();
                     std::process::abort();
                 }
             })

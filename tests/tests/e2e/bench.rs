@@ -59,3 +59,51 @@ fn smoke_runs_every_measurement_once() {
         );
     }
 }
+
+/// SIGTERM in the middle of a run: the processes the bench started are killed, and
+/// the bench exits 143 at once. The run is held where it is by stopping its
+/// nats-server (SIGSTOP), so that it cannot end by itself before the signal.
+#[test]
+fn a_signal_kills_what_the_bench_started() {
+    use capstan_tests::process::{send_signal, Exit, Process};
+    use capstan_tests::{wait_until, READY};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(capstan_tests::binary("capstan-bench"));
+    c.args(["--smoke", "--only", "roundtrip"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let bench = Process::spawn("capstan-bench", c, &dir.path().join("stderr"));
+    let pid = bench.id();
+    let comm = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let server = wait_until("the bench's nats-server", READY, || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|l| {
+                let pids: Vec<u32> = l
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                pids
+            })
+            .find(|&child| comm(child).trim() == "nats-server")
+    });
+    send_signal(server, libc::SIGSTOP);
+    send_signal(pid, libc::SIGTERM);
+    let stderr = bench.wait_expecting(Exit::Code(143));
+    assert!(
+        stderr.contains("capstan-bench: signal 15: killed the"),
+        "{stderr}"
+    );
+    wait_until(
+        format!("its nats-server (pid {server}) to be gone"),
+        READY,
+        || {
+            let status =
+                std::fs::read_to_string(format!("/proc/{server}/status")).unwrap_or_default();
+            // Gone, or dead and not yet reaped by whoever inherited it.
+            status.is_empty() || status.contains("State:\tZ")
+        },
+    );
+}

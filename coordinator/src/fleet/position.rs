@@ -51,12 +51,16 @@ pub(super) async fn last_seq(
     subject: &str,
 ) -> Result<Option<u64>, FleetError> {
     match stream.direct_get_last_for_subject(subject).await {
-        Ok(m) => Ok(serde_json::from_slice::<serde_json::Value>(&m.payload)
-            .ok()
-            .and_then(|v| v["seq"].as_u64())),
+        Ok(m) => Ok(record_seq(&m.payload)),
         Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
         Err(e) => Err(FleetError::nats(e)),
     }
+}
+
+/// The record seq of a message of `CAPSTAN_EVT` (its JSON's `seq`).
+fn record_seq(payload: &[u8]) -> Option<u64> {
+    let record: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    record["seq"].as_u64()
 }
 
 pub(super) async fn bisect(probe: &mut impl Probe, since: u64) -> Result<u64, FleetError> {
@@ -92,15 +96,12 @@ impl Probe for Direct<'_> {
             .await
         {
             Ok(m) => {
-                let seq = serde_json::from_slice::<serde_json::Value>(&m.payload)
-                    .ok()
-                    .and_then(|v| v["seq"].as_u64())
-                    .ok_or_else(|| {
-                        FleetError::Nats(format!(
-                            "{} message {} has no record seq",
-                            self.subject, m.sequence
-                        ))
-                    })?;
+                let seq = record_seq(&m.payload).ok_or_else(|| {
+                    FleetError::Nats(format!(
+                        "{} message {} has no record seq",
+                        self.subject, m.sequence
+                    ))
+                })?;
                 Ok(Some((m.sequence, seq)))
             }
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),

@@ -60,6 +60,8 @@ pub struct AgentBuilder {
     /// A coordinator (its URL and a `submit` token) to register the host's key with
     /// when the agent is built.
     register: Option<(String, String)>,
+    /// `reconcile_interval_secs`; `None`: the config's default.
+    reconcile_every: Option<u64>,
 }
 
 impl AgentBuilder {
@@ -97,6 +99,12 @@ impl AgentBuilder {
         self.driver = Driver::Kube {
             kubeconfig: kubeconfig.to_path_buf(),
         };
+        self
+    }
+
+    /// `reconcile_interval_secs`: how often the running agent looks at its host.
+    pub fn reconcile_every(mut self, secs: u64) -> AgentBuilder {
+        self.reconcile_every = Some(secs);
         self
     }
 
@@ -230,6 +238,9 @@ impl AgentBuilder {
     fn toml(&self, dir: &Path) -> String {
         let mut toml = String::new();
         let mut add = |text: &str| toml.push_str(text);
+        if let Some(secs) = self.reconcile_every {
+            add(&format!("reconcile_interval_secs = {secs}\n"));
+        }
         match &self.driver {
             Driver::Sim => add("driver = \"sim\"\n"),
             Driver::Docker {
@@ -298,6 +309,7 @@ impl Agent {
             metrics: Some("127.0.0.1:0".into()),
             extra: String::new(),
             register: None,
+            reconcile_every: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Supervision and drift with the docker driver: an exit is recorded with its code
 //! and a running-intent workload is started again (an explicitly stopped one is
 //! not); a container labelled as ours that intent does not know is reported, keeps
-//! its namespace from being deleted, and is removed only with `reap_orphans = true`.
+//! its namespace from being deleted, and is removed only with `reap_orphans = true`;
+//! one made while the agent runs is seen by the reconciler's look, without a restart.
 
 use super::a_running_b_stopped;
 use capstan_tests::command::Spec;
@@ -12,6 +13,7 @@ use capstan_tests::{wait_until, READY};
 capstan_tests::each_engine!(
     a_killed_container_is_restarted_and_its_exit_recorded,
     drift_is_reported_and_reaped_only_when_configured,
+    drift_made_while_the_agent_runs_is_seen_without_a_restart,
     a_crash_looping_workload_is_retried_with_growing_logged_delays
 );
 
@@ -62,15 +64,14 @@ fn a_killed_container_is_restarted_and_its_exit_recorded(engine: Engine) {
     );
 }
 
-fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
-    let mut a = agent(engine, "drift").build();
-    let c = a.commands(&a.host);
-    a.apply_ok(&[c.ensure_namespace("ns")]);
-    let ghost = format!("capstan-ghost-{}", c.ns);
+/// Creates (not starts) a container labelled as `a`'s host's, workload `ghost` r1 in
+/// namespace `ns`, which intent does not know; its name.
+fn ghost(a: &capstan_tests::agent::Agent, ns: &str) -> String {
+    let name = format!("capstan-ghost-{ns}");
     a.docker(&[
         "create",
         "--name",
-        &ghost,
+        &name,
         "--network",
         "none",
         "--label",
@@ -78,7 +79,7 @@ fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
         "--label",
         &format!("io.capstan.host={}", a.host),
         "--label",
-        &format!("io.capstan.namespace={}", c.ns),
+        &format!("io.capstan.namespace={ns}"),
         "--label",
         "io.capstan.workload=ghost",
         "--label",
@@ -86,6 +87,14 @@ fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
         IMAGE,
         "true",
     ]);
+    name
+}
+
+fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
+    let mut a = agent(engine, "drift").build();
+    let c = a.commands(&a.host);
+    a.apply_ok(&[c.ensure_namespace("ns")]);
+    ghost(&a, &c.ns);
 
     a.run().stop();
     let drift = a.events("drift_detected");
@@ -111,6 +120,27 @@ fn drift_is_reported_and_reaped_only_when_configured(engine: Engine) {
     assert!(earlier.iter().all(|d| d["reaped"] == false), "{drift:#?}");
     assert!(a.containers().is_empty(), "reaped");
     a.apply_ok(&[c.delete_namespace("d2")]);
+}
+
+/// Docker-side `docker create` of a container labelled ours while the agent runs: no
+/// exit, no startup, only the reconciler's look (every second here) can see it.
+fn drift_made_while_the_agent_runs_is_seen_without_a_restart(engine: Engine) {
+    let a = agent(engine, "look").reconcile_every(1).build();
+    let c = a.commands(&a.host);
+    a.apply_ok(&[c.ensure_namespace("ns")]);
+    let daemon = a.run();
+    let ghost = ghost(&a, &c.ns);
+    let found = daemon.wait_for_line("the reconciler's look to find the drift", |l| {
+        l["fields"]["message"] == "the reconciler found the host away from intent"
+    });
+    assert_eq!(found["fields"]["drift"], 1, "{found}");
+    daemon.stop();
+    let drift = a.events("drift_detected");
+    assert_eq!(drift.len(), 1, "{drift:#?}");
+    assert_eq!(drift[0]["workload"], "ghost");
+    assert_eq!(drift[0]["reaped"], false);
+    assert_eq!(a.containers().len(), 1, "reported, not removed");
+    a.docker(&["rm", "-f", &ghost]);
 }
 
 fn a_crash_looping_workload_is_retried_with_growing_logged_delays(engine: Engine) {

@@ -106,6 +106,16 @@ pub async fn open(
 mod tests {
     use super::*;
 
+    /// A build with every driver feature has every built-in kind, in `BUILT_IN`'s
+    /// order: a kind added there without its feature and its arm in `open` (whose
+    /// catch-all would answer "not in this build") fails here. The workspace's test
+    /// build has every feature (capstan-tests asks for `kube`).
+    #[cfg(all(feature = "docker", feature = "systemd", feature = "kube"))]
+    #[test]
+    fn a_build_with_every_driver_feature_has_every_built_in_driver() {
+        assert_eq!(compiled(), DriverKind::BUILT_IN);
+    }
+
     // Kube is the driver a host agent build leaves out.
     #[cfg(not(feature = "kube"))]
     #[tokio::test]

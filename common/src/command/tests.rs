@@ -305,3 +305,16 @@ fn known_ops_are_every_ops_name_once() {
     }
     assert_eq!(names, KNOWN_OPS);
 }
+
+#[test]
+fn a_number_in_a_section_reads_back_as_itself_from_the_canonical_json() {
+    // Found by the `command` fuzz target: without serde_json's exact float parsing
+    // (`float_roundtrip`), 5.099999999989999e+76 was read back as
+    // 5.0999999999899986e+76, so the canonical JSON (what is signed) of a command
+    // changed when it was read again.
+    let text = r#"{"v":1,"id":"p2","host":"h1","issued_at":"2026-11-29T10:00:00Z","op":"prepare_revision","namespace":"shop","workload":"api","revision":"r1","spec":{"driver":"systemd","command":["/usr/bin/api"],"systemd":{"user":"app","x_percent":50999999999900000000000000000000000000000000000000000000009223372036854775807,"y":0.1,"z":1e-300}}}"#;
+    let canonical = super::Command::parse(text).unwrap().to_json();
+    let again = super::Command::parse(&canonical).unwrap();
+    assert_eq!(again.to_json(), canonical);
+    assert!(canonical.contains(r#""y":0.1,"z":1e-300"#), "{canonical}");
+}

@@ -116,7 +116,7 @@ impl Executor {
                 .map(|a| namespace(a).to_string())
                 .collect()
         });
-        let now = Noticed::among(&found);
+        let mut recorded = BTreeSet::new();
         for ns in namespaces {
             let _serial = self.lock_namespace(&ns).await;
             // Decided again under the lock: a command on `ns` may have run meanwhile.
@@ -129,10 +129,16 @@ impl Executor {
                     .collect()
             });
             for action in actions {
+                recorded.extend(drift(&action));
                 self.act(action, Cause::Supervisor, &mut report).await?;
             }
         }
-        *noticed = now;
+        // Noticed from now on: what was recorded, by this look or before, and is still
+        // there. A drift this look could not decide on (the host could not be observed
+        // again) is looked at again next time.
+        let still = Noticed::among(&found).0;
+        recorded.extend(still.into_iter().filter(|d| noticed.0.contains(d)));
+        *noticed = Noticed(recorded);
         if report != ReconcileReport::default() {
             self.log.durable(self.log.last_seq()).await?;
         }

@@ -394,8 +394,17 @@ pub fn send_signal(pid: u32, signal: i32) {
 /// `/proc/self/task/*/children`), by pid: each is still ours, so killing it hits no
 /// other process.
 pub fn children() -> Vec<u32> {
+    children_in("/proc/self")
+}
+
+/// Process `pid`'s unreaped children (every thread's).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    children_in(&format!("/proc/{pid}"))
+}
+
+fn children_in(proc_dir: &str) -> Vec<u32> {
     let mut pids = Vec::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+    let Ok(tasks) = std::fs::read_dir(format!("{proc_dir}/task")) else {
         return pids;
     };
     for task in tasks.flatten() {

@@ -158,10 +158,15 @@ impl Executor {
                 workload,
                 revision,
             } => {
-                report.failed += 1;
                 let message = format!("revision {revision} has no backend on this host");
-                let code = ErrorCode::BackendMissing;
-                (self.log).append(&[failure(cause, namespace, workload, code, message)])?;
+                let event = failure(
+                    cause,
+                    namespace,
+                    workload,
+                    ErrorCode::BackendMissing,
+                    message,
+                );
+                self.record_failure(event, report)?;
             }
             Action::Failed {
                 namespace,
@@ -169,10 +174,15 @@ impl Executor {
                 revision,
                 reason,
             } => {
-                report.failed += 1;
                 let message = format!("the backend gave up on revision {revision}: {reason}");
-                let code = ErrorCode::BackendFailed;
-                (self.log).append(&[failure(cause, namespace, workload, code, message)])?;
+                let event = failure(
+                    cause,
+                    namespace,
+                    workload,
+                    ErrorCode::BackendFailed,
+                    message,
+                );
+                self.record_failure(event, report)?;
             }
             Action::Changed {
                 namespace,
@@ -220,6 +230,14 @@ impl Executor {
             }
         }
         Ok(())
+    }
+}
+
+impl Executor {
+    /// Records `event`, a workload reconciliation found failed, and counts it.
+    fn record_failure(&self, event: Event, report: &mut ReconcileReport) -> Result<(), LogError> {
+        report.failed += 1;
+        self.log.append(&[event]).map(drop)
     }
 }
 

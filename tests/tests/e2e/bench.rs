@@ -65,7 +65,7 @@ fn smoke_runs_every_measurement_once() {
 /// nats-server (SIGSTOP), so that it cannot end by itself before the signal.
 #[test]
 fn a_signal_kills_what_the_bench_started() {
-    use capstan_tests::process::{send_signal, Exit, Process};
+    use capstan_tests::process::{children_of, send_signal, Exit, Process};
     use capstan_tests::{wait_until, READY};
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(capstan_tests::binary("capstan-bench"));
@@ -76,18 +76,7 @@ fn a_signal_kills_what_the_bench_started() {
     let pid = bench.id();
     let comm = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
     let server = wait_until("the bench's nats-server", READY, || {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-        tasks
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|l| {
-                let pids: Vec<u32> = l
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect();
-                pids
-            })
-            .find(|&child| comm(child).trim() == "nats-server")
+        (children_of(pid).into_iter()).find(|&child| comm(child).trim() == "nats-server")
     });
     send_signal(server, libc::SIGSTOP);
     send_signal(pid, libc::SIGTERM);

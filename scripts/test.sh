@@ -24,6 +24,11 @@ export CAPSTAN_FLEET_ROOTFS
 # (Assigned first, so that a failed build stops this script under set -e.)
 kube_env=$(.ci/kube.sh)
 eval "$kube_env"
+# The VM driver's tests (tests/tests/e2e/vm/) boot a tiny guest under QEMU with TCG:
+# .ci/vmguest.sh installs QEMU and builds the guest (Debian's cloud kernel, a busybox
+# initramfs with vm/guest/'s init) once, cached (docs/vm.md, *Tests*).
+CAPSTAN_VM_GUEST_DIR=$(.ci/vmguest.sh)
+export CAPSTAN_VM_GUEST_DIR
 OLDEST_NATS=/usr/sbin/nats-server
 # schemathesis (PyPI, in a venv cached by .ci/schemathesis.sh) fuzzes the coordinator's
 # API from its OpenAPI description (e2e test nats::openapi).

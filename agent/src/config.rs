@@ -12,6 +12,8 @@ use capstan_external::ExternalConfig;
 use capstan_kube::KubeConfig;
 #[cfg(feature = "systemd")]
 use capstan_systemd::SystemdConfig;
+#[cfg(feature = "vm")]
+use capstan_vm::VmConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,7 +67,7 @@ impl std::str::FromStr for DriverSetting {
             _ => match s.parse::<DriverKind>() {
                 Ok(kind) if kind.is_built_in() => Ok(DriverSetting::Builtin(kind)),
                 _ => Err(format!(
-                    "unknown driver {s:?} (sim, docker, systemd, kube, or external for a driver process of any kind)"
+                    "unknown driver {s:?} (sim, docker, systemd, kube, vm, or external for a driver process of any kind)"
                 )),
             },
         }
@@ -114,6 +116,10 @@ pub struct AgentConfig {
     #[cfg(feature = "kube")]
     #[serde(default)]
     pub kube: KubeConfig,
+    /// The VM driver's section; owned by `capstan-vm`.
+    #[cfg(feature = "vm")]
+    #[serde(default)]
+    pub vm: VmConfig,
     /// The external driver's section; owned by `capstan-external`.
     #[cfg(feature = "external")]
     #[serde(default)]

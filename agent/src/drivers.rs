@@ -1,6 +1,6 @@
 //! The drivers compiled into this build, and opening the one the config names. The
 //! agent is their composition: each real driver is a crate behind a cargo feature
-//! (`docker`, `systemd`, `kube`), so a build links only the backends it can drive. With the
+//! (`docker`, `systemd`, `kube`, `vm`), so a build links only the backends it can drive. With the
 //! `external` feature, `driver = "external"` reaches a driver process over its socket
 //! (`docs/driver-protocol.md`); from then on it is treated like a built-in one.
 
@@ -21,6 +21,9 @@ pub fn compiled() -> Vec<DriverKind> {
     }
     if cfg!(feature = "kube") {
         kinds.push(DriverKind::KUBE);
+    }
+    if cfg!(feature = "vm") {
+        kinds.push(DriverKind::VM);
     }
     kinds
 }
@@ -55,7 +58,12 @@ fn list(kinds: &[DriverKind]) -> String {
 pub async fn open(
     config: &AgentConfig,
     #[cfg_attr(
-        not(any(feature = "docker", feature = "systemd", feature = "kube")),
+        not(any(
+            feature = "docker",
+            feature = "systemd",
+            feature = "kube",
+            feature = "vm"
+        )),
         allow(unused_variables)
     )]
     host: &str,
@@ -96,6 +104,12 @@ pub async fn open(
                 .await
                 .map_err(|e| OpenError::Backend(DriverKind::KUBE, e))?,
         )),
+        #[cfg(feature = "vm")]
+        DriverKind::VM => Ok(Arc::new(
+            capstan_vm::VmDriver::open(host, config.vm.clone(), data_dir)
+                .await
+                .map_err(|e| OpenError::Backend(DriverKind::VM, e))?,
+        )),
         // Unreachable in a build with every driver.
         #[allow(unreachable_patterns)]
         other => Err(OpenError::NotCompiled(DriverSetting::Builtin(other))),
@@ -110,7 +124,12 @@ mod tests {
     /// order: a kind added there without its feature and its arm in `open` (whose
     /// catch-all would answer "not in this build") fails here. The workspace's test
     /// build has every feature (capstan-tests asks for `kube`).
-    #[cfg(all(feature = "docker", feature = "systemd", feature = "kube"))]
+    #[cfg(all(
+        feature = "docker",
+        feature = "systemd",
+        feature = "kube",
+        feature = "vm"
+    ))]
     #[test]
     fn a_build_with_every_driver_feature_has_every_built_in_driver() {
         assert_eq!(compiled(), DriverKind::BUILT_IN);

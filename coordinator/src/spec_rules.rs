@@ -1,7 +1,7 @@
 //! The built-in drivers' own rules for a spec, checked when a command is submitted (a
 //! refusal is 400 `invalid_spec`, before anything is published). Each driver crate
 //! owns its rules and its section (`capstan_systemd::spec`, `capstan_kube::spec`,
-//! `capstan_docker::check_spec`, `capstan_driver::sim::check_spec`); the coordinator
+//! `capstan_docker::check_spec`, `capstan_vm::spec`, `capstan_driver::sim::check_spec`); the coordinator
 //! links them without the drivers themselves (their `driver` feature off). A spec for
 //! any other kind is an external driver's: its rules are the driver's own, and the
 //! agent that runs it checks them (`Driver::check_spec`).
@@ -23,6 +23,10 @@ pub fn admit(spec: &mut Spec) -> Result<(), Rejection> {
         }
         DriverKind::KUBE => {
             capstan_kube::spec::check(spec)?.write_into(spec);
+            Ok(())
+        }
+        DriverKind::VM => {
+            capstan_vm::spec::check(spec)?.write_into(spec);
             Ok(())
         }
         _ => Ok(()),
@@ -77,6 +81,8 @@ mod tests {
             r#"{"driver":"kube","image":"web:1","kube":{"replicas":3}}"#,
         ))
         .unwrap();
+        assert!(refused(r#"{"driver":"vm","vm":{"kernel":"../k"}}"#).contains("images_dir"));
+        check(&spec(r#"{"driver":"vm","vm":{"kernel":"vmlinuz"}}"#)).unwrap();
         check(&spec(r#"{"driver":"acme","acme":{"anything":[1,2]}}"#)).unwrap();
     }
 

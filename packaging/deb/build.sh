@@ -125,13 +125,13 @@ put systemd/units/capstan-agent.service usr/lib/systemd/system/capstan-agent.ser
 put systemd/units/capstan.tmpfiles usr/lib/tmpfiles.d/capstan.conf 0644
 put packaging/etc/agent.toml etc/capstan/agent.toml 0644
 put README.md usr/share/doc/capstan-agent/README.md 0644
-for doc in agent cli glossary install hooks nats protocol systemd driver-protocol; do
+for doc in agent cli glossary install hooks nats protocol systemd vm driver-protocol; do
   put "docs/$doc.md" "usr/share/doc/capstan-agent/$doc.md" 0644
 done
 package capstan-agent "capstan node agent: an event-sourced lifecycle agent for one host" \
 " Writes each lifecycle command from the coordinator to its own durable, hash-chained
- event log before acting, carries it out through one driver (sim, docker, systemd, or
- an external driver process), runs the lifecycle hooks around each start and stop,
+ event log before acting, carries it out through one driver (sim, docker, systemd, vm,
+ or an external driver process), runs the lifecycle hooks around each start and stop,
  and rebuilds the running intent of every workload from its log when it comes back." \
   "X-Capstan-Log-Layouts: $layouts"
 

@@ -40,6 +40,7 @@ pub mod nats;
 pub mod pid1;
 pub mod process;
 pub mod systemd;
+pub mod vm;
 pub mod watchdog;
 
 use std::collections::HashSet;

@@ -149,7 +149,7 @@ fn reads_an_external_driver_and_names_bad_keys_there() {
         ),
         (
             "driver = \"extrenal\"\n",
-            "sim, docker, systemd, kube, or external",
+            "sim, docker, systemd, kube, vm, or external",
         ),
     ] {
         std::fs::write(&path, text).unwrap();

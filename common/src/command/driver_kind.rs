@@ -29,8 +29,11 @@ impl DriverKind {
     pub const SYSTEMD: DriverKind = DriverKind::known("systemd");
     /// Deployments in a Kubernetes cluster (`capstan-kube`).
     pub const KUBE: DriverKind = DriverKind::known("kube");
+    /// Virtual machines under QEMU, controlled over QMP (`capstan-vm`).
+    pub const VM: DriverKind = DriverKind::known("vm");
     /// The drivers built into `capstan-agent` (when compiled in: `capstan-agent drivers`).
-    pub const BUILT_IN: [DriverKind; 4] = [Self::SIM, Self::DOCKER, Self::SYSTEMD, Self::KUBE];
+    pub const BUILT_IN: [DriverKind; 5] =
+        [Self::SIM, Self::DOCKER, Self::SYSTEMD, Self::KUBE, Self::VM];
 
     /// `name` as a kind, if it follows the grammar.
     pub fn new(name: &str) -> Result<DriverKind, BadKind> {

@@ -27,6 +27,9 @@ pub enum Driver {
     Kube {
         kubeconfig: PathBuf,
     },
+    /// The VM driver on a test's [`crate::vm::VmHost`]: its images, state and run dirs
+    /// and stop timeout.
+    Vm(capstan_vm::VmConfig),
 }
 
 /// The `[systemd]` section of an agent on a [`crate::systemd::SystemdHost`].
@@ -99,6 +102,15 @@ impl AgentBuilder {
         self.driver = Driver::Kube {
             kubeconfig: kubeconfig.to_path_buf(),
         };
+        self
+    }
+
+    /// The VM driver on `vms` (its images, state and run dirs: QEMUs the test leaves
+    /// are killed with it).
+    pub fn vm(mut self, vms: &crate::vm::VmHost) -> AgentBuilder {
+        let mut config = vms.config.clone();
+        config.run_dir = Some(vms.run_dir());
+        self.driver = Driver::Vm(config);
         self
     }
 
@@ -258,6 +270,22 @@ impl AgentBuilder {
             Driver::Kube { kubeconfig } => add(&format!(
                 "driver = \"kube\"\n[kube]\nkubeconfig = {:?}\nrollout_timeout_secs = 60\n",
                 kubeconfig.display().to_string()
+            )),
+            Driver::Vm(vm) => add(&format!(
+                "driver = \"vm\"\n[vm]\nimages_dir = {:?}\nstate_dir = {:?}\nrun_dir = {:?}\n\
+                 stop_timeout_secs = {}\n",
+                vm.images_dir.display().to_string(),
+                vm.state_dir
+                    .as_deref()
+                    .expect("a VmHost's state dir")
+                    .display()
+                    .to_string(),
+                vm.run_dir
+                    .as_deref()
+                    .expect("a VmHost's run dir")
+                    .display()
+                    .to_string(),
+                vm.stop_timeout_secs
             )),
             Driver::Systemd(s) => {
                 add(&format!(

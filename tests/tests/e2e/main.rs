@@ -24,3 +24,4 @@ mod messages;
 mod nats;
 mod packaging;
 mod systemd;
+mod vm;

@@ -32,7 +32,7 @@ fn web(agent: &Agent) -> serde_json::Value {
 }
 
 /// Owner `iam`: contributes the placeholder `DB_TOKEN=opaque-db.tok:42` to every start.
-fn iam() -> Hook {
+pub(crate) fn iam() -> Hook {
     let body = r#"[ "$phase" = before_workload_start ] && echo '{"env":{"DB_TOKEN":"opaque-db.tok:42"}}'
 exit 0"#;
     Hook::new(

@@ -1,0 +1,244 @@
+//! `capstan-agent` with `driver = "vm"` (the shipped binary, its `[vm]` section):
+//! a revision's lifecycle in order with hooks, the hook's placeholder in the guest's
+//! environment byte for byte, a graceful agent stop that stops every running-intent VM
+//! (the guest hears its power button) and a startup that boots them again without a
+//! hook, an explicitly stopped workload that stays stopped, and activations and
+//! retires that leave exactly the VMs intent wants.
+
+use crate::hooks::iam;
+use capstan_tests::agent::Agent;
+use capstan_tests::command::Spec;
+use capstan_tests::vm::{spec, VmHost};
+use capstan_tests::{unique, wait_until, READY};
+use sha2::Digest as _;
+
+fn vm_spec(rev: &str) -> Spec {
+    Spec::from(spec(&[("REV", rev)]))
+}
+
+/// The SHA-256 the guest's workload reports for the env `records` (written out here,
+/// not by the driver's encoder).
+fn sha(records: &[&str]) -> String {
+    let block: Vec<u8> = records.iter().flat_map(|r| r.bytes().chain([0])).collect();
+    capstan_common::signing::to_hex(&sha2::Sha256::digest(&block))
+}
+
+#[test]
+fn the_agent_carries_a_vm_through_its_lifecycle_with_hooks() {
+    let vms = VmHost::new(60);
+    let a = Agent::builder(&unique("vmlife"))
+        .vm(&vms)
+        .hook(iam())
+        .build();
+    let ns = a.host.clone();
+    let c = a.commands(&ns);
+    let env = sha(&["DB_TOKEN=opaque-db.tok:42", "REV=r1"]);
+    let started = |what: &str| {
+        let line = vms.console_line(&ns, "web", "r1", "CAPSTAN-WORKLOAD-START");
+        assert!(
+            line.ends_with(&format!("environ_sha256={env}")),
+            "{what}: {line}"
+        );
+    };
+
+    // Prepare and activate: the hook's placeholder is in the guest, not in the log.
+    a.apply_ok(&c.rollout(&["web"], "r1", vm_spec));
+    assert_eq!(vms.qemus().len(), 1);
+    started("activated");
+    let log = serde_json::to_string(&a.log()).unwrap();
+    assert!(!log.contains("opaque-db"), "a placeholder reached the log");
+
+    // A graceful stop stops it (its workload gets TERM), a start boots it again with
+    // the same environment and no hook.
+    a.run().stop();
+    vms.console_line(&ns, "web", "r1", "CAPSTAN-WORKLOAD got TERM");
+    assert_eq!(
+        vms.qemus(),
+        Vec::<i32>::new(),
+        "the sweep left a VM running"
+    );
+    let daemon = a.run();
+    assert_eq!(vms.qemus().len(), 1, "startup did not boot web");
+    started("started again on startup");
+    daemon.stop();
+    assert_eq!(vms.qemus(), Vec::<i32>::new());
+
+    // Explicitly stopped: it stays stopped across a restart; started again by command.
+    a.apply_ok(&[c.stop("s1", "web")]);
+    a.run().stop();
+    assert_eq!(
+        vms.qemus(),
+        Vec::<i32>::new(),
+        "an explicitly stopped VM was started"
+    );
+    a.apply_ok(&[c.start("s2", "web")]);
+    assert_eq!(vms.qemus().len(), 1);
+    started("started by command");
+
+    // r2 replaces r1, whose files go with its retire; the namespace goes last.
+    a.apply_ok(&[
+        c.prepare("p2", "web", "r2", vm_spec("r2")),
+        c.activate("a2", "web", "r2"),
+        c.retire("x1", "web", "r1"),
+    ]);
+    assert_eq!(vms.qemus().len(), 1);
+    let r1 = vms.console(&ns, "web", "r1");
+    assert!(!r1.parent().unwrap().exists(), "r1's files are still there");
+    vms.console_line(&ns, "web", "r2", "CAPSTAN-WORKLOAD-START");
+    a.apply_ok(&[
+        c.stop("s3", "web"),
+        c.retire("x2", "web", "r2"),
+        c.delete_namespace("d"),
+    ]);
+    assert_eq!(vms.qemus(), Vec::<i32>::new());
+    assert!(!vms.data_dir().join("state").join(&ns).exists());
+
+    // The hook ran for the command-driven starts and stops only (a1, s1, s2, a2 with
+    // r1's revocation, x1, s3, x2), never for the sweep or the startup.
+    let start = "before_workload_start false";
+    let stop = "before_workload_stop false";
+    assert_eq!(
+        a.calls("iam"),
+        [start, stop, start, start, stop, stop, stop, stop]
+    );
+    let (ok, text) = a.verify();
+    assert!(ok, "{text}");
+}
+
+/// Crashes in the middle of activations: `capstan-agent apply` SIGKILLed as soon as
+/// each workload's r2 QEMU runs (its r1 still stopping), then run again on the same
+/// commands. Every workload ends with exactly one VM, r2's; every activation logged
+/// one `workload_started`.
+#[test]
+fn sigkill_mid_activation_ends_with_one_vm_per_workload() {
+    const WORKLOADS: usize = 2;
+    // A short stop timeout: r1s still booting are stopped by `quit` after 2 s, which
+    // is where the kills land.
+    let vms = VmHost::new(2);
+    let a = Agent::builder(&unique("vmcrash")).vm(&vms).build();
+    let c = a.commands(&a.host);
+    let mut setup = vec![c.ensure_namespace("ns")];
+    let mut swap = Vec::new();
+    for w in 0..WORKLOADS {
+        let wl = format!("w{w}");
+        setup.push(c.prepare(&format!("{wl}.p1"), &wl, "r1", vm_spec("r1")));
+        setup.push(c.activate(&format!("{wl}.a1"), &wl, "r1"));
+        setup.push(c.prepare(&format!("{wl}.p2"), &wl, "r2", vm_spec("r2")));
+        swap.push(c.activate(&format!("{wl}.a2"), &wl, "r2"));
+    }
+    a.apply_ok(&setup);
+    assert_eq!(vms.qemus().len(), WORKLOADS);
+
+    let running = |wl: &str, rev: &str| {
+        let pidfile = vms.run_dir().join(capstan_driver::short_hash(
+            format!("{}/{}/{wl}@{rev}", a.host, a.host).as_bytes(),
+        ));
+        std::fs::read_to_string(pidfile.join("qemu.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .is_some_and(capstan_tests::vm::is_capstan_qemu)
+    };
+    let mut mid_command = 0;
+    for w in 0..WORKLOADS {
+        let (mut apply, feed) = a.start_apply_fed(&swap);
+        let answers = apply.stdout_lines();
+        let wl = format!("w{w}");
+        wait_until(format_args!("{wl}@r2 to run"), READY, || {
+            if let Some(exit) = apply.exited() {
+                panic!(
+                    "apply ended ({exit}) before {wl}@r2 ran: {}",
+                    apply.stderr()
+                );
+            }
+            running(&wl, "r2")
+        });
+        apply.kill();
+        feed.close();
+        let answered = answers.rest("the answers of the killed apply").len();
+        if swap
+            .get(answered)
+            .is_some_and(|next| a.in_progress(next.id()))
+        {
+            mid_command += 1;
+        }
+    }
+    eprintln!("{mid_command} of {WORKLOADS} kills landed mid-command");
+    assert!(mid_command > 0, "no kill landed mid-command");
+    a.apply_ok(&swap);
+
+    for w in 0..WORKLOADS {
+        let wl = format!("w{w}");
+        assert!(running(&wl, "r2") && !running(&wl, "r1"), "{wl}");
+    }
+    assert_eq!(vms.qemus().len(), WORKLOADS, "a VM too many");
+    let started = a.events("workload_started");
+    for w in 0..WORKLOADS {
+        for id in [format!("w{w}.a1"), format!("w{w}.a2")] {
+            let n = started.iter().filter(|e| e["command_id"] == id).count();
+            assert_eq!(n, 1, "{id} started {n} times: {started:#?}");
+        }
+    }
+    assert_eq!(started.len(), 2 * WORKLOADS, "{started:#?}");
+    let (ok, text) = a.verify();
+    assert!(ok, "{text}");
+}
+
+/// Supervision and drift: a VM killed by hand while the agent runs is recorded as an
+/// exit (no code: no exit record) and booted again; a revision directory of this host
+/// that intent does not know is reported as drift, not removed.
+#[test]
+fn a_vm_killed_by_hand_is_booted_again_and_a_stray_one_is_drift() {
+    let vms = VmHost::new(10);
+    let a = Agent::builder(&unique("vmsup")).vm(&vms).build();
+    let c = a.commands(&a.host);
+    a.apply_ok(&c.rollout(&["web"], "r1", vm_spec));
+    let ghost = vms
+        .data_dir()
+        .join("state")
+        .join(&a.host)
+        .join("ghost")
+        .join("r1");
+    std::fs::create_dir_all(&ghost).unwrap();
+    let identity = serde_json::json!({
+        "host": a.host, "namespace": a.host, "workload": "ghost", "revision": "r1",
+        "spec_hash": "000000000000"
+    });
+    std::fs::write(ghost.join("identity.json"), identity.to_string()).unwrap();
+
+    let daemon = a.run();
+    let [before] = vms.qemus()[..] else {
+        panic!("not one VM: {:?}", vms.qemus())
+    };
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &before.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    wait_until("the supervisor to boot web again", READY, || {
+        matches!(vms.qemus()[..], [now] if now != before)
+            && a.events("workload_started")
+                .iter()
+                .any(|e| e["cause"] == "supervisor")
+    });
+    daemon.stop();
+
+    let exits = a.events("workload_exited");
+    let web = exits
+        .iter()
+        .find(|e| e["workload"] == "web")
+        .unwrap_or_else(|| panic!("no exit recorded for web: {exits:#?}"));
+    assert_eq!(web["exit_code"], serde_json::Value::Null, "{web}");
+    let drift = a.events("drift_detected");
+    assert_eq!(drift.len(), 1, "{drift:#?}");
+    assert_eq!(drift[0]["workload"], "ghost");
+    assert_eq!(drift[0]["reaped"], false);
+    assert!(
+        ghost.join("identity.json").exists(),
+        "reported, not removed"
+    );
+    assert_eq!(
+        vms.qemus(),
+        Vec::<i32>::new(),
+        "the graceful stop left a VM"
+    );
+}

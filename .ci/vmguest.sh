@@ -2,7 +2,8 @@
 # Prints the directory of the VM driver's test guest (tests/tests/e2e/vm/): `vmlinuz`,
 # Debian's cloud kernel (extracted from its package, not installed), and
 # `initramfs.cpio.gz`, static busybox with capstan's reference init (vm/guest/: init,
-# workload, acpi-power, envexec.c) and the kernel modules the init loads. Installs QEMU
+# workload, acpi-power, envexec.c) and the kernel modules the init loads (fw_cfg, the
+# power button, virtio-net). Installs QEMU
 # and the build tools first when missing. Cached under
 # /var/cache/capstan-ci/vm-guest-<version>, the version a digest of vm/guest/, this
 # script and the kernel package: a change to any rebuilds it. The cold build took
@@ -58,7 +59,10 @@ if [[ ! -f $out/initramfs.cpio.gz ]]; then
   install -m 0755 vm/guest/acpi-power "$root/etc/acpi/PWRF/00000080"
   install -m 0755 vm/guest/acpi-power "$root/etc/acpi/PWRB/00000080"
   mods=$scratch/kernel/lib/modules/$kver/kernel
-  for m in drivers/firmware/qemu_fw_cfg drivers/acpi/button drivers/input/evdev; do
+  for m in drivers/firmware/qemu_fw_cfg drivers/acpi/button drivers/input/evdev \
+    drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_pci_legacy_dev \
+    drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci net/core/failover \
+    drivers/net/net_failover drivers/net/virtio_net; do
     cp "$mods/$m.ko" "$root/lib/modules/"
   done
   (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -9 >"$scratch/initramfs.cpio.gz"

@@ -3,25 +3,25 @@
 //! `activate`/`start`/`resume`, found again by its pidfile and command line
 //! (`process.rs`), stopped by the ACPI power button, then `quit`, then SIGKILL.
 
-use crate::launch::{self, Vm};
+use crate::launch::{Forward, Vm};
 use crate::process;
 use crate::qmp::{Qmp, QmpError};
 use crate::spec::{self, VmSpec};
 use crate::VmConfig;
-use capstan_common::{DriverKind, ErrorCode, Rejection, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Spec};
 use capstan_driver::{
-    merged_env, spec_hash, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv,
-    Observed, RevisionRef,
+    spec_hash, BackendState, Capabilities, Driver, DriverError, Exit, LaunchEnv, Observed, Probe,
+    RevisionRef,
 };
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How long a QMP step may take (a monitor serves one client at a time).
-const QMP_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long QEMU gets to exit after `quit`, and after SIGKILL.
-const QUIT_WAIT: Duration = Duration::from_secs(5);
+mod boot;
+mod files;
+
+use boot::finish;
+use files::{mkdir, remove_all, subdirs, write_file};
 
 /// Why an operation on a VM failed (the `source` of [`DriverError::Backend`]).
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub enum VmError {
 
 /// `identity.json`: whose revision a directory is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Identity {
+pub(super) struct Identity {
     host: String,
     namespace: String,
     workload: String,
@@ -95,96 +95,9 @@ fn backend(op: &'static str, target: impl ToString) -> impl FnOnce(VmError) -> D
     }
 }
 
-fn file(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
-    move |source| VmError::File {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 fn refused(op: &'static str, rev: RevisionRef<'_>) -> impl FnOnce(Rejection) -> DriverError {
     let target = rev.to_string();
     move |r| DriverError::refused(op, target, r.code, r.message)
-}
-
-fn mkdir(path: &Path) -> Result<(), VmError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(file(path))
-}
-
-/// Writes `bytes` to `path` whole or not at all (a temporary file, synced, renamed).
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), VmError> {
-    use std::io::Write as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(file(&tmp))?;
-    f.write_all(bytes).map_err(file(&tmp))?;
-    f.sync_all().map_err(file(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(file(path))
-}
-
-/// Removes `path` and everything under it; already gone is done.
-fn remove_all(path: &Path) -> Result<(), VmError> {
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(file(path)(e)),
-        _ => Ok(()),
-    }
-}
-
-/// The subdirectories of `dir` (none when it is missing), skipping hidden ones (a
-/// revision being prepared).
-fn subdirs(dir: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<_> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
-        .filter(|(name, _)| !name.starts_with('.'))
-        .collect();
-    dirs.sort();
-    dirs
-}
-
-/// Runs `command` (`program`, for messages) to its end with stdin closed: its output,
-/// or why it failed (its stderr when it ran and exited non-zero).
-async fn finish(
-    command: &mut tokio::process::Command,
-    program: &Path,
-) -> Result<std::process::Output, VmError> {
-    let program = program.display().to_string();
-    let out = command
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(|source| VmError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(VmError::Exited {
-            program,
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out)
-}
-
-/// What the guest's init wrote on its second serial port: `{"exit_code":N}`.
-fn exit_code(vm: &Vm) -> Option<i64> {
-    let text = std::fs::read_to_string(vm.exit_record()).ok()?;
-    let record: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
-    record.get("exit_code")?.as_i64()
 }
 
 impl VmDriver {
@@ -256,211 +169,6 @@ impl VmDriver {
         Ok(())
     }
 
-    /// The revision's files, built in a hidden directory and renamed into place: a
-    /// crash mid-way leaves no directory that looks prepared.
-    async fn stage(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        spec: &Spec,
-        s: &VmSpec,
-    ) -> Result<(), DriverError> {
-        let vm = self.vm(rev);
-        let fail = backend(op, rev);
-        let parent = vm.state.parent().expect("a revision dir has a parent");
-        let tmp = parent.join(format!(".{}.staging", rev.revision));
-        let result = async {
-            remove_all(&tmp)?;
-            mkdir(&tmp)?;
-            let spec_json = serde_json::to_vec(spec).expect("a Spec always serialises");
-            write_file(&tmp.join("spec.json"), &spec_json)?;
-            write_file(&tmp.join("argv"), &launch::argv_block(&spec.command))?;
-            write_file(
-                &tmp.join("env"),
-                &launch::env_block(&merged_env(spec, &LaunchEnv::new())),
-            )?;
-            if let Some(disk) = &s.disk {
-                self.overlay(
-                    &self.config.images_dir.join(disk),
-                    s,
-                    &tmp.join("disk.qcow2"),
-                )
-                .await?;
-            }
-            let identity = Identity {
-                host: self.host.clone(),
-                namespace: rev.namespace.into(),
-                workload: rev.workload.into(),
-                revision: rev.revision.into(),
-                spec_hash: spec_hash(spec),
-            };
-            write_file(
-                &tmp.join("identity.json"),
-                &serde_json::to_vec(&identity).expect("an identity serialises"),
-            )?;
-            std::fs::rename(&tmp, &vm.state).map_err(file(&vm.state))
-        }
-        .await;
-        if result.is_err() {
-            let _ = remove_all(&tmp);
-        }
-        result.map_err(fail)
-    }
-
-    /// `qemu-img create`: a copy-on-write overlay of `base` at `path`.
-    async fn overlay(&self, base: &Path, s: &VmSpec, path: &Path) -> Result<(), VmError> {
-        finish(
-            tokio::process::Command::new(&self.config.qemu_img)
-                .args([
-                    "create",
-                    "-q",
-                    "-f",
-                    "qcow2",
-                    "-F",
-                    s.disk_format.as_str(),
-                    "-b",
-                ])
-                .arg(base)
-                .arg(path),
-            &self.config.qemu_img,
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Starts `rev` with `launch_env`: restaged if its files are missing or of another
-    /// spec; left as it is when it runs with exactly this environment; stopped first
-    /// when it runs with another (fw_cfg is fixed for a QEMU's life).
-    async fn start_with(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        spec: &Spec,
-        launch_env: &LaunchEnv,
-    ) -> Result<(), DriverError> {
-        let vm = self.vm(rev);
-        if self.identity(&vm).map(|i| i.spec_hash) != Some(spec_hash(spec)) {
-            self.prepare(rev, spec).await?;
-        }
-        let env = launch::env_block(&merged_env(spec, launch_env));
-        if process::running(&vm).is_some() {
-            if std::fs::read(vm.env()).ok().as_deref() == Some(env.as_slice()) {
-                return Ok(());
-            }
-            tracing::info!(revision = %rev, "restarting the VM: its launch environment changed");
-            self.stop_vm(op, rev, &vm).await?;
-        }
-        write_file(&vm.env(), &env).map_err(backend(op, rev))?;
-        self.launch(op, rev, &vm).await
-    }
-
-    /// Boots `vm` as its files say, unless its QEMU already runs.
-    async fn launch(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        vm: &Vm,
-    ) -> Result<(), DriverError> {
-        if process::running(vm).is_some() {
-            return Ok(());
-        }
-        let fail = backend(op, rev);
-        let spec: Spec = std::fs::read(vm.spec())
-            .map_err(file(&vm.spec()))
-            .and_then(|b| {
-                serde_json::from_slice(&b).map_err(|e| file(&vm.spec())(std::io::Error::other(e)))
-            })
-            .map_err(backend(op, rev))?;
-        let settings = spec::check(&spec).map_err(refused(op, rev))?;
-        self.images_present(op, rev, &settings)?;
-        mkdir(&vm.run).map_err(backend(op, rev))?;
-        // This boot's exit record, not an earlier one's.
-        let _ = std::fs::remove_file(vm.exit_record());
-        let started = finish(
-            tokio::process::Command::new(&self.config.qemu)
-                .args(launch::qemu_args(vm, &settings, &self.config.images_dir))
-                .stdout(std::process::Stdio::null()),
-            &self.config.qemu,
-        )
-        .await;
-        match started {
-            // A start of the same revision at the same time holds the pidfile's lock.
-            Err(VmError::Exited { .. }) if process::running(vm).is_some() => return Ok(()),
-            Err(e) => return Err(fail(e)),
-            Ok(_) => {}
-        }
-        // Daemonized: the pidfile is written and the monitors listen.
-        let pid = process::running(vm)
-            .ok_or(VmError::NoProcess)
-            .map_err(backend(op, rev))?;
-        let mut qmp = Qmp::connect(&vm.ops_socket(), QMP_TIMEOUT)
-            .await
-            .map_err(VmError::Qmp)
-            .map_err(backend(op, rev))?;
-        let status = qmp
-            .execute("query-status")
-            .await
-            .map_err(VmError::Qmp)
-            .map_err(backend(op, rev))?;
-        let status = status["status"].as_str().unwrap_or("unknown").to_string();
-        if status != "running" {
-            return Err(backend(op, rev)(VmError::NotRunning(status)));
-        }
-        let _ = self.started.send(Started {
-            namespace: rev.namespace.into(),
-            workload: rev.workload.into(),
-            revision: rev.revision.into(),
-            pid,
-        });
-        tracing::info!(revision = %rev, pid, "VM started");
-        Ok(())
-    }
-
-    /// Stops `vm`'s QEMU, if one runs: the ACPI power button, pressed again each second
-    /// (a press before the guest's listener runs, during boot, is lost) until the stop
-    /// timeout; then `quit`; then SIGKILL. The revision's files stay.
-    async fn stop_vm(
-        &self,
-        op: &'static str,
-        rev: RevisionRef<'_>,
-        vm: &Vm,
-    ) -> Result<(), DriverError> {
-        let Some(pid) = process::running(vm) else {
-            return Ok(());
-        };
-        let timeout = Duration::from_secs(self.config.stop_timeout_secs.into());
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut qmp = Qmp::connect(&vm.ops_socket(), QMP_TIMEOUT).await.ok();
-        let mut gone = false;
-        while !gone && tokio::time::Instant::now() < deadline {
-            if let Some(q) = qmp.as_mut() {
-                if q.execute("system_powerdown").await.is_err() {
-                    qmp = None;
-                }
-            }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            gone = process::gone(pid, &vm.name, left.min(Duration::from_secs(1))).await;
-        }
-        if !gone {
-            tracing::warn!(revision = %rev, pid, "the guest did not power off in time: quit");
-            if let Some(q) = qmp.as_mut() {
-                let _ = q.execute("quit").await;
-            }
-            gone = process::gone(pid, &vm.name, QUIT_WAIT).await;
-        }
-        if !gone {
-            tracing::warn!(revision = %rev, pid, "QEMU did not quit: SIGKILL");
-            process::kill(pid, &vm.name);
-            if !process::gone(pid, &vm.name, QUIT_WAIT).await {
-                return Err(backend(op, rev)(VmError::Unkillable(pid)));
-            }
-        }
-        // A killed QEMU leaves its pidfile and sockets behind.
-        remove_all(&vm.run).map_err(backend(op, rev))?;
-        tracing::info!(revision = %rev, "VM stopped");
-        Ok(())
-    }
-
     /// The revisions of `namespace/workload` on this host.
     fn revisions(&self, namespace: &str, workload: &str) -> Vec<String> {
         subdirs(&self.namespace_dir(namespace).join(workload))
@@ -514,7 +222,7 @@ impl Driver for VmDriver {
             reports_exits: true,
             restarts_exits: true,
             reaps_orphans: self.config.reap_orphans,
-            probes: false,
+            probes: true,
         }
     }
 
@@ -662,6 +370,54 @@ impl Driver for VmDriver {
         Ok(self.identity(&vm).map(|_| state_of(&vm)))
     }
 
+    /// An `http` check (the only kind a VM spec may have): QEMU runs the guest (QMP
+    /// `query-status` says `running`), then `GET path` through the loopback port QEMU
+    /// forwards to the check's guest port.
+    async fn probe(
+        &self,
+        rev: RevisionRef<'_>,
+        check: &Check,
+        timeout: Duration,
+    ) -> Result<Probe, DriverError> {
+        let vm = self.vm(rev);
+        let Some(pid) = process::running(&vm) else {
+            return Ok(Probe::NotReady("the VM is not running".into()));
+        };
+        let status = async {
+            let mut qmp = Qmp::connect(&vm.ops_socket(), timeout).await?;
+            qmp.execute("query-status").await
+        };
+        match status.await {
+            Ok(s) if s["status"] == "running" => {}
+            Ok(s) => return Ok(Probe::NotReady(format!("the guest is {}", s["status"]))),
+            Err(e) => return Ok(Probe::NotReady(capstan_common::report(&e))),
+        }
+        let Check::Http { path, .. } = check else {
+            return Err(DriverError::refused(
+                "probe",
+                rev,
+                ErrorCode::InvalidSpec,
+                "the vm driver probes `http` readiness only",
+            ));
+        };
+        let forward = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .ok()
+            .and_then(|c| Forward::of_cmdline(&c));
+        let Some(forward) = forward else {
+            return Ok(Probe::NotReady(
+                "QEMU forwards no port to the guest (started before its spec had a readiness check)".into(),
+            ));
+        };
+        let check = Check::Http {
+            port: forward.host,
+            path: path.clone(),
+        };
+        let localhost = std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+        Ok(capstan_driver::probe::network(localhost, &check, timeout)
+            .await
+            .expect("http is a network check"))
+    }
+
     async fn watch_exits(&self, exits: tokio::sync::mpsc::Sender<Exit>) -> Result<(), DriverError> {
         crate::exits::watch(self, exits).await
     }
@@ -710,9 +466,4 @@ fn exit(namespace: &str, workload: &str, revision: &str) -> Exit {
         revision: revision.into(),
         exit_code: None,
     }
-}
-
-/// The exit code a stopped VM's guest recorded.
-pub(crate) fn recorded_exit(vm: &Vm) -> Option<i64> {
-    exit_code(vm)
 }

@@ -4,7 +4,7 @@
 //! guest that powered off without writing one). VMs started while the feed runs are
 //! told to it by the driver; the feed starts with every VM running then.
 
-use crate::driver::{recorded_exit, VmDriver};
+use crate::driver::VmDriver;
 use crate::launch::Vm;
 use crate::process;
 use crate::qmp::Qmp;
@@ -85,5 +85,12 @@ async fn until_exit(vm: &Vm, pid: i32) -> Option<i64> {
         Err(_) => while !process::gone(pid, &vm.name, Duration::from_secs(3600)).await {},
     }
     let _ = process::gone(pid, &vm.name, EXIT_WAIT).await;
-    recorded_exit(vm)
+    exit_code(vm)
+}
+
+/// What the guest's init wrote on its second serial port: `{"exit_code":N}`.
+fn exit_code(vm: &Vm) -> Option<i64> {
+    let text = std::fs::read_to_string(vm.exit_record()).ok()?;
+    let record: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
+    record.get("exit_code")?.as_i64()
 }

@@ -129,12 +129,50 @@ fn opt(path: &Path) -> String {
     path.to_string_lossy().replace(',', ",,")
 }
 
+/// A loopback port of the host QEMU forwards to a port of the guest (user network):
+/// where the driver probes an `http` readiness check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    pub host: u16,
+    pub guest: u16,
+}
+
+impl Forward {
+    /// The `hostfwd=` rule of QEMU's user network.
+    fn rule(self) -> String {
+        format!("hostfwd=tcp:127.0.0.1:{}-:{}", self.host, self.guest)
+    }
+
+    /// The forward on a running QEMU's command line (`/proc/PID/cmdline`), if any.
+    pub fn of_cmdline(cmdline: &[u8]) -> Option<Forward> {
+        cmdline
+            .split(|b| *b == 0)
+            .filter_map(|a| std::str::from_utf8(a).ok())
+            .filter(|a| a.starts_with("user,id=net0,"))
+            .flat_map(|a| a.split(','))
+            .find_map(|opt| {
+                let (host, guest) = opt
+                    .strip_prefix("hostfwd=tcp:127.0.0.1:")?
+                    .split_once("-:")?;
+                Some(Forward {
+                    host: host.parse().ok()?,
+                    guest: guest.parse().ok()?,
+                })
+            })
+    }
+}
+
 /// QEMU's arguments for `vm` (after the program): daemonized, with its pidfile (whose
 /// lock makes a second QEMU of the same revision exit before it binds anything), two
 /// monitors, the console and the exit record as files, no reboot (a guest that
 /// reboots or panics ends), and the launch environment through fw_cfg only — never
 /// on the command line, which `ps` shows.
-pub fn qemu_args(vm: &Vm, settings: &VmSpec, images_dir: &Path) -> Vec<OsString> {
+pub fn qemu_args(
+    vm: &Vm,
+    settings: &VmSpec,
+    images_dir: &Path,
+    forward: Option<Forward>,
+) -> Vec<OsString> {
     let mut args: Vec<String> = vec![
         "-accel".into(),
         settings.accel.as_str().into(),
@@ -198,7 +236,10 @@ pub fn qemu_args(vm: &Vm, settings: &VmSpec, images_dir: &Path) -> Vec<OsString>
         crate::spec::Network::None => {}
         crate::spec::Network::User => args.extend([
             "-netdev".into(),
-            "user,id=net0".into(),
+            match forward {
+                Some(f) => format!("user,id=net0,{}", f.rule()),
+                None => "user,id=net0".into(),
+            },
             "-device".into(),
             "virtio-net-pci,netdev=net0".into(),
         ]),
@@ -265,7 +306,11 @@ mod tests {
             network: Network::User,
             ..VmSpec::default()
         };
-        let args: Vec<String> = qemu_args(&vm(), &settings, Path::new("/img"))
+        let forward = Forward {
+            host: 40001,
+            guest: 8080,
+        };
+        let args: Vec<String> = qemu_args(&vm(), &settings, Path::new("/img"), Some(forward))
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
@@ -282,7 +327,13 @@ mod tests {
             .contains(&"name=opt/capstan/env,file=/var/lib/capstan/vm/ns/web/r1/env".to_string()));
         assert!(args.contains(&"-daemonize".to_string()));
         assert!(!args.iter().any(|a| a.contains("-drive")));
-        assert_eq!(after("-netdev"), "user,id=net0");
+        assert_eq!(
+            after("-netdev"),
+            "user,id=net0,hostfwd=tcp:127.0.0.1:40001-:8080"
+        );
+        let cmdline: Vec<u8> = args.iter().flat_map(|a| a.bytes().chain([0])).collect();
+        assert_eq!(Forward::of_cmdline(&cmdline), Some(forward));
+        assert_eq!(Forward::of_cmdline(b"qemu\0-netdev\0user,id=net0\0"), None);
         assert_eq!(vm().uuid().len(), 36);
         assert_ne!(
             vm().uuid(),
@@ -302,6 +353,7 @@ mod tests {
                 ..VmSpec::default()
             },
             Path::new("/i"),
+            None,
         )
         .into_iter()
         .map(|a| a.into_string().unwrap())

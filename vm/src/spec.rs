@@ -4,7 +4,7 @@
 //! fw_cfg, byte for byte (`docs/vm.md`).
 
 use capstan_common::validate::is_abs_path;
-use capstan_common::{DriverKind, ErrorCode, Rejection, Settings, Spec};
+use capstan_common::{Check, DriverKind, ErrorCode, Rejection, Settings, Spec};
 use serde::{Deserialize, Serialize};
 
 /// The most memory a VM may be given, in MiB (1 TiB).
@@ -154,8 +154,20 @@ pub fn check(spec: &Spec) -> Result<VmSpec, Rejection> {
     if spec.working_dir.is_some() {
         return invalid("driver vm has no `working_dir`: the guest's init chooses it");
     }
-    if spec.readiness.is_some() {
-        return invalid("the vm driver carries out no readiness checks yet: leave `readiness` out");
+    match spec.readiness.as_ref().map(|r| &r.check) {
+        None => {}
+        Some(Check::Http { .. }) if s.network == Network::User => {}
+        Some(Check::Http { .. }) => {
+            return invalid("an `http` readiness check of a VM needs `vm.network` `user` (the driver forwards a loopback port of the host to the guest's)");
+        }
+        Some(Check::Tcp { .. }) => {
+            return invalid("the vm driver probes `http` readiness only: a TCP connect is answered by QEMU's own port forwarding whether or not the guest listens");
+        }
+        Some(Check::Exec { .. }) => {
+            return invalid(
+                "the vm driver probes `http` readiness only: there is no exec into a guest",
+            );
+        }
     }
     if let Some(program) = spec.command.first() {
         if !is_abs_path(program) {
@@ -266,10 +278,18 @@ mod tests {
             refused(r#"{"driver":"vm","working_dir":"/srv","vm":{"kernel":"k"}}"#)
                 .contains("working_dir")
         );
-        assert!(refused(
-            r#"{"driver":"vm","vm":{"kernel":"k"},"readiness":{"check":{"tcp":{"port":80}}}}"#
-        )
-        .contains("readiness"));
+        let ready = |check: &str, network: &str| {
+            format!(
+                r#"{{"driver":"vm","vm":{{"kernel":"k","network":"{network}"}},"readiness":{{"check":{check}}}}}"#
+            )
+        };
+        let http = r#"{"http":{"port":80}}"#;
+        check(&spec(&ready(http, "user"))).unwrap();
+        assert!(refused(&ready(http, "none")).contains("needs `vm.network` `user`"));
+        assert!(refused(&ready(r#"{"tcp":{"port":80}}"#, "user")).contains("`http` readiness only"));
+        assert!(
+            refused(&ready(r#"{"exec":{"command":["/bin/true"]}}"#, "user")).contains("no exec")
+        );
     }
 
     #[test]

@@ -242,3 +242,108 @@ fn a_vm_killed_by_hand_is_booted_again_and_a_stray_one_is_drift() {
         "the graceful stop left a VM"
     );
 }
+
+/// Leave-running (an agent upgrade where the agent does not run under the shipped
+/// unit: `vm.md`, *Limits*): the agent exits without stopping the VM, and the next one
+/// adopts it by its pidfile and command line — the same QEMU, no second start.
+#[test]
+fn leave_running_keeps_the_vm_and_the_next_agent_adopts_it() {
+    let vms = VmHost::new(10);
+    let a = Agent::builder(&unique("vmlr")).vm(&vms).build();
+    a.apply_ok(&a.commands(&a.host).rollout(&["web"], "r1", vm_spec));
+    let [before] = vms.qemus()[..] else {
+        panic!("not one VM: {:?}", vms.qemus())
+    };
+    a.run_with(&["--leave-running"], &[]).stop();
+    assert_eq!(vms.qemus(), [before], "leave-running stopped the VM");
+    let daemon = a.run();
+    assert_eq!(vms.qemus(), [before], "adopted, not restarted");
+    daemon.stop();
+    assert_eq!(
+        vms.qemus(),
+        Vec::<i32>::new(),
+        "the graceful stop left it running"
+    );
+    assert_eq!(
+        a.events("workload_started").len(),
+        1,
+        "only the activation started it"
+    );
+    assert!(
+        a.events("drift_detected").is_empty(),
+        "it is known, not drift"
+    );
+}
+
+/// Readiness gates a VM's activation: with an `http` check, r2 (whose guest serves
+/// HTTP once booted) replaces r1 only when a `GET /` through QEMU's forwarded port
+/// answers 200; r3, whose guest never serves, fails `not_ready` after its deadline, is
+/// stopped, and r2 runs on.
+#[test]
+fn an_http_check_gates_a_vm_activation() {
+    let vms = VmHost::new(10);
+    let a = Agent::builder(&unique("vmready")).vm(&vms).build();
+    let c = a.commands(&a.host);
+    let checked = |rev: &str, serves: bool, deadline_ms: u32| {
+        let mut spec = serde_json::to_value(spec(&[("REV", rev)])).unwrap();
+        spec["vm"]["network"] = "user".into();
+        if serves {
+            spec["env"]["HTTP_PORT"] = "8080".into();
+        }
+        spec["readiness"] = serde_json::json!({
+            "check": {"http": {"port": 8080, "path": "/"}},
+            "interval_ms": 500, "timeout_ms": 1000, "deadline_ms": deadline_ms
+        });
+        Spec::from(serde_json::from_value::<capstan_common::Spec>(spec).unwrap())
+    };
+    let mut setup = c.rollout(&["web"], "r1", vm_spec);
+    setup.push(c.prepare("p2", "web", "r2", checked("r2", true, 120_000)));
+    setup.push(c.prepare("p3", "web", "r3", checked("r3", false, 8_000)));
+    a.apply_ok(&setup);
+    a.apply_ok(&[c.activate("a2", "web", "r2")]);
+    // Ready means served: the guest's workload had said so on its console.
+    vms.console_line(
+        &a.host,
+        "web",
+        "r2",
+        "CAPSTAN-WORKLOAD serving http on 8080",
+    );
+    assert_eq!(vms.qemus().len(), 1, "r1 still runs beside r2");
+
+    let applied = a.apply(&[c.activate("a3", "web", "r3")]);
+    assert_eq!(
+        applied.exit,
+        capstan_tests::process::Exit::Code(1),
+        "{applied}"
+    );
+    let error = &applied.results[0]["error"];
+    assert_eq!(error["code"], "not_ready", "{applied}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("was not ready within 8000 ms"),
+        "{message}"
+    );
+    assert!(
+        message.contains("GET / on 127.0.0.1:"),
+        "the last probe's words: {message}"
+    );
+    let [left] = vms.qemus()[..] else {
+        panic!("not one VM: {:?}", vms.qemus())
+    };
+    let r2 = capstan_vm::launch::Vm::new(
+        &a.host,
+        capstan_driver::RevisionRef {
+            namespace: &a.host,
+            workload: "web",
+            revision: "r2",
+        },
+        &vms.data_dir().join("state"),
+        &vms.run_dir(),
+    );
+    let pid: i32 = std::fs::read_to_string(r2.pidfile())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(left, pid, "the VM left running is not r2's");
+}

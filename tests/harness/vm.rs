@@ -30,7 +30,19 @@ impl VmHost {
     /// Images dir with the test guest's kernel and initramfs, empty state and run
     /// dirs, and a stop timeout of `stop_timeout_secs`.
     pub fn new(stop_timeout_secs: u32) -> VmHost {
-        let dir = tempfile::tempdir().expect("temp dir");
+        VmHost::at(tempfile::tempdir().expect("temp dir"), stop_timeout_secs)
+    }
+
+    /// [`VmHost::new`] with its dirs under `parent` (e.g. a
+    /// [`crate::systemd::SystemdHost::dir`], so that its paths are valid inside).
+    pub fn new_in(parent: &Path, stop_timeout_secs: u32) -> VmHost {
+        VmHost::at(
+            tempfile::tempdir_in(parent).expect("temp dir"),
+            stop_timeout_secs,
+        )
+    }
+
+    fn at(dir: tempfile::TempDir, stop_timeout_secs: u32) -> VmHost {
         let images = dir.path().join("images");
         std::fs::create_dir_all(&images).expect("images dir");
         for file in ["vmlinuz", "initramfs.cpio.gz"] {
@@ -64,8 +76,17 @@ impl VmHost {
             .flatten()
             .filter_map(|e| std::fs::read_to_string(e.path().join("qemu.pid")).ok())
             .filter_map(|p| p.trim().parse().ok())
-            .filter(|pid| is_capstan_qemu(*pid))
+            .filter(|pid| self.runs(*pid))
             .collect()
+    }
+
+    /// Whether `pid` is a QEMU of capstan's started from this host's run dir (its
+    /// `-pidfile` is there): never another test's.
+    fn runs(&self, pid: i32) -> bool {
+        let run = self.run_dir().display().to_string();
+        is_capstan_qemu(pid)
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&run))
     }
 
     /// The console log of `ns/workload@rev`.

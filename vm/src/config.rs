@@ -37,6 +37,15 @@ pub struct VmConfig {
     /// is only reported.
     #[serde(default)]
     pub reap_orphans: bool,
+    /// On a host systemd runs (`/run/systemd/system` exists), start each QEMU in a
+    /// transient scope of its own (`systemd-run --scope`), out of the agent's cgroup:
+    /// the agent's unit stopping or crashing then leaves the VMs running.
+    #[serde(default = "yes")]
+    pub systemd_scope: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_qemu() -> PathBuf {
@@ -65,6 +74,7 @@ impl Default for VmConfig {
             run_dir: None,
             stop_timeout_secs: default_stop_timeout(),
             reap_orphans: false,
+            systemd_scope: true,
         }
     }
 }

@@ -84,6 +84,9 @@ pub struct VmDriver {
     config: VmConfig,
     state_dir: PathBuf,
     run_dir: PathBuf,
+    /// Each QEMU in a transient scope of its own (`[vm] systemd_scope` on a host
+    /// systemd runs).
+    scope: bool,
     started: tokio::sync::broadcast::Sender<Started>,
 }
 
@@ -114,6 +117,7 @@ impl VmDriver {
         )
         .await
         .map_err(backend(op, config.qemu.display()))?;
+        let scope = config.systemd_scope && Path::new("/run/systemd/system").exists();
         let state_dir = config.state_dir(data_dir);
         let run_dir = config.run_dir(data_dir);
         mkdir(&state_dir).map_err(backend(op, state_dir.display()))?;
@@ -121,6 +125,7 @@ impl VmDriver {
         tracing::info!(
             qemu = %String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("?"),
             state_dir = %state_dir.display(),
+            scopes = scope,
             "vm driver ready"
         );
         Ok(VmDriver {
@@ -128,6 +133,7 @@ impl VmDriver {
             config,
             state_dir,
             run_dir,
+            scope,
             started: tokio::sync::broadcast::channel(256).0,
         })
     }

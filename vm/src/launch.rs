@@ -124,6 +124,24 @@ pub fn argv_block(command: &[String]) -> Vec<u8> {
     block
 }
 
+/// `systemd-run`'s arguments (before QEMU's program and arguments) that start `vm`'s
+/// QEMU in a transient scope of its own, `capstan-vm-<12 hex of its name>-<serial>`,
+/// removed once QEMU is gone.
+pub fn scope_args(vm: &Vm, serial: u128) -> Vec<String> {
+    let hex = vm
+        .run
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    vec![
+        "--scope".into(),
+        "--collect".into(),
+        "--quiet".into(),
+        format!("--unit=capstan-vm-{hex}-{serial}"),
+        format!("--description=capstan VM {}", vm.name),
+    ]
+}
+
 /// A value inside one of QEMU's `key=value,…` options: a `,` is written `,,`.
 fn opt(path: &Path) -> String {
     path.to_string_lossy().replace(',', ",,")
@@ -335,6 +353,14 @@ mod tests {
         assert_eq!(Forward::of_cmdline(&cmdline), Some(forward));
         assert_eq!(Forward::of_cmdline(b"qemu\0-netdev\0user,id=net0\0"), None);
         assert_eq!(vm().uuid().len(), 36);
+        let scope = scope_args(&vm(), 7);
+        assert!(
+            scope.contains(&format!(
+                "--unit=capstan-vm-{}-7",
+                capstan_driver::short_hash(b"h1/ns/web@r1")
+            )),
+            "{scope:?}"
+        );
         assert_ne!(
             vm().uuid(),
             Vm::new("h2", rev(), Path::new("/s"), Path::new("/r")).uuid()

@@ -13,6 +13,17 @@ use std::time::Duration;
 
 /// How long a QMP step may take (a monitor serves one client at a time).
 pub(super) const QMP_TIMEOUT: Duration = Duration::from_secs(5);
+/// What starts a VM in a scope of its own on a host systemd runs.
+const SYSTEMD_RUN: &str = "systemd-run";
+
+/// A number that makes each boot's scope name new (a stopped VM's scope may still be
+/// going away when the revision boots again): the boot's time, in milliseconds.
+fn scope_serial() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
 /// How long QEMU gets to exit after `quit`, and after SIGKILL.
 const QUIT_WAIT: Duration = Duration::from_secs(5);
 
@@ -182,18 +193,24 @@ impl VmDriver {
         mkdir(&vm.run).map_err(backend(op, rev))?;
         // This boot's exit record, not an earlier one's.
         let _ = std::fs::remove_file(vm.exit_record());
-        let started = finish(
-            tokio::process::Command::new(&self.config.qemu)
-                .args(launch::qemu_args(
-                    vm,
-                    &settings,
-                    &self.config.images_dir,
-                    forward,
-                ))
-                .stdout(std::process::Stdio::null()),
-            &self.config.qemu,
-        )
-        .await;
+        let args = launch::qemu_args(vm, &settings, &self.config.images_dir, forward);
+        let mut command = match self.scope {
+            // Its own transient scope: out of the agent's cgroup, so neither the agent's
+            // unit stopping (`KillMode=mixed`) nor its crash takes the VM along.
+            true => {
+                let mut c = tokio::process::Command::new(SYSTEMD_RUN);
+                c.args(launch::scope_args(vm, scope_serial()))
+                    .arg(&self.config.qemu);
+                c
+            }
+            false => tokio::process::Command::new(&self.config.qemu),
+        };
+        command.args(args).stdout(std::process::Stdio::null());
+        let program: &Path = match self.scope {
+            true => SYSTEMD_RUN.as_ref(),
+            false => &self.config.qemu,
+        };
+        let started = finish(&mut command, program).await;
         match started {
             // A start of the same revision at the same time holds the pidfile's lock.
             Err(VmError::Exited { .. }) if process::running(vm).is_some() => return Ok(()),

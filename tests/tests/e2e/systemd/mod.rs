@@ -9,7 +9,7 @@ mod grants;
 mod hardening;
 mod kit_env;
 mod readiness;
-mod service;
+pub(crate) mod service;
 mod smoke;
 
 use capstan_common::{DriverKind, Spec};

@@ -17,7 +17,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const AGENT_UNIT: &str = "capstan-agent.service";
+pub(crate) const AGENT_UNIT: &str = "capstan-agent.service";
 const COORDINATOR_UNIT: &str = "capstan-coordinator.service";
 
 /// The shipped unit files.
@@ -195,7 +195,7 @@ fn the_agent_runs_as_its_shipped_unit_ready_once_reconciled_fed_and_stopped_clea
 
 /// Writes the shipped `unit` into `host` with a drop-in of `settings` (`[Service]`
 /// lines), and reloads.
-fn install_unit(host: &SystemdHost, unit: &str, settings: &str) {
+pub(crate) fn install_unit(host: &SystemdHost, unit: &str, settings: &str) {
     std::fs::write(host.unit_dir().join(unit), shipped(unit)).expect("unit");
     let dropins = host.unit_dir().join(format!("{unit}.d"));
     std::fs::create_dir_all(&dropins).expect("drop-in dir");

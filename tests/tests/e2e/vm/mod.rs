@@ -3,3 +3,4 @@
 mod agent;
 mod contract;
 mod guest;
+mod systemd;

@@ -8,6 +8,7 @@
 
 use crate::apply::{command, succeeded};
 use crate::engine_proxy::EngineProxy;
+use crate::replay::median;
 use crate::roundtrip::round;
 use crate::Args;
 use capstan_agent::executor::Executor;
@@ -76,11 +77,6 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         })
     );
     Ok(())
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// What one activation and one `docker run -d` asked of the engine, request by request.

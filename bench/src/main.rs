@@ -38,6 +38,10 @@
 //!   executor and the docker driver vs as many `docker run -d` on the same engine
 //!   (`$DOCKER_HOST`), with the engine requests each costs. Skipped (with the
 //!   reason) without an engine socket or the `docker` CLI.
+//! - `vm` ([`vm`]): `--units` revisions prepared and activated through the executor
+//!   and the VM driver vs as many plain `qemu-system-x86_64 -daemonize` launches of the
+//!   same guest (TCG). Skipped (with the reason) without QEMU or the test guest
+//!   (`$CAPSTAN_VM_GUEST_DIR`).
 //! - `footprint` ([`footprint`]): an idle `capstan-agent run` holding
 //!   `--idle-workloads` workloads (sim, then docker): resident memory and CPU over
 //!   `--idle-secs`.
@@ -82,6 +86,7 @@ mod smoke;
 mod stack;
 mod systemd;
 mod throughput;
+mod vm;
 
 use capstan_agent::event::Event;
 use clap::{Parser, ValueEnum};
@@ -178,6 +183,7 @@ enum Measurement {
     Replay,
     Query,
     Docker,
+    Vm,
     Footprint,
     Fleet,
 }
@@ -329,6 +335,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted(Measurement::Docker) {
         runner.run("docker", || rt.block_on(docker::run(args)));
+    }
+    if wanted(Measurement::Vm) {
+        runner.run("vm", || rt.block_on(vm::run(args)));
     }
     if wanted(Measurement::Footprint) {
         runner.run("footprint", || footprint::run(args));

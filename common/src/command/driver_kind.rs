@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn built_in_kinds_keep_their_spelling() {
         let names: Vec<&str> = DriverKind::BUILT_IN.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["sim", "docker", "systemd", "kube"]);
+        assert_eq!(names, ["sim", "docker", "systemd", "kube", "vm"]);
         for kind in DriverKind::BUILT_IN {
             assert_eq!(kind.as_str().parse::<DriverKind>(), Ok(kind));
             let json = serde_json::to_string(&kind).unwrap();

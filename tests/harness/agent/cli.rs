@@ -66,6 +66,20 @@ impl Agent {
         applied
     }
 
+    /// Runs `apply` on `lines`, of which some fail (exit 1), and asserts each one's
+    /// `(outcome, error code)`, in order.
+    #[track_caller]
+    pub fn apply_expecting(&self, lines: &[impl Display], expected: &[(&str, &str)]) -> Applied {
+        let applied = self.apply(lines);
+        assert_eq!(applied.exit, Exit::Code(1), "{applied}");
+        assert_eq!(applied.results.len(), expected.len(), "{applied}");
+        for ((r, (outcome, code)), line) in applied.results.iter().zip(expected).zip(lines) {
+            assert_eq!(r["outcome"], *outcome, "{line} -> {r}");
+            assert_eq!(r["error"]["code"], *code, "{line} -> {r}");
+        }
+        applied
+    }
+
     /// `apply` started on `input` (a file, or `None` for its stdin, piped), its stdout
     /// piped: for tests that crash it or talk to it.
     pub fn start_apply(&self, input: Option<&Path>) -> Process {

@@ -105,30 +105,44 @@ fn the_agent_carries_a_vm_through_its_lifecycle_with_hooks() {
     assert!(ok, "{text}");
 }
 
-/// Crashes in the middle of activations: `capstan-agent apply` SIGKILLed as soon as
-/// each workload's r2 QEMU runs (its r1 still stopping), then run again on the same
-/// commands. Every workload ends with exactly one VM, r2's; every activation logged
-/// one `workload_started`.
+/// A kill loop: 20 SIGKILLs of `capstan-agent apply` across activations that swap two
+/// workloads between r1 and r2, each kill as soon as the revision being activated runs
+/// (so most land mid-activation, the old revision still stopping), each followed by a
+/// new `apply` on the same commands, which first finishes what the last one was killed
+/// in. Every workload ends with exactly one VM, the revision its last activation named,
+/// and every activation logged exactly one `workload_started`.
 #[test]
-fn sigkill_mid_activation_ends_with_one_vm_per_workload() {
+fn a_kill_loop_across_activations_ends_with_one_vm_per_workload() {
     const WORKLOADS: usize = 2;
+    const KILLS: usize = 20;
     // A short stop timeout: r1s still booting are stopped by `quit` after 2 s, which
-    // is where the kills land.
+    // is where most kills land.
     let vms = VmHost::new(2);
     let a = Agent::builder(&unique("vmcrash")).vm(&vms).build();
     let c = a.commands(&a.host);
     let mut setup = vec![c.ensure_namespace("ns")];
-    let mut swap = Vec::new();
     for w in 0..WORKLOADS {
         let wl = format!("w{w}");
         setup.push(c.prepare(&format!("{wl}.p1"), &wl, "r1", vm_spec("r1")));
-        setup.push(c.activate(&format!("{wl}.a1"), &wl, "r1"));
         setup.push(c.prepare(&format!("{wl}.p2"), &wl, "r2", vm_spec("r2")));
-        swap.push(c.activate(&format!("{wl}.a2"), &wl, "r2"));
+        setup.push(c.activate(&format!("{wl}.a1"), &wl, "r1"));
     }
     a.apply_ok(&setup);
     assert_eq!(vms.qemus().len(), WORKLOADS);
 
+    // Activation k: workload k % 2, to r2, r2, r1, r1, r2, r2, …
+    let target = |k: usize| {
+        (
+            format!("w{}", k % WORKLOADS),
+            ["r2", "r1"][(k / WORKLOADS) % 2],
+        )
+    };
+    let activations: Vec<_> = (0..KILLS)
+        .map(|k| {
+            let (wl, rev) = target(k);
+            c.activate(&format!("k{k}"), &wl, rev)
+        })
+        .collect();
     let running = |wl: &str, rev: &str| {
         let pidfile = vms.run_dir().join(capstan_driver::short_hash(
             format!("{}/{}/{wl}@{rev}", a.host, a.host).as_bytes(),
@@ -139,46 +153,53 @@ fn sigkill_mid_activation_ends_with_one_vm_per_workload() {
             .is_some_and(capstan_tests::vm::is_capstan_qemu)
     };
     let mut mid_command = 0;
-    for w in 0..WORKLOADS {
-        let (mut apply, feed) = a.start_apply_fed(&swap);
+    for k in 0..KILLS {
+        // Fed through a pipe that stays open until the kill: `apply` cannot reach the
+        // end of its input and exit, so the kill hits a live process.
+        let (mut apply, feed) = a.start_apply_fed(&activations[..=k]);
         let answers = apply.stdout_lines();
-        let wl = format!("w{w}");
-        wait_until(format_args!("{wl}@r2 to run"), READY, || {
+        let (wl, rev) = target(k);
+        wait_until(format_args!("{wl}@{rev} to run (kill {k})"), READY, || {
             if let Some(exit) = apply.exited() {
                 panic!(
-                    "apply ended ({exit}) before {wl}@r2 ran: {}",
+                    "apply ended ({exit}) before {wl}@{rev} ran: {}",
                     apply.stderr()
                 );
             }
-            running(&wl, "r2")
+            running(&wl, rev)
         });
         apply.kill();
         feed.close();
         let answered = answers.rest("the answers of the killed apply").len();
-        if swap
+        if activations
             .get(answered)
             .is_some_and(|next| a.in_progress(next.id()))
         {
             mid_command += 1;
         }
     }
-    eprintln!("{mid_command} of {WORKLOADS} kills landed mid-command");
+    eprintln!("{mid_command} of {KILLS} kills landed mid-command");
     assert!(mid_command > 0, "no kill landed mid-command");
-    a.apply_ok(&swap);
+    a.apply_ok(&activations);
 
     for w in 0..WORKLOADS {
-        let wl = format!("w{w}");
-        assert!(running(&wl, "r2") && !running(&wl, "r1"), "{wl}");
+        let (wl, last) = target(KILLS - WORKLOADS + w);
+        let other = if last == "r1" { "r2" } else { "r1" };
+        assert!(
+            running(&wl, last) && !running(&wl, other),
+            "{wl}: {last} should run alone"
+        );
     }
     assert_eq!(vms.qemus().len(), WORKLOADS, "a VM too many");
     let started = a.events("workload_started");
-    for w in 0..WORKLOADS {
-        for id in [format!("w{w}.a1"), format!("w{w}.a2")] {
-            let n = started.iter().filter(|e| e["command_id"] == id).count();
-            assert_eq!(n, 1, "{id} started {n} times: {started:#?}");
-        }
+    let ids = (0..WORKLOADS)
+        .map(|w| format!("w{w}.a1"))
+        .chain((0..KILLS).map(|k| format!("k{k}")));
+    for id in ids {
+        let n = started.iter().filter(|e| e["command_id"] == id).count();
+        assert_eq!(n, 1, "{id} started {n} times: {started:#?}");
     }
-    assert_eq!(started.len(), 2 * WORKLOADS, "{started:#?}");
+    assert_eq!(started.len(), WORKLOADS + KILLS, "{started:#?}");
     let (ok, text) = a.verify();
     assert!(ok, "{text}");
 }

@@ -3,4 +3,5 @@
 mod agent;
 mod contract;
 mod guest;
+mod hostile;
 mod systemd;

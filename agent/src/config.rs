@@ -66,9 +66,14 @@ impl std::str::FromStr for DriverSetting {
             "external" => Ok(DriverSetting::External),
             _ => match s.parse::<DriverKind>() {
                 Ok(kind) if kind.is_built_in() => Ok(DriverSetting::Builtin(kind)),
-                _ => Err(format!(
-                    "unknown driver {s:?} (sim, docker, systemd, kube, vm, or external for a driver process of any kind)"
-                )),
+                _ => {
+                    let built_in: Vec<&str> =
+                        DriverKind::BUILT_IN.iter().map(|k| k.as_str()).collect();
+                    Err(format!(
+                        "unknown driver {s:?} ({}, or external for a driver process of any kind)",
+                        built_in.join(", ")
+                    ))
+                }
             },
         }
     }

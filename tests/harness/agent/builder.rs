@@ -120,10 +120,14 @@ impl AgentBuilder {
         self
     }
 
-    /// `reap_orphans` for the docker driver.
+    /// `reap_orphans` for the docker or the VM driver.
     pub fn reap_orphans(mut self, reap: bool) -> AgentBuilder {
+        if let Driver::Vm(vm) = &mut self.driver {
+            vm.reap_orphans = reap;
+            return self;
+        }
         let Driver::Docker { engine, .. } = self.driver else {
-            panic!("reap_orphans is a docker setting");
+            panic!("reap_orphans is a docker or vm setting");
         };
         self.driver = Driver::Docker {
             engine,
@@ -273,7 +277,7 @@ impl AgentBuilder {
             )),
             Driver::Vm(vm) => add(&format!(
                 "driver = \"vm\"\n[vm]\nimages_dir = {:?}\nstate_dir = {:?}\nrun_dir = {:?}\n\
-                 stop_timeout_secs = {}\n",
+                 stop_timeout_secs = {}\nreap_orphans = {}\n",
                 vm.images_dir.display().to_string(),
                 vm.state_dir
                     .as_deref()
@@ -285,7 +289,8 @@ impl AgentBuilder {
                     .expect("a VmHost's run dir")
                     .display()
                     .to_string(),
-                vm.stop_timeout_secs
+                vm.stop_timeout_secs,
+                vm.reap_orphans
             )),
             Driver::Systemd(s) => {
                 add(&format!(

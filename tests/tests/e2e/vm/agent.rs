@@ -206,11 +206,12 @@ fn a_kill_loop_across_activations_ends_with_one_vm_per_workload() {
 
 /// Supervision and drift: a VM killed by hand while the agent runs is recorded as an
 /// exit (no code: no exit record) and booted again; a revision directory of this host
-/// that intent does not know is reported as drift, not removed.
+/// that intent does not know is reported as drift, not removed — and removed once the
+/// agent runs with `reap_orphans = true`.
 #[test]
 fn a_vm_killed_by_hand_is_booted_again_and_a_stray_one_is_drift() {
     let vms = VmHost::new(10);
-    let a = Agent::builder(&unique("vmsup")).vm(&vms).build();
+    let mut a = Agent::builder(&unique("vmsup")).vm(&vms).build();
     let c = a.commands(&a.host);
     a.apply_ok(&c.rollout(&["web"], "r1", vm_spec));
     let ghost = vms
@@ -261,6 +262,18 @@ fn a_vm_killed_by_hand_is_booted_again_and_a_stray_one_is_drift() {
         vms.qemus(),
         Vec::<i32>::new(),
         "the graceful stop left a VM"
+    );
+
+    a.reconfigure(|b| b.reap_orphans(true));
+    a.run().stop();
+    let drift = a.events("drift_detected");
+    let reaped = drift.last().map(|d| d["reaped"].clone());
+    assert_eq!(reaped, Some(serde_json::json!(true)), "{drift:#?}");
+    assert!(!ghost.exists(), "the stray revision was not reaped");
+    let web = vms.console(&a.host, "web", "r1");
+    assert!(
+        web.with_file_name("identity.json").exists(),
+        "web's revision went too"
     );
 }
 

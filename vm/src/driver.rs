@@ -54,7 +54,9 @@ pub enum VmError {
     Unkillable(i32),
 }
 
-/// `identity.json`: whose revision a directory is.
+/// `identity.json`: whose revision a directory is, and its spec (one file: a torn
+/// write leaves no identity, and so a revision staged again, never one booted from a
+/// torn spec).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Identity {
     host: String,
@@ -62,6 +64,7 @@ pub(super) struct Identity {
     workload: String,
     revision: String,
     spec_hash: String,
+    spec: Spec,
 }
 
 /// `namespace.json`: whose namespace a directory is.

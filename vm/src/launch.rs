@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! <state_dir>/<ns>/namespace.json           the namespace (its host)
-//! <state_dir>/<ns>/<workload>/<rev>/        identity.json, spec.json, env, argv,
+//! <state_dir>/<ns>/<workload>/<rev>/        identity.json (with the spec), env, argv,
 //!                                           disk.qcow2, console.log, exit-status
 //! <run_dir>/<12 hex of the VM's name>/      qemu.pid, qmp.sock (exit watch), qmp-ops.sock
 //! ```
@@ -51,9 +51,6 @@ impl Vm {
 
     pub fn identity(&self) -> PathBuf {
         self.state.join("identity.json")
-    }
-    pub fn spec(&self) -> PathBuf {
-        self.state.join("spec.json")
     }
     pub fn env(&self) -> PathBuf {
         self.state.join("env")

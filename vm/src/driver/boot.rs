@@ -1,6 +1,6 @@
 //! Staging a revision's files and booting, finding and stopping its QEMU.
 
-use super::files::{file, mkdir, remove_all, write_file};
+use super::files::{file, mkdir, remove_all, write_file, write_unsynced};
 use super::{backend, refused, Identity, Started, VmDriver, VmError};
 use crate::launch::{self, Forward, Vm};
 use crate::process;
@@ -82,13 +82,9 @@ impl VmDriver {
         let result = async {
             remove_all(&tmp)?;
             mkdir(&tmp)?;
-            let spec_json = serde_json::to_vec(spec).expect("a Spec always serialises");
-            write_file(&tmp.join("spec.json"), &spec_json)?;
-            write_file(&tmp.join("argv"), &launch::argv_block(&spec.command))?;
-            write_file(
-                &tmp.join("env"),
-                &launch::env_block(&merged_env(spec, &LaunchEnv::new())),
-            )?;
+            // The env file is written by each start, just before its boot; the argv
+            // file is checked against the spec then (one sync fewer a revision).
+            write_unsynced(&tmp.join("argv"), &launch::argv_block(&spec.command))?;
             if let Some(disk) = &s.disk {
                 self.overlay(
                     &self.config.images_dir.join(disk),
@@ -103,6 +99,7 @@ impl VmDriver {
                 workload: rev.workload.into(),
                 revision: rev.revision.into(),
                 spec_hash: spec_hash(spec),
+                spec: spec.clone(),
             };
             write_file(
                 &tmp.join("identity.json"),
@@ -175,12 +172,22 @@ impl VmDriver {
             return Ok(());
         }
         let fail = backend(op, rev);
-        let spec: Spec = std::fs::read(vm.spec())
-            .map_err(file(&vm.spec()))
-            .and_then(|b| {
-                serde_json::from_slice(&b).map_err(|e| file(&vm.spec())(std::io::Error::other(e)))
-            })
-            .map_err(backend(op, rev))?;
+        let Some(Identity { spec, .. }) = self.identity(vm) else {
+            return Err(DriverError::Missing {
+                op,
+                target: rev.to_string(),
+            });
+        };
+        // The argv the spec says, whatever a power loss left of the file.
+        let argv = launch::argv_block(&spec.command);
+        if std::fs::read(vm.argv()).ok().as_deref() != Some(argv.as_slice()) {
+            write_file(&vm.argv(), &argv).map_err(backend(op, rev))?;
+        }
+        // A revision resumed before any start: its spec's env alone.
+        if !vm.env().exists() {
+            let env = launch::env_block(&merged_env(&spec, &LaunchEnv::new()));
+            write_file(&vm.env(), &env).map_err(backend(op, rev))?;
+        }
         let settings = spec::check(&spec).map_err(refused(op, rev))?;
         self.images_present(op, rev, &settings)?;
         let forward = match spec.readiness.as_ref().map(|r| &r.check) {

@@ -22,6 +22,16 @@ pub(super) fn mkdir(path: &Path) -> Result<(), VmError> {
 
 /// Writes `bytes` to `path` whole or not at all (a temporary file, synced, renamed).
 pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), VmError> {
+    write(path, bytes, true)
+}
+
+/// [`write_file`] without the sync: for a file its reader checks against what it must
+/// hold (a power loss may leave it torn; a process crash never does).
+pub(super) fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<(), VmError> {
+    write(path, bytes, false)
+}
+
+fn write(path: &Path, bytes: &[u8], sync: bool) -> Result<(), VmError> {
     use std::io::Write as _;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
@@ -32,7 +42,9 @@ pub(super) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), VmError> {
         .open(&tmp)
         .map_err(file(&tmp))?;
     f.write_all(bytes).map_err(file(&tmp))?;
-    f.sync_all().map_err(file(&tmp))?;
+    if sync {
+        f.sync_all().map_err(file(&tmp))?;
+    }
     std::fs::rename(&tmp, path).map_err(file(path))
 }
 

@@ -223,7 +223,7 @@ fn a_vm_killed_by_hand_is_booted_again_and_a_stray_one_is_drift() {
     std::fs::create_dir_all(&ghost).unwrap();
     let identity = serde_json::json!({
         "host": a.host, "namespace": a.host, "workload": "ghost", "revision": "r1",
-        "spec_hash": "000000000000"
+        "spec_hash": "000000000000", "spec": spec(&[])
     });
     std::fs::write(ghost.join("identity.json"), identity.to_string()).unwrap();
 

@@ -46,6 +46,8 @@ pub enum VmError {
     },
     #[error("QMP")]
     Qmp(#[source] QmpError),
+    #[error("no free loopback port to forward")]
+    Port(#[source] std::io::Error),
     #[error("QEMU daemonized but its pidfile names no QEMU of this revision")]
     NoProcess,
     #[error("the guest is {0}, not running, just after its start")]
@@ -321,14 +323,14 @@ impl Driver for VmDriver {
     async fn resume(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
         let op = "start";
         let vm = self.vm(rev);
-        if self.identity(&vm).is_none() {
+        let Some(identity) = self.identity(&vm) else {
             return Err(DriverError::Missing {
                 op,
                 target: rev.to_string(),
             });
-        }
+        };
         // The env file holds what the last command-driven start projected.
-        self.launch(op, rev, &vm).await
+        self.launch(op, rev, &vm, &identity.spec).await
     }
 
     async fn stop(&self, rev: RevisionRef<'_>) -> Result<(), DriverError> {
@@ -392,13 +394,9 @@ impl Driver for VmDriver {
         let Some(pid) = process::running(&vm) else {
             return Ok(Probe::NotReady("the VM is not running".into()));
         };
-        let status = async {
-            let mut qmp = Qmp::connect(&vm.ops_socket(), timeout).await?;
-            qmp.execute("query-status").await
-        };
-        match status.await {
-            Ok(s) if s["status"] == "running" => {}
-            Ok(s) => return Ok(Probe::NotReady(format!("the guest is {}", s["status"]))),
+        match Qmp::status(&vm.ops_socket(), timeout).await {
+            Ok(s) if s == "running" => {}
+            Ok(s) => return Ok(Probe::NotReady(format!("the guest is {s:?}"))),
             Err(e) => return Ok(Probe::NotReady(capstan_common::report(&e))),
         }
         let Check::Http { path, .. } = check else {

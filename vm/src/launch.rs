@@ -23,6 +23,12 @@ pub const FW_CFG_ARGV: &str = "opt/capstan/argv";
 /// What QEMU calls its process threads (`/proc/PID/comm`): every VM of capstan's.
 pub const PROCESS_NAME: &str = "capstan-vm";
 
+/// QEMU's `-name` option for the VM named `name`: what its command line carries and
+/// what [`crate::process`] looks for there.
+pub fn name_option(name: &str) -> String {
+    format!("guest={},process={PROCESS_NAME}", name.replace(',', ",,"))
+}
+
 /// One revision's VM on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vm {
@@ -82,9 +88,9 @@ impl Vm {
 
     /// `-uuid`: stable for the revision, what the guest reads as its DMI product UUID.
     pub fn uuid(&self) -> String {
-        let h = capstan_driver::short_hash(format!("uuid:{}", self.name).as_bytes());
-        let n = capstan_driver::short_hash(format!("uuid2:{}", self.name).as_bytes());
-        let hex = format!("{h}{n}{}", &h[..8]);
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(format!("uuid:{}", self.name).as_bytes());
+        let hex = capstan_common::signing::to_hex(&digest[..16]);
         format!(
             "{}-{}-{}-{}-{}",
             &hex[0..8],
@@ -203,10 +209,7 @@ pub fn qemu_args(
         "none".into(),
         "-no-reboot".into(),
         "-name".into(),
-        format!(
-            "guest={},process={PROCESS_NAME}",
-            vm.name.replace(',', ",,")
-        ),
+        name_option(&vm.name),
         "-uuid".into(),
         vm.uuid(),
         "-daemonize".into(),

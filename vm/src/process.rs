@@ -3,7 +3,7 @@
 //! for it. Whoever started it (this agent, an earlier one), it is found the same way:
 //! that is how a VM left running across an agent upgrade is adopted.
 
-use crate::launch::{Vm, PROCESS_NAME};
+use crate::launch::{name_option, Vm};
 use std::time::Duration;
 
 /// The pid of `vm`'s QEMU, when one runs.
@@ -21,7 +21,7 @@ pub fn is_qemu_of(pid: i32, name: &str) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
-    let wanted = format!("guest={},process={PROCESS_NAME}", name.replace(',', ",,"));
+    let wanted = name_option(name);
     cmdline
         .split(|b| *b == 0)
         .any(|arg| arg == wanted.as_bytes())

@@ -113,6 +113,14 @@ impl Qmp {
         }
     }
 
+    /// Connects to the monitor at `path` and answers the guest's `query-status`
+    /// (`running`, `paused`, `shutdown`, …), each step within `timeout`.
+    pub async fn status(path: &Path, timeout: Duration) -> Result<String, QmpError> {
+        let mut qmp = Qmp::connect(path, timeout).await?;
+        let status = qmp.execute("query-status").await?;
+        Ok(status["status"].as_str().unwrap_or("unknown").to_string())
+    }
+
     /// Reads events until QEMU closes the monitor (it exits), with no bound: how an
     /// exit watch waits. Answers the `SHUTDOWN` event's `reason`, if one came.
     pub async fn until_closed(mut self) -> Result<Option<String>, QmpError> {

@@ -59,10 +59,7 @@ fn free_port() -> Result<u16, VmError> {
     std::net::TcpListener::bind(any)
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|source| VmError::File {
-            path: "127.0.0.1:0".into(),
-            source,
-        })
+        .map_err(VmError::Port)
 }
 
 impl VmDriver {
@@ -158,26 +155,22 @@ impl VmDriver {
             self.stop_vm(op, rev, &vm).await?;
         }
         write_file(&vm.env(), &env).map_err(backend(op, rev))?;
-        self.launch(op, rev, &vm).await
+        self.launch(op, rev, &vm, spec).await
     }
 
-    /// Boots `vm` as its files say, unless its QEMU already runs.
+    /// Boots `vm`, staged from `spec`, with the env file it holds, unless its QEMU
+    /// already runs.
     pub(super) async fn launch(
         &self,
         op: &'static str,
         rev: RevisionRef<'_>,
         vm: &Vm,
+        spec: &Spec,
     ) -> Result<(), DriverError> {
         if process::running(vm).is_some() {
             return Ok(());
         }
         let fail = backend(op, rev);
-        let Some(Identity { spec, .. }) = self.identity(vm) else {
-            return Err(DriverError::Missing {
-                op,
-                target: rev.to_string(),
-            });
-        };
         // The argv the spec says, whatever a power loss left of the file.
         let argv = launch::argv_block(&spec.command);
         if std::fs::read(vm.argv()).ok().as_deref() != Some(argv.as_slice()) {
@@ -185,10 +178,10 @@ impl VmDriver {
         }
         // A revision resumed before any start: its spec's env alone.
         if !vm.env().exists() {
-            let env = launch::env_block(&merged_env(&spec, &LaunchEnv::new()));
+            let env = launch::env_block(&merged_env(spec, &LaunchEnv::new()));
             write_file(&vm.env(), &env).map_err(backend(op, rev))?;
         }
-        let settings = spec::check(&spec).map_err(refused(op, rev))?;
+        let settings = spec::check(spec).map_err(refused(op, rev))?;
         self.images_present(op, rev, &settings)?;
         let forward = match spec.readiness.as_ref().map(|r| &r.check) {
             Some(Check::Http { port, .. }) => Some(Forward {
@@ -200,23 +193,27 @@ impl VmDriver {
         mkdir(&vm.run).map_err(backend(op, rev))?;
         // This boot's exit record, not an earlier one's.
         let _ = std::fs::remove_file(vm.exit_record());
-        let args = launch::qemu_args(vm, &settings, &self.config.images_dir, forward);
-        let mut command = match self.scope {
-            // Its own transient scope: out of the agent's cgroup, so neither the agent's
-            // unit stopping (`KillMode=mixed`) nor its crash takes the VM along.
-            true => {
-                let mut c = tokio::process::Command::new(SYSTEMD_RUN);
-                c.args(launch::scope_args(vm, scope_serial()))
-                    .arg(&self.config.qemu);
-                c
-            }
-            false => tokio::process::Command::new(&self.config.qemu),
-        };
-        command.args(args).stdout(std::process::Stdio::null());
+        // On a host systemd runs, in a transient scope of its own: out of the agent's
+        // cgroup, so neither the agent's unit stopping (`KillMode=mixed`) nor its
+        // crash takes the VM along.
         let program: &Path = match self.scope {
             true => SYSTEMD_RUN.as_ref(),
             false => &self.config.qemu,
         };
+        let mut command = tokio::process::Command::new(program);
+        if self.scope {
+            command
+                .args(launch::scope_args(vm, scope_serial()))
+                .arg(&self.config.qemu);
+        }
+        command
+            .args(launch::qemu_args(
+                vm,
+                &settings,
+                &self.config.images_dir,
+                forward,
+            ))
+            .stdout(std::process::Stdio::null());
         let started = finish(&mut command, program).await;
         match started {
             // A start of the same revision at the same time holds the pidfile's lock.
@@ -228,16 +225,10 @@ impl VmDriver {
         let pid = process::running(vm)
             .ok_or(VmError::NoProcess)
             .map_err(backend(op, rev))?;
-        let mut qmp = Qmp::connect(&vm.ops_socket(), QMP_TIMEOUT)
+        let status = Qmp::status(&vm.ops_socket(), QMP_TIMEOUT)
             .await
             .map_err(VmError::Qmp)
             .map_err(backend(op, rev))?;
-        let status = qmp
-            .execute("query-status")
-            .await
-            .map_err(VmError::Qmp)
-            .map_err(backend(op, rev))?;
-        let status = status["status"].as_str().unwrap_or("unknown").to_string();
         if status != "running" {
             return Err(backend(op, rev)(VmError::NotRunning(status)));
         }
